@@ -1,0 +1,1 @@
+"""The `zebra` command line: one module per command group, each parsing flags and rendering results."""

@@ -1,0 +1,57 @@
+"""Interactive choices: asked with questionary on a terminal, never asked with `--yes` or without a TTY."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from zebra.errors import ZebraError
+
+
+def can_prompt(yes: bool = False) -> bool:
+    """True when a human can answer: stdin and stdout are terminals and neither `--yes` nor ZEBRA_YES is set."""
+    if yes or os.environ.get("ZEBRA_YES"):
+        return False
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def choose(message: str, choices: list[str], *, yes: bool, flag: str, default: str | None = None) -> str:
+    """Pick one of `choices`; without a terminal, the default or a one-line error naming `flag`."""
+    if not can_prompt(yes):
+        if default is not None:
+            return default
+        raise ZebraError(f"missing {flag}", fix=f"pass {flag} (one of: {', '.join(choices[:8])})")
+    import questionary
+
+    answer = questionary.select(message, choices=choices, default=default).ask()
+    if answer is None:  # Ctrl-C in the prompt
+        raise ZebraError("cancelled", exit_code=130)
+    return answer
+
+
+def confirm(message: str, *, yes: bool, default: bool = False) -> bool:
+    """Ask yes/no on a terminal; `--yes` answers yes; with no terminal, answer `default`."""
+    if yes or os.environ.get("ZEBRA_YES"):
+        return True
+    if not can_prompt():
+        return default
+    import questionary
+
+    answer = questionary.confirm(message, default=default).ask()
+    if answer is None:
+        raise ZebraError("cancelled", exit_code=130)
+    return bool(answer)
+
+
+def ask_text(message: str, *, yes: bool, flag: str, default: str | None = None) -> str:
+    """Free-text answer on a terminal; otherwise the default or a one-line error naming `flag`."""
+    if not can_prompt(yes):
+        if default is not None:
+            return default
+        raise ZebraError(f"missing {flag}", fix=f"pass {flag}")
+    import questionary
+
+    answer = questionary.text(message, default=default or "").ask()
+    if answer is None:
+        raise ZebraError("cancelled", exit_code=130)
+    return answer

@@ -1,0 +1,85 @@
+"""The `zebra` app: wires the command groups together and turns errors into one line each.
+
+Nothing heavy is imported here or in the command modules at import time: torch, transformers, FLA and
+megatron load inside the commands that use them, so `zebra --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+from typer.core import TyperGroup
+
+from zebra import __version__
+from zebra.cli import recipes
+from zebra.cli._output import out
+from zebra.errors import ZebraError
+
+
+class _ZebraGroup(TyperGroup):
+    """Root group: a `ZebraError` prints as one line with its fix; anything else as one line plus a hint."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except ZebraError as e:
+            out.error(e.message)
+            if e.fix:
+                out.hint(e.fix)
+            raise typer.Exit(e.exit_code) from None
+        except KeyboardInterrupt:
+            out.error("interrupted")
+            raise typer.Exit(130) from None
+        except Exception as e:
+            if _is_cli_control(e) or os.environ.get("ZEBRA_DEBUG"):
+                raise
+            out.error(f"{type(e).__name__}: {e}")
+            out.hint(
+                "this looks like a bug in zebra; rerun with ZEBRA_DEBUG=1 for the traceback and report it"
+            )
+            raise typer.Exit(1) from None
+
+
+def _is_cli_control(e: BaseException) -> bool:
+    """Exit, abort and usage errors belong to the CLI framework, which renders them itself."""
+    return isinstance(e, typer.Exit | typer.Abort) or type(e).__module__.startswith(("click", "typer"))
+
+
+app = typer.Typer(
+    name="zebra",
+    cls=_ZebraGroup,
+    help="Train, convert, verify, evaluate and chat with hybrid recurrent-attention (Zebra-Llama) models.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"zebra {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Train, convert, verify, evaluate and chat with hybrid recurrent-attention (Zebra-Llama) models."""
+
+
+app.add_typer(recipes.app, name="recipes")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

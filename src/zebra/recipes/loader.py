@@ -1,0 +1,297 @@
+"""Load recipes: find by name or path, follow `extends:`, apply `--set` overrides, validate against the schema.
+
+Every problem becomes a `ZebraError` reading `file: key.path: problem (expected ...)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from pathlib import Path
+from typing import Any
+
+from zebra import arch
+from zebra.errors import ZebraError
+from zebra.recipes.schema import Recipe
+
+_PACKAGE_DIR = Path(__file__).resolve().parents[1] / "_recipes"  # installed wheel: zebra/_recipes
+_SOURCE_DIR = Path(__file__).resolve().parents[3] / "recipes"  # source checkout / editable install
+
+
+def builtin_dir() -> Path:
+    """The folder holding the shipped recipe YAMLs."""
+    return _PACKAGE_DIR if _PACKAGE_DIR.is_dir() else _SOURCE_DIR
+
+
+def list_recipes() -> list[str]:
+    """Names of the built-in recipes, sorted."""
+    return sorted(p.stem for p in builtin_dir().glob("*.yaml"))
+
+
+def find_recipe(name_or_path: str | Path, *, relative_to: Path | None = None) -> Path:
+    """Resolve a recipe name or YAML path to a file, suggesting close names when there is none."""
+    text = str(name_or_path)
+    candidates = [Path(text)]
+    if relative_to is not None:
+        candidates.insert(0, relative_to / text)
+    for p in candidates:
+        if p.is_file():
+            return p.resolve()
+    builtin = builtin_dir() / f"{text}.yaml"
+    if builtin.is_file():
+        return builtin
+    if text.endswith((".yaml", ".yml")) or "/" in text:
+        raise ZebraError(f"{text}: recipe file not found", fix="check the path, or see `zebra recipes list`")
+    close = difflib.get_close_matches(text, list_recipes(), n=3, cutoff=0.4)
+    hint = f"did you mean {', '.join(close)}?" if close else "see `zebra recipes list`"
+    raise ZebraError(f"unknown recipe {text!r}", fix=hint)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ZebraError(f"{path}:{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ZebraError(
+            f"{path}: a recipe must be a mapping of sections (expected keys like model:, train:)"
+        )
+    return data
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_raw(path: Path, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The YAML mapping of `path` merged over its `extends:` parents (child keys win, lists replace)."""
+    if path in _chain:
+        cycle = " -> ".join(p.name for p in (*_chain, path))
+        raise ZebraError(f"{path}: extends: cycle {cycle}")
+    data = _read_yaml(path)
+    parent = data.pop("extends", None)
+    data.setdefault("name", path.stem)
+    if parent is None:
+        return data
+    if not isinstance(parent, str):
+        raise ZebraError(f"{path}: extends: must be a recipe name or path (expected a string)")
+    try:
+        parent_path = find_recipe(parent, relative_to=path.parent)
+    except ZebraError as e:
+        raise ZebraError(f"{path}: extends: {e.message}", fix=e.fix) from None
+    base = load_raw(parent_path, (*_chain, path))
+    base.pop("description", None)  # a description describes one file, not its children
+    return _deep_merge(base, data)
+
+
+def apply_override(raw: dict[str, Any], assignment: str) -> None:
+    """Apply one `--set a.b.c=value` in place; the value stays a string until the schema coerces it."""
+    key, sep, value = assignment.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ZebraError(f"--set {assignment!r}: expected KEY=VALUE, e.g. --set train.lr=3e-4")
+    node = raw
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, _OverrideSection())
+        if not isinstance(child, dict):
+            raise ZebraError(f"--set {assignment!r}: {part} is not a section")
+        node = child
+    node[parts[-1]] = _OverrideValue(value.strip())
+
+
+class _OverrideValue(str):
+    """A string that came from the command line: coerced to the field's type (YAML values are not)."""
+
+
+class _OverrideSection(dict):
+    """A section that only the command line created (so errors in it name --set)."""
+
+
+def _origin(value: Any, source: str) -> str:
+    return "--set" if isinstance(value, _OverrideValue | _OverrideSection) else source
+
+
+def _type_name(tp: Any) -> str:
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    origin = typing.get_origin(tp)
+    if origin is list:
+        return "a list of strings"
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return f"{_type_name(args[0])} or null"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(tp, str(tp))
+
+
+def _coerce(value: Any, tp: Any, where: str, meta: dict[str, Any]) -> Any:
+    """Value converted to `tp`, or raise ValueError('problem (expected ...)')."""
+    from_cli = isinstance(value, _OverrideValue)
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        if value is None or (from_cli and value.lower() in ("null", "none", "")):
+            return None
+        tp = next(a for a in typing.get_args(tp) if a is not type(None))
+        origin = typing.get_origin(tp)
+    expected = _type_name(tp)
+    if origin is list:
+        if from_cli:
+            value = [] if value in ("", "[]") else [v.strip() for v in value.strip("[]").split(",")]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"got {value!r} (expected {expected})")
+        return list(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if from_cli and value.lower() in ("true", "yes", "1", "on", "false", "no", "0", "off"):
+            return value.lower() in ("true", "yes", "1", "on")
+        raise ValueError(f"got {value!r} (expected {expected})")
+    if tp is int:
+        if isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError:
+                raise ValueError(f"got {value!r} (expected {expected})") from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"got {value!r} (expected {expected})")
+    elif tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads `2e-4` as a string: accept any float literal
+            try:
+                value = float(value)
+            except ValueError:
+                raise ValueError(f"got {value!r} (expected {expected})") from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"got {value!r} (expected {expected})")
+        value = float(value)
+    elif tp is str:
+        if not isinstance(value, str):
+            raise ValueError(f"got {value!r} (expected {expected}; quote it in YAML)")
+        value = str(value)
+    lo, hi, choices = meta.get("min"), meta.get("max"), meta.get("choices")
+    if choices is not None and value not in choices:
+        close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"got {value!r} (expected one of {', '.join(map(str, choices))}{hint})")
+    if lo is not None and value < lo:
+        raise ValueError(f"{value} is below the minimum (expected >= {lo})")
+    if hi is not None and value > hi:
+        raise ValueError(f"{value} is above the maximum (expected <= {hi})")
+    return value
+
+
+def build(cls: type, data: Any, path: str, source: str) -> Any:
+    """Instantiate dataclass `cls` from mapping `data`, validating every key against the schema."""
+    if not isinstance(data, dict):
+        raise ZebraError(f"{source}: {path or 'recipe'}: got {data!r} (expected a mapping)")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(str(key), list(fields), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(fields)}"
+        where = f"{path}.{key}" if path else str(key)
+        raise ZebraError(f"{_origin(data[key], source)}: {where}: unknown key ({hint})")
+    kwargs = {}
+    for name, value in data.items():
+        where = f"{path}.{name}" if path else name
+        tp = hints[name]
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = build(tp, value if value is not None else {}, where, source)
+            continue
+        try:
+            kwargs[name] = _coerce(value, tp, where, dict(fields[name].metadata))
+        except ValueError as e:
+            raise ZebraError(f"{_origin(value, source)}: {where}: {e}") from None
+    return cls(**kwargs)
+
+
+def _check(recipe: Recipe, source: str) -> None:
+    """Cross-field rules the per-field ranges cannot express."""
+
+    def fail(where: str, problem: str) -> None:
+        raise ZebraError(f"{source}: {where}: {problem}")
+
+    m, t = recipe.model, recipe.train
+    flat = arch.as_config(m.flat())
+    try:
+        pattern = arch.resolve_pattern(flat)
+    except ValueError as e:
+        fail("model.pattern" if m.pattern else "model.hybrid_attention_ratio", str(e))
+    if not m.pattern and m.num_layers % 2:
+        fail("model.num_layers", f"{m.num_layers} is odd (expected an even count: each mixer has its MLP)")
+    if "G" in pattern and m.gdn.num_v_heads % m.gdn.num_heads:
+        fail("model.gdn.num_v_heads", f"{m.gdn.num_v_heads} is not a multiple of num_heads {m.gdn.num_heads}")
+    if "M" in pattern:
+        inner = m.mamba.expand * m.hidden_size
+        if inner % m.mamba.head_dim:
+            fail("model.mamba.head_dim", f"expand*hidden_size {inner} is not divisible by {m.mamba.head_dim}")
+        if (inner // m.mamba.head_dim) % m.mamba.num_groups:
+            fail(
+                "model.mamba.num_groups",
+                f"{inner // m.mamba.head_dim} heads do not split into "
+                f"{m.mamba.num_groups} groups (expected a divisor of the head count)",
+            )
+    if "*" in pattern and m.mla.qk_rope_head_dim % 2:
+        fail(
+            "model.mla.qk_rope_head_dim", f"{m.mla.qk_rope_head_dim} is odd (expected an even count for RoPE)"
+        )
+    if t.min_lr > t.lr:
+        fail("train.min_lr", f"{t.min_lr} exceeds train.lr {t.lr} (expected min_lr <= lr)")
+    if t.micro_batch_size > t.global_batch_size:
+        fail(
+            "train.micro_batch_size", f"{t.micro_batch_size} exceeds global_batch_size {t.global_batch_size}"
+        )
+    for p in recipe.data.paths:
+        prefix, _, weight = p.rpartition(":") if ":" in p else (p, "", "")
+        if weight:
+            try:
+                if float(weight) <= 0:
+                    raise ValueError
+            except ValueError:
+                fail(
+                    "data.paths",
+                    f"{p!r}: weight {weight!r} is not a positive number (expected PREFIX[:weight])",
+                )
+        if not prefix:
+            fail("data.paths", f"{p!r}: empty prefix (expected PREFIX[:weight])")
+    split = recipe.data.split.split(",")
+    try:
+        parts = [float(s) for s in split]
+        if len(parts) != 3 or min(parts) < 0 or sum(parts) <= 0:
+            raise ValueError
+    except ValueError:
+        fail("data.split", f"{recipe.data.split!r} (expected three non-negative weights like '99,1,0')")
+
+
+def load_recipe(name_or_path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
+    """Load, merge (`extends:`), override (`a.b=c`) and validate a recipe.
+
+    >>> load_recipe("tiny", overrides=["train.lr=3e-4"]).train.lr
+    0.0003
+    """
+    path = find_recipe(name_or_path)
+    raw = load_raw(path)
+    for assignment in overrides:
+        apply_override(raw, assignment)
+    recipe = build(Recipe, raw, "", str(path))
+    recipe.source = str(path)
+    _check(recipe, str(path))
+    return recipe
+
+
+def dump_recipe(recipe: Recipe) -> str:
+    """The resolved recipe as YAML (sections in schema order)."""
+    import yaml
+
+    return yaml.safe_dump(recipe.to_dict(), sort_keys=False, default_flow_style=False, width=110)

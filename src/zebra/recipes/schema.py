@@ -1,0 +1,230 @@
+"""The recipe schema: typed sections with documented, range-checked fields.
+
+A recipe YAML has five top-level keys: `name`, `description`, `extends`, and the sections `model`, `data`,
+`train`, `launch`. Every field below is one key; its metadata gives the allowed range or choices. The loader
+(`zebra.recipes.loader`) turns a merged YAML mapping into these objects and reports any problem as
+`file: key.path: problem (expected ...)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+def spec(
+    default: Any = None,
+    *,
+    doc: str,
+    min: float | None = None,
+    max: float | None = None,
+    choices: tuple | None = None,
+    factory: Any = None,
+) -> Any:
+    """A schema field: default, one-line doc, and an optional numeric range or set of choices."""
+    meta = {"doc": doc, "min": min, "max": max, "choices": choices}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(kw_only=True)
+class MLASpec:
+    """Multi-Latent Attention (DeepSeek-V2 style, as in Zebra-Llama)."""
+
+    num_heads: int = spec(32, doc="attention heads", min=1)
+    q_lora_rank: int = spec(1344, doc="query latent rank (0 = no query compression)", min=0)
+    kv_lora_rank: int = spec(128, doc="key/value latent rank: the cached latent per token", min=1)
+    qk_nope_head_dim: int = spec(32, doc="per-head query/key channels without RoPE", min=0)
+    qk_rope_head_dim: int = spec(
+        32, doc="per-head query/key channels with RoPE (key part shared and cached)", min=2
+    )
+    v_head_dim: int = spec(64, doc="per-head value channels", min=1)
+    rope_theta: float = spec(500000.0, doc="RoPE base", min=1.0)
+    rope_scaling_factor: float = spec(1.0, doc="YaRN scaling factor (1.0 = plain RoPE)", min=1.0)
+    original_max_position_embeddings: int = spec(
+        8192, doc="YaRN: the context the base model was trained at", min=1
+    )
+
+
+@dataclass(kw_only=True)
+class GDNSpec:
+    """Gated DeltaNet, FLA parameterisation (grouped value heads allowed)."""
+
+    num_heads: int = spec(8, doc="query/key heads", min=1)
+    head_dim: int = spec(64, doc="query/key channels per head", min=1)
+    num_v_heads: int = spec(16, doc="value heads (a multiple of num_heads)", min=1)
+    head_v_dim: int = spec(64, doc="value channels per head", min=1)
+    conv_size: int = spec(4, doc="short causal convolution width", min=2, max=8)
+    allow_neg_eigval: bool = spec(False, doc="beta in (0, 2) instead of (0, 1)")
+
+
+@dataclass(kw_only=True)
+class KDASpec:
+    """Kimi Delta Attention, FLA parameterisation (per-channel decay)."""
+
+    num_heads: int = spec(16, doc="heads", min=1)
+    head_dim: int = spec(32, doc="query/key channels per head", min=1)
+    head_v_dim: int = spec(64, doc="value channels per head", min=1)
+    conv_size: int = spec(4, doc="short causal convolution width", min=2, max=8)
+
+
+@dataclass(kw_only=True)
+class MambaSpec:
+    """Mamba2, Megatron MambaMixer parameterisation."""
+
+    state_dim: int = spec(64, doc="SSM state size N", min=1)
+    head_dim: int = spec(64, doc="channels per head P", min=1)
+    num_groups: int = spec(8, doc="B/C groups", min=1)
+    expand: int = spec(1, doc="inner width = expand * hidden_size", min=1, max=4)
+    conv_size: int = spec(4, doc="short causal convolution width", min=2, max=8)
+
+
+@dataclass(kw_only=True)
+class TeacherSpec:
+    """The Llama model the hybrid is distilled from: only used to report the KV-cache fraction."""
+
+    name: str = spec("", doc="teacher model name (for display)")
+    num_layers: int = spec(16, doc="teacher transformer layers", min=1)
+    num_kv_heads: int = spec(8, doc="teacher key/value heads", min=1)
+    head_dim: int = spec(64, doc="teacher head dim", min=1)
+
+
+@dataclass(kw_only=True)
+class ModelSpec:
+    vocab_size: int = spec(128256, doc="vocabulary size (must cover the tokenizer)", min=2)
+    hidden_size: int = spec(2048, doc="model width D", min=8)
+    intermediate_size: int = spec(8192, doc="SwiGLU inner width", min=8)
+    num_layers: int = spec(32, doc="sublayers (mixers + MLPs), Megatron numbering", min=2)
+    recurrent: str = spec("gdn", doc="recurrent mixer kind", choices=("mamba2", "gdn", "kda"))
+    hybrid_attention_ratio: float = spec(
+        0.0, doc="fraction of mixer sublayers that are MLA", min=0.0, max=1.0
+    )
+    pattern: str | None = spec(None, doc="explicit sublayer pattern over 'M G K * -' (overrides the ratio)")
+    norm_eps: float = spec(1e-6, doc="RMSNorm epsilon", min=0.0, max=1e-2)
+    tie_embeddings: bool = spec(True, doc="share the input embedding and the output head")
+    init_std: float = spec(0.02, doc="initialiser standard deviation", min=0.0, max=1.0)
+    max_position_embeddings: int = spec(8192, doc="longest position RoPE is set up for", min=1)
+    kernel_backend: str = spec("auto", doc="kernel backend", choices=("auto", "torch", "fla"))
+    mla: MLASpec = spec(doc="Multi-Latent Attention dimensions", factory=MLASpec)
+    gdn: GDNSpec = spec(doc="Gated DeltaNet dimensions", factory=GDNSpec)
+    kda: KDASpec = spec(doc="Kimi Delta Attention dimensions", factory=KDASpec)
+    mamba: MambaSpec = spec(doc="Mamba2 dimensions", factory=MambaSpec)
+    teacher: TeacherSpec = spec(doc="Llama teacher (KV-cache comparison only)", factory=TeacherSpec)
+
+    def flat(self) -> dict[str, Any]:
+        """The keyword arguments of `zebra.models.ZebraConfig` (flat, HF style)."""
+        m = self.mla
+        out: dict[str, Any] = dict(
+            vocab_size=self.vocab_size,
+            hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size,
+            num_hidden_layers=self.num_layers,
+            recurrent_type=self.recurrent,
+            hybrid_attention_ratio=self.hybrid_attention_ratio,
+            layer_pattern=self.pattern,
+            rms_norm_eps=self.norm_eps,
+            tie_word_embeddings=self.tie_embeddings,
+            initializer_range=self.init_std,
+            max_position_embeddings=self.max_position_embeddings,
+            kernel_backend=self.kernel_backend,
+            num_attention_heads=m.num_heads,
+            q_lora_rank=m.q_lora_rank,
+            kv_lora_rank=m.kv_lora_rank,
+            qk_nope_head_dim=m.qk_nope_head_dim,
+            qk_rope_head_dim=m.qk_rope_head_dim,
+            v_head_dim=m.v_head_dim,
+            rope_theta=m.rope_theta,
+            rope_scaling={
+                "type": "yarn",
+                "factor": m.rope_scaling_factor,
+                "original_max_position_embeddings": m.original_max_position_embeddings,
+            },
+        )
+        for prefix, section in (("gdn", self.gdn), ("kda", self.kda), ("mamba", self.mamba)):
+            out.update({f"{prefix}_{k}": v for k, v in asdict(section).items()})
+        return out
+
+    def to_config(self, **overrides: Any):
+        """Build the `ZebraConfig` (imports transformers)."""
+        from zebra.models import ZebraConfig
+
+        return ZebraConfig(**{**self.flat(), **overrides})
+
+
+@dataclass(kw_only=True)
+class DataSpec:
+    tokenizer: str = spec("meta-llama/Llama-3.2-1B", doc="HF tokenizer name or path, or 'byte' (built in)")
+    paths: list[str] = spec(doc="Megatron prefixes, each 'PREFIX' or 'PREFIX:weight' (blended)", factory=list)
+    mock: bool = spec(False, doc="train on random tokens (no data needed)")
+    split: str = spec("99,1,0", doc="train,valid,test split weights over documents")
+    seq_len: int = spec(2048, doc="training sequence length", min=8)
+    num_workers: int = spec(2, doc="DataLoader worker processes", min=0, max=64)
+
+
+@dataclass(kw_only=True)
+class TrainSpec:
+    max_steps: int = spec(76294, doc="optimizer steps (train_iters)", min=1)
+    global_batch_size: int = spec(448, doc="sequences per optimizer step, over all ranks", min=1)
+    micro_batch_size: int = spec(8, doc="sequences per rank per forward/backward", min=1)
+    lr: float = spec(2e-4, doc="peak learning rate", min=0.0, max=1.0)
+    min_lr: float = spec(2e-5, doc="final learning rate of the decay", min=0.0, max=1.0)
+    warmup_steps: int = spec(200, doc="linear warm-up steps", min=0)
+    lr_decay_style: str = spec("cosine", doc="decay after warm-up", choices=("cosine", "linear", "constant"))
+    weight_decay: float = spec(
+        0.01, doc="AdamW weight decay (not on norms, biases, A_log, dt_bias)", min=0.0, max=1.0
+    )
+    adam_beta1: float = spec(0.9, doc="AdamW beta1", min=0.0, max=1.0)
+    adam_beta2: float = spec(0.95, doc="AdamW beta2", min=0.0, max=1.0)
+    adam_eps: float = spec(1e-8, doc="AdamW epsilon", min=0.0, max=1.0)
+    clip_grad: float = spec(1.0, doc="gradient-norm clip (0 = off)", min=0.0)
+    precision: str = spec("bf16", doc="compute dtype (master weights stay fp32)", choices=("bf16", "fp32"))
+    seed: int = spec(1234, doc="random seed", min=0)
+    parallel: str = spec(
+        "auto",
+        doc="data parallelism: auto (DDP below 1B params, else FSDP2), fsdp, ddp",
+        choices=("auto", "fsdp", "ddp"),
+    )
+    activation_checkpointing: bool = spec(False, doc="recompute each sublayer in backward")
+    compile: bool = spec(False, doc="torch.compile each sublayer")
+    log_interval: int = spec(10, doc="steps between log lines", min=1)
+    eval_interval: int = spec(1000, doc="steps between validation losses (0 = never)", min=0)
+    eval_steps: int = spec(10, doc="validation batches per evaluation", min=1)
+    save_interval: int = spec(1000, doc="steps between checkpoints (0 = only at the end)", min=0)
+    keep_last: int = spec(3, doc="checkpoints to keep", min=1)
+    nonfinite: str = spec(
+        "skip", doc="on a non-finite loss or gradient: skip the step or stop", choices=("skip", "stop")
+    )
+    max_nonfinite_skips: int = spec(10, doc="stop after this many skipped steps in a row", min=1)
+    export: bool = spec(True, doc="write an HF export of the final weights to <run>/export")
+
+
+@dataclass(kw_only=True)
+class LaunchSpec:
+    launcher: str = spec("local", doc="where to run", choices=("local", "docker", "slurm"))
+    gpus: int = spec(0, doc="GPUs per node (0 = all visible, CPU if none)", min=0, max=64)
+    nodes: int = spec(1, doc="nodes", min=1)
+    image: str = spec("rocm/primus:v25.10", doc="container image (docker launcher)")
+    partition: str = spec("", doc="Slurm partition")
+    account: str = spec("", doc="Slurm account")
+    qos: str = spec("", doc="Slurm QoS")
+    time: str = spec("", doc="Slurm time limit, e.g. 24:00:00")
+    sbatch_extra: list[str] = spec(doc="extra sbatch flags, e.g. --exclusive", factory=list)
+    env: list[str] = spec(doc="environment variables passed through to ranks (names only)", factory=list)
+
+
+@dataclass(kw_only=True)
+class Recipe:
+    name: str = spec("", doc="recipe name")
+    description: str = spec("", doc="one line saying what this recipe trains")
+    model: ModelSpec = spec(doc="architecture", factory=ModelSpec)
+    data: DataSpec = spec(doc="data and tokenizer", factory=DataSpec)
+    train: TrainSpec = spec(doc="optimisation and checkpointing", factory=TrainSpec)
+    launch: LaunchSpec = spec(doc="launcher defaults", factory=LaunchSpec)
+    source: str = field(default="", metadata={"doc": "file this recipe was loaded from", "internal": True})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved recipe as plain data (what `recipes show` prints and runs save)."""
+        d = asdict(self)
+        d.pop("source")
+        return d
