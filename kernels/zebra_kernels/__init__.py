@@ -1,0 +1,25 @@
+"""Zebra's compute kernels behind one functional API: a torch reference that runs anywhere (naive recurrent and
+chunked forms, with autograd) and FLA's Triton kernels on CUDA/ROCm GPUs.
+
+Tensors use FLA's layout `[B, T, H, D]`; recurrent states are float32 (float64 for float64 inputs); every op
+takes `initial_state`, `output_final_state`, packed sequences through `cu_seqlens`, and
+`backend="auto" | "torch" | "fla"`. See docs/kernels.md.
+"""
+
+from zebra_kernels.backend import resolve_backend
+from zebra_kernels.conv import causal_conv1d
+from zebra_kernels.gdn import gated_delta_rule, gdn_gate
+from zebra_kernels.kda import kda_gate, kimi_delta_rule
+from zebra_kernels.mamba2 import mamba2_ssd
+from zebra_kernels.norm import rms_norm_gated
+
+__all__ = [
+    "causal_conv1d",
+    "gated_delta_rule",
+    "gdn_gate",
+    "kda_gate",
+    "kimi_delta_rule",
+    "mamba2_ssd",
+    "resolve_backend",
+    "rms_norm_gated",
+]

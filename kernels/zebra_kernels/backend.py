@@ -1,0 +1,124 @@
+"""Backend choice: the torch reference everywhere, FLA's Triton kernels on CUDA/ROCm GPUs.
+
+`resolve_backend("auto", device)` picks "fla" on a GPU when FLA imports and is healthy, else "torch", and logs
+its choice once (logger "zebra_kernels"). "Healthy" excludes the known-bad combination FLA 0.6.0 refuses at
+backward time: an NVIDIA Hopper GPU with 3.4 <= Triton < 3.7.1 and no tilelang.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import logging
+
+import torch
+
+logger = logging.getLogger("zebra_kernels")
+
+BACKENDS = ("auto", "torch", "fla")
+FLA_MODULES = (
+    "fla.ops.gated_delta_rule",
+    "fla.ops.kda",
+    "fla.ops.simple_gla",
+    "fla.modules.causal_conv1d",
+    "fla.modules.norm.fused_norm_gate",
+    "fla.modules.norm.layernorm_gated",
+)
+_logged: set[str] = set()
+
+
+def _log_once(message: str, level: int = logging.INFO) -> None:
+    if message not in _logged:
+        _logged.add(message)
+        logger.log(level, message)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+@functools.cache
+def fla_import_error() -> str | None:
+    """None when FLA's ops import, else why not (one line)."""
+    try:
+        for module in FLA_MODULES:
+            importlib.import_module(module)
+    except Exception as error:  # FLA raises many kinds on broken installs (ImportError, RuntimeError, ...)
+        return f"flash-linear-attention does not import ({type(error).__name__}: {error})"
+    return None
+
+
+@functools.cache
+def fla_backward_blocker(device_index: int = 0) -> str | None:
+    """FLA 0.6.0 refuses the gated chunk backward on Hopper with 3.4 <= Triton < 3.7.1 (wrong results
+    upstream, FLA issue #640) unless tilelang is installed. Returns the reason with the fix, or None."""
+    if not torch.cuda.is_available() or torch.version.hip is not None:
+        return None
+    try:
+        import triton
+    except ImportError:
+        return None
+    hopper = torch.cuda.get_device_capability(device_index)[0] == 9
+    bad_triton = (3, 4, 0) <= _version_tuple(triton.__version__) < (3, 7, 1)
+    if hopper and bad_triton and importlib.util.find_spec("tilelang") is None:
+        return (
+            f"FLA's GDN/KDA/SSD backward is refused on Hopper with Triton {triton.__version__} "
+            "(3.4 <= Triton < 3.7.1 gives wrong gradients, FLA #640); "
+            "fix: pip install 'triton>=3.7.1' (or pip install tilelang)"
+        )
+    return None
+
+
+def _device(device: torch.device | str | None) -> torch.device:
+    return torch.device("cpu") if device is None else torch.device(device)
+
+
+def resolve_backend(backend: str, device: torch.device | str | None) -> str:
+    """The backend that will run on `device`: "torch" or "fla".
+
+    Args:
+        backend: "auto" (FLA on a healthy CUDA/ROCm GPU, else torch), "torch" or "fla".
+        device: the device of the inputs (torch.device or string); None means CPU.
+
+    Returns:
+        "torch" or "fla".
+
+    Raises:
+        ValueError: unknown backend, or "fla" asked for on a non-GPU device or without a working FLA.
+
+    Examples:
+        >>> resolve_backend("auto", "cpu")
+        'torch'
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    dev = _device(device)
+    if backend == "torch":
+        return "torch"
+    if backend == "fla":
+        if dev.type != "cuda":
+            raise ValueError(
+                f"backend='fla' needs a CUDA/ROCm GPU: FLA kernels have no CPU path (inputs are on {dev}); "
+                "use backend='torch' or backend='auto'"
+            )
+        error = fla_import_error()
+        if error is not None:
+            raise ValueError(
+                f"backend='fla' unavailable: {error}; install zebra-llama[gpu] or use backend='torch'"
+            )
+        return "fla"
+    # auto
+    if dev.type != "cuda":
+        _log_once(f"zebra_kernels: backend 'torch' (inputs on {dev.type}; FLA kernels need a GPU)")
+        return "torch"
+    reason = fla_import_error() or fla_backward_blocker(dev.index or 0)
+    if reason is not None:
+        _log_once(f"zebra_kernels: backend 'torch' on {dev} because {reason}", logging.WARNING)
+        return "torch"
+    _log_once(f"zebra_kernels: backend 'fla' (FLA Triton kernels on {dev})")
+    return "fla"

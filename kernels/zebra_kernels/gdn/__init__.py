@@ -1,0 +1,153 @@
+"""Gated DeltaNet (GDN) recurrence: `gated_delta_rule`, with grouped value heads."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from zebra_kernels._common import (
+    check_state,
+    choose_mode,
+    compute_dtype,
+    l2norm,
+    needs_grad,
+    num_sequences,
+)
+from zebra_kernels._torch_driver import run_varlen
+from zebra_kernels.backend import resolve_backend
+from zebra_kernels.gdn.chunk import chunk_gated_delta_rule
+from zebra_kernels.gdn.naive import naive_recurrent_gated_delta_rule
+
+__all__ = ["chunk_gated_delta_rule", "gated_delta_rule", "gdn_gate", "naive_recurrent_gated_delta_rule"]
+
+
+def gdn_gate(a: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor | None = None) -> torch.Tensor:
+    """GDN log decay from the raw `a_proj` output: `-exp(A_log) * softplus(a + dt_bias)`, in float32/64.
+
+    Args:
+        a: `[B, T, HV]`. A_log, dt_bias: `[HV]`.
+    """
+    dtype = compute_dtype(a, A_log, dt_bias)
+    a = a.to(dtype) if dt_bias is None else a.to(dtype) + dt_bias.to(dtype)
+    return -A_log.to(dtype).exp() * F.softplus(a)
+
+
+def gated_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+    use_qk_l2norm: bool = True,
+    use_gate_in_kernel: bool = False,
+    A_log: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    mode: str = "auto",
+    chunk_size: int = 64,
+    backend: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    r"""Gated delta rule (Gated DeltaNet), FLA semantics, with grouped value heads (GVA).
+
+    `S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T`, `o_t = S_t^T (scale q_t)`, per value
+    head; value head j reads q/k head `j // (HV // H)`.
+
+    Args:
+        q: queries `[B, T, H, K]`.
+        k: keys `[B, T, H, K]`.
+        v: values `[B, T, HV, V]`, HV a multiple of H.
+        g: log decay `[B, T, HV]` (<= 0), or the raw `a_proj` output when `use_gate_in_kernel=True`.
+        beta: write strength `[B, T, HV]` (already through sigmoid).
+        scale: multiplies q; default `K ** -0.5`.
+        initial_state: `[N, HV, K, V]` (N = B, or the number of packed sequences); None means zeros.
+        output_final_state: also return the final state `[N, HV, K, V]`.
+        cu_seqlens: `[N + 1]` int offsets of packed sequences (then B == 1); no state crosses a boundary.
+        use_qk_l2norm: L2-normalise q and k first (`x / sqrt(sum x^2 + 1e-6)`, FLA's l2norm).
+        use_gate_in_kernel: `g` is raw; the decay is `-exp(A_log) * softplus(g + dt_bias)` (as FLA's layer).
+        A_log: `[HV]`, needed with `use_gate_in_kernel`. dt_bias: `[HV]` or None.
+        mode: "chunk", "recurrent" or "auto" (recurrent when T <= 64 and no grad is needed, else chunk).
+        chunk_size: chunk length of the torch chunk form (FLA uses its own).
+        backend: "auto", "torch" or "fla" (see `resolve_backend`).
+
+    Returns:
+        o `[B, T, HV, V]` in v's dtype, and the final state `[N, HV, K, V]` (float32; float64 when the inputs
+        are float64) or None.
+
+    Examples:
+        >>> B, T, H, HV, K, V = 2, 100, 2, 4, 16, 16
+        >>> q, k = torch.randn(B, T, H, K), torch.randn(B, T, H, K)
+        >>> v = torch.randn(B, T, HV, V)
+        >>> g = F.logsigmoid(torch.randn(B, T, HV))
+        >>> beta = torch.rand(B, T, HV)
+        >>> o, state = gated_delta_rule(q, k, v, g, beta, output_final_state=True)
+        >>> o.shape, state.shape
+        (torch.Size([2, 100, 4, 16]), torch.Size([2, 4, 16, 16]))
+    """
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    if k.shape != q.shape:
+        raise ValueError(
+            f"q and k must have the same shape [B, T, H, K], got {list(q.shape)} and {list(k.shape)}"
+        )
+    if v.shape[:2] != q.shape[:2] or HV % H != 0:
+        raise ValueError(f"v must be [B, T, HV, V] with HV a multiple of H={H}, got {list(v.shape)}")
+    for name, x in (("g", g), ("beta", beta)):
+        if tuple(x.shape) != (B, T, HV):
+            raise ValueError(f"{name} must have shape [B, T, HV] = {[B, T, HV]}, got {list(x.shape)}")
+    if use_gate_in_kernel and A_log is None:
+        raise ValueError("use_gate_in_kernel=True needs A_log [HV]")
+    N = num_sequences(q, cu_seqlens)
+    check_state(initial_state, (N, HV, K, V))
+    scale = K**-0.5 if scale is None else scale
+    grad = needs_grad(q, k, v, g, beta, initial_state, A_log, dt_bias)
+    mode = choose_mode(mode, T, grad)
+
+    if resolve_backend(backend, q.device) == "fla":
+        if mode == "recurrent" and grad:
+            raise ValueError(
+                "FLA's recurrent GDN kernel has no backward: use mode='chunk' (or 'auto') for training"
+            )
+        from zebra_kernels.gdn.fla import fla_gated_delta_rule
+
+        return fla_gated_delta_rule(
+            q,
+            k,
+            v,
+            g,
+            beta,
+            scale=scale,
+            initial_state=initial_state,
+            output_final_state=output_final_state,
+            cu_seqlens=cu_seqlens,
+            use_qk_l2norm=use_qk_l2norm,
+            mode=mode,
+            use_gate_in_kernel=use_gate_in_kernel,
+            A_log=A_log,
+            dt_bias=dt_bias,
+        )
+
+    out_dtype, dtype = v.dtype, compute_dtype(q, k, v, g, beta, initial_state, A_log, dt_bias)
+    q, k, v, beta = (x.to(dtype) for x in (q, k, v, beta))
+    g = gdn_gate(g, A_log, dt_bias) if use_gate_in_kernel else g.to(dtype)
+    if use_qk_l2norm:
+        q, k = l2norm(q), l2norm(k)
+    if HV != H:  # value head j uses q/k head j // (HV // H)
+        q, k = q.repeat_interleave(HV // H, dim=2), k.repeat_interleave(HV // H, dim=2)  # [B, T, HV, K]
+    if mode == "chunk" and T > 0:
+        o, S = run_varlen(
+            chunk_gated_delta_rule,
+            [q, k, v, g, beta],
+            initial_state,
+            cu_seqlens,
+            scale=scale,
+            chunk_size=chunk_size,
+        )
+    else:
+        o, S = run_varlen(
+            naive_recurrent_gated_delta_rule, [q, k, v, g, beta], initial_state, cu_seqlens, scale=scale
+        )
+    return o.to(out_dtype), (S if output_final_state else None)

@@ -1,0 +1,156 @@
+"""Kimi Delta Attention (KDA) recurrence: `kimi_delta_rule`, per-channel decay, grouped value heads."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from zebra_kernels._common import (
+    check_state,
+    choose_mode,
+    compute_dtype,
+    l2norm,
+    needs_grad,
+    num_sequences,
+)
+from zebra_kernels._torch_driver import run_varlen
+from zebra_kernels.backend import resolve_backend
+from zebra_kernels.kda.chunk import chunk_kimi_delta_rule
+from zebra_kernels.kda.naive import naive_recurrent_kimi_delta_rule
+
+__all__ = ["chunk_kimi_delta_rule", "kda_gate", "kimi_delta_rule", "naive_recurrent_kimi_delta_rule"]
+
+
+def kda_gate(f: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor | None = None) -> torch.Tensor:
+    """KDA log decay from the raw `f_proj` output: `-exp(A_log[h]) * softplus(f + dt_bias.view(H, K))`
+    (FLA's `naive_kda_gate`), in float32/64.
+
+    Args:
+        f: `[B, T, H, K]`. A_log: `[H]`. dt_bias: `[H * K]` or None.
+    """
+    H, K = f.shape[-2:]
+    dtype = compute_dtype(f, A_log, dt_bias)
+    f = f.to(dtype) if dt_bias is None else f.to(dtype) + dt_bias.to(dtype).view(H, K)
+    return -A_log.to(dtype).view(H, 1).exp() * F.softplus(f)
+
+
+def kimi_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+    use_qk_l2norm: bool = True,
+    use_gate_in_kernel: bool = False,
+    A_log: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    mode: str = "auto",
+    chunk_size: int = 64,
+    backend: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    r"""Kimi delta rule (KDA), FLA 0.6.0 `fla.ops.kda` semantics.
+
+    `S_t = (I - beta_t k_t k_t^T) Diag(exp(g_t)) S_{t-1} + beta_t k_t v_t^T`, `o_t = S_t^T (scale q_t)`,
+    per value head; as in FLA, value heads may be grouped (head j reads q/k head `j // (HV // H)`).
+
+    Args:
+        q: queries `[B, T, H, K]`.
+        k: keys `[B, T, H, K]`.
+        v: values `[B, T, HV, V]` (HV == H for plain KDA).
+        g: per-channel log decay `[B, T, HV, K]` (<= 0, already activated, FLA's default), or the raw
+            `f_proj` output when `use_gate_in_kernel=True`.
+        beta: write strength `[B, T, HV]` (already through sigmoid).
+        scale: multiplies q; default `K ** -0.5`.
+        initial_state: `[N, HV, K, V]` (N = B, or the number of packed sequences); None means zeros.
+        output_final_state: also return the final state `[N, HV, K, V]`.
+        cu_seqlens: `[N + 1]` int offsets of packed sequences (then B == 1); no state crosses a boundary.
+        use_qk_l2norm: L2-normalise q and k first (`x / sqrt(sum x^2 + 1e-6)`, FLA's l2norm).
+        use_gate_in_kernel: `g` is raw; the decay is `-exp(A_log[h]) * softplus(g + dt_bias.view(HV, K))`.
+        A_log: `[HV]`, needed with `use_gate_in_kernel`. dt_bias: `[HV * K]` or None.
+        mode: "chunk", "recurrent" or "auto" (recurrent when T <= 64 and no grad is needed, else chunk).
+        chunk_size: chunk length of the torch chunk form (FLA uses its own).
+        backend: "auto", "torch" or "fla" (see `resolve_backend`).
+
+    Returns:
+        o `[B, T, HV, V]` in v's dtype, and the final state `[N, HV, K, V]` (float32; float64 when the inputs
+        are float64) or None.
+
+    Examples:
+        >>> B, T, H, K, V = 2, 100, 2, 8, 16
+        >>> q, k, v = torch.randn(B, T, H, K), torch.randn(B, T, H, K), torch.randn(B, T, H, V)
+        >>> g = F.logsigmoid(torch.randn(B, T, H, K))
+        >>> beta = torch.rand(B, T, H)
+        >>> o, state = kimi_delta_rule(q, k, v, g, beta, output_final_state=True)
+        >>> o.shape, state.shape
+        (torch.Size([2, 100, 2, 16]), torch.Size([2, 2, 8, 16]))
+    """
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    if k.shape != q.shape:
+        raise ValueError(
+            f"q and k must have the same shape [B, T, H, K], got {list(q.shape)} and {list(k.shape)}"
+        )
+    if v.shape[:2] != q.shape[:2] or HV % H != 0:
+        raise ValueError(f"v must be [B, T, HV, V] with HV a multiple of H={H}, got {list(v.shape)}")
+    if tuple(g.shape) != (B, T, HV, K):
+        raise ValueError(f"g must have shape [B, T, HV, K] = {[B, T, HV, K]}, got {list(g.shape)}")
+    if tuple(beta.shape) != (B, T, HV):
+        raise ValueError(f"beta must have shape [B, T, HV] = {[B, T, HV]}, got {list(beta.shape)}")
+    if use_gate_in_kernel and A_log is None:
+        raise ValueError("use_gate_in_kernel=True needs A_log [HV]")
+    N = num_sequences(q, cu_seqlens)
+    check_state(initial_state, (N, HV, K, V))
+    scale = K**-0.5 if scale is None else scale
+    grad = needs_grad(q, k, v, g, beta, initial_state, A_log, dt_bias)
+    mode = choose_mode(mode, T, grad)
+
+    if resolve_backend(backend, q.device) == "fla":
+        if mode == "recurrent" and grad:
+            raise ValueError(
+                "FLA's recurrent KDA kernel has no backward: use mode='chunk' (or 'auto') for training"
+            )
+        from zebra_kernels.kda.fla import fla_kimi_delta_rule
+
+        return fla_kimi_delta_rule(
+            q,
+            k,
+            v,
+            g,
+            beta,
+            scale=scale,
+            initial_state=initial_state,
+            output_final_state=output_final_state,
+            cu_seqlens=cu_seqlens,
+            use_qk_l2norm=use_qk_l2norm,
+            mode=mode,
+            use_gate_in_kernel=use_gate_in_kernel,
+            A_log=A_log,
+            dt_bias=dt_bias,
+        )
+
+    out_dtype, dtype = v.dtype, compute_dtype(q, k, v, g, beta, initial_state, A_log, dt_bias)
+    q, k, v, beta = (x.to(dtype) for x in (q, k, v, beta))
+    g = kda_gate(g, A_log, dt_bias) if use_gate_in_kernel else g.to(dtype)
+    if use_qk_l2norm:
+        q, k = l2norm(q), l2norm(k)
+    if HV != H:  # value head j uses q/k head j // (HV // H)
+        q, k = q.repeat_interleave(HV // H, dim=2), k.repeat_interleave(HV // H, dim=2)  # [B, T, HV, K]
+    if mode == "chunk" and T > 0:
+        o, S = run_varlen(
+            chunk_kimi_delta_rule,
+            [q, k, v, g, beta],
+            initial_state,
+            cu_seqlens,
+            scale=scale,
+            chunk_size=chunk_size,
+        )
+    else:
+        o, S = run_varlen(
+            naive_recurrent_kimi_delta_rule, [q, k, v, g, beta], initial_state, cu_seqlens, scale=scale
+        )
+    return o.to(out_dtype), (S if output_final_state else None)

@@ -1,0 +1,85 @@
+"""Gated RMSNorm: `rms_norm_gated` (GDN/KDA output norm and Mamba2's grouped gated norm)."""
+
+from __future__ import annotations
+
+import torch
+
+from zebra_kernels._common import compute_dtype
+from zebra_kernels.backend import resolve_backend
+from zebra_kernels.norm.torch_ref import torch_rms_norm_gated
+
+__all__ = ["rms_norm_gated", "torch_rms_norm_gated"]
+
+ACTIVATIONS = ("swish", "silu", "sigmoid")
+
+
+def rms_norm_gated(
+    x: torch.Tensor,
+    gate: torch.Tensor,
+    weight: torch.Tensor | None,
+    *,
+    eps: float,
+    activation: str = "swish",
+    norm_before_gate: bool = True,
+    group_size: int | None = None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    r"""Gated RMSNorm over the last dim.
+
+    - `norm_before_gate=True` (FLA FusedRMSNormGated, GDN/KDA `o_norm`): `y = rmsnorm(x) * weight * act(gate)`.
+    - `norm_before_gate=False` (Mamba2/Megatron): `y = rmsnorm(x * act(gate)) * weight`.
+    With `group_size`, the RMS is taken over each block of `group_size` channels separately (Mamba2 uses
+    `d_inner / n_groups`). `rmsnorm(z) = z / sqrt(mean(z^2) + eps)`.
+
+    Args:
+        x: `[..., C]`.
+        gate: `[..., C]`.
+        weight: `[C]` or None.
+        eps: added to the mean square.
+        activation: "swish" (= "silu", GDN, Mamba2) or "sigmoid" (KDA).
+        norm_before_gate: see above.
+        group_size: channels per normalisation group (C divisible by it); None means one group.
+        backend: "auto", "torch" or "fla" (see `resolve_backend`).
+
+    Returns:
+        y `[..., C]` in x's dtype (computed in float32, float64 for float64 inputs).
+
+    Examples:
+        >>> x, gate = torch.randn(2, 5, 4, 16), torch.randn(2, 5, 4, 16)
+        >>> rms_norm_gated(x, gate, torch.ones(16), eps=1e-6).shape
+        torch.Size([2, 5, 4, 16])
+    """
+    C = x.shape[-1]
+    if gate.shape != x.shape:
+        raise ValueError(f"gate must have x's shape {list(x.shape)}, got {list(gate.shape)}")
+    if weight is not None and tuple(weight.shape) != (C,):
+        raise ValueError(f"weight must have shape [C] = [{C}], got {list(weight.shape)}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if group_size is not None and (group_size <= 0 or C % group_size != 0):
+        raise ValueError(f"group_size must divide C={C}, got {group_size}")
+
+    if resolve_backend(backend, x.device) == "fla":
+        from zebra_kernels.norm.fla import fla_rms_norm_gated
+
+        y = fla_rms_norm_gated(
+            x,
+            gate,
+            weight,
+            eps=eps,
+            activation=activation,
+            norm_before_gate=norm_before_gate,
+            group_size=group_size,
+        )
+        return y.to(x.dtype)
+    dtype = compute_dtype(x, gate, weight)
+    y = torch_rms_norm_gated(
+        x.to(dtype),
+        gate.to(dtype),
+        None if weight is None else weight.to(dtype),
+        eps,
+        activation,
+        norm_before_gate,
+        group_size,
+    )
+    return y.to(x.dtype)
