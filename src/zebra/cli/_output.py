@@ -7,7 +7,17 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
+from rich.text import Text
 
 
 class Output:
@@ -31,7 +41,7 @@ class Output:
         justify = justify or {}
         table = Table(title=title, header_style="bold", title_justify="left")
         for col in columns:
-            table.add_column(col, justify=justify.get(col, "left"))  # type: ignore[arg-type]
+            table.add_column(col, justify=justify.get(col, "left"), overflow="fold")  # type: ignore[arg-type]
         for row in rows:
             table.add_row(*["" if v is None else str(v) for v in row])
         self.console.print(table)
@@ -48,9 +58,40 @@ class Output:
     def hint(self, message: str) -> None:
         self.stderr.print(f"[dim]hint:[/] {message}", soft_wrap=True)
 
+    def progress(self, description: str, total: float | None, unit: str = "it") -> Progress:
+        """A transient progress bar on stderr showing count, rate and ETA.
+
+        with out.progress("tokenizing", total=n_docs, unit="doc") as bar:
+            task = bar.task_ids[0]
+            bar.advance(task)
+        """
+        bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            RateColumn(unit),
+            TimeRemainingColumn(),
+            console=self.stderr,
+            transient=True,
+        )
+        bar.add_task(description, total=total)
+        return bar
+
     def json(self, data: Any) -> None:
         sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
         sys.stdout.flush()
+
+
+class RateColumn(ProgressColumn):
+    """Items per second, e.g. '12.3 doc/s' (blank until measured)."""
+
+    def __init__(self, unit: str) -> None:
+        super().__init__()
+        self.unit = unit
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("" if speed is None else f"{speed:,.1f} {self.unit}/s", style="progress.data.speed")
 
 
 out = Output()

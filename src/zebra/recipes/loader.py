@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -52,7 +54,11 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ZebraError(f"{path}: cannot read the recipe ({e})") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -102,6 +108,10 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
         raise ZebraError(f"--set {assignment!r}: expected KEY=VALUE, e.g. --set train.lr=3e-4")
     node = raw
     parts = key.split(".")
+    if not all(parts):
+        raise ZebraError(
+            f"--set {assignment!r}: empty part in key {key!r} (expected a dotted path like train.lr)"
+        )
     for part in parts[:-1]:
         child = node.setdefault(part, _OverrideSection())
         if not isinstance(child, dict):
@@ -128,7 +138,7 @@ def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is list:
         return "a list of strings"
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return f"{_type_name(args[0])} or null"
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(tp, str(tp))
@@ -138,7 +148,7 @@ def _coerce(value: Any, tp: Any, where: str, meta: dict[str, Any]) -> Any:
     """Value converted to `tp`, or raise ValueError('problem (expected ...)')."""
     from_cli = isinstance(value, _OverrideValue)
     origin = typing.get_origin(tp)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         if value is None or (from_cli and value.lower() in ("null", "none", "")):
             return None
         tp = next(a for a in typing.get_args(tp) if a is not type(None))
@@ -173,6 +183,8 @@ def _coerce(value: Any, tp: Any, where: str, meta: dict[str, Any]) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"got {value!r} (expected {expected})")
         value = float(value)
+        if not math.isfinite(value):
+            raise ValueError(f"got {value!r} (expected a finite number)")
     elif tp is str:
         if not isinstance(value, str):
             raise ValueError(f"got {value!r} (expected {expected}; quote it in YAML)")
@@ -192,7 +204,7 @@ def _coerce(value: Any, tp: Any, where: str, meta: dict[str, Any]) -> Any:
 def build(cls: type, data: Any, path: str, source: str) -> Any:
     """Instantiate dataclass `cls` from mapping `data`, validating every key against the schema."""
     if not isinstance(data, dict):
-        raise ZebraError(f"{source}: {path or 'recipe'}: got {data!r} (expected a mapping)")
+        raise ZebraError(f"{_origin(data, source)}: {path or 'recipe'}: got {data!r} (expected a mapping)")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
     unknown = [k for k in data if k not in fields]
@@ -228,6 +240,12 @@ def _check(recipe: Recipe, source: str) -> None:
         pattern = arch.resolve_pattern(flat)
     except ValueError as e:
         fail("model.pattern" if m.pattern else "model.hybrid_attention_ratio", str(e))
+    if m.pattern and len(m.pattern) != m.num_layers:
+        fail(
+            "model.pattern",
+            f"{m.pattern!r} has {len(m.pattern)} sublayers but model.num_layers is {m.num_layers} "
+            "(expected one character per sublayer)",
+        )
     if not m.pattern and m.num_layers % 2:
         fail("model.num_layers", f"{m.num_layers} is odd (expected an even count: each mixer has its MLP)")
     if "G" in pattern and m.gdn.num_v_heads % m.gdn.num_heads:

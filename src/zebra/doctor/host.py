@@ -1,0 +1,72 @@
+"""Host checks: the Hugging Face token for gated tokenizers, and free disk for the data.
+
+The token's value is never read into a message: only whether it is set.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+from zebra.doctor.check import Check, ok, warn
+
+# Disk a FineWeb-Edu sample needs, download plus tokenized Megatron files (int32 ids), rounded up.
+SAMPLE_DISK_BYTES = {"10BT": 50 * 10**9, "100BT": 500 * 10**9, "350BT": 1750 * 10**9}
+GATED_EXAMPLE = "meta-llama/Llama-3.2-1B (most 1b/3b/8b recipes use a meta-llama tokenizer)"
+
+
+def hf_token_path(env: Mapping[str, str] = os.environ) -> Path:
+    """Where huggingface_hub caches the login token (HF_TOKEN_PATH, else $HF_HOME/token)."""
+    if env.get("HF_TOKEN_PATH"):
+        return Path(env["HF_TOKEN_PATH"]).expanduser()
+    home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
+    return Path(home).expanduser() / "token"
+
+
+def check_hf_token(env: Mapping[str, str] = os.environ) -> Check:
+    """HF_TOKEN set, or a token cached by `hf auth login`: needed to download gated tokenizers."""
+    in_env = bool(env.get("HF_TOKEN") or env.get("HUGGING_FACE_HUB_TOKEN"))
+    path = hf_token_path(env)
+    cached = path.is_file() and bool(path.read_text().strip())
+    cached_note = f"a cached login token is at {path}" if cached else "no cached login token"
+    if in_env:
+        var = "HF_TOKEN" if env.get("HF_TOKEN") else "HUGGING_FACE_HUB_TOKEN"
+        return ok("hf-token", f"{var} is set; {cached_note}")
+    if cached:
+        return ok("hf-token", f"HF_TOKEN is not set, but {cached_note} (huggingface_hub uses it)")
+    return warn(
+        "hf-token",
+        f"HF_TOKEN is not set and {cached_note}: gated tokenizers such as {GATED_EXAMPLE} cannot download",
+        "export HF_TOKEN=<a read token from https://huggingface.co/settings/tokens>, or run `hf auth login`",
+    )
+
+
+def _existing(path: Path) -> Path:
+    """`path`, or its nearest existing parent (the data folder may not exist yet)."""
+    path = path.expanduser().absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_disk(data_dir: Path, need_bytes: int, purpose: str) -> Check:
+    """Free space on the disk holding `data_dir` against `need_bytes`.
+
+    Args:
+        data_dir: where the data will go (need not exist yet).
+        need_bytes: how much the planned work needs.
+        purpose: what needs it, for the message (e.g. "--sample 10BT").
+    """
+    where = _existing(Path(data_dir))
+    free = shutil.disk_usage(where).free
+    shown = f"{free / 1e9:,.1f} GB free at {where}"
+    need = f"{purpose} needs about {need_bytes / 1e9:,.0f} GB"
+    if free >= need_bytes:
+        return ok("disk", f"{shown} ({need})")
+    return warn(
+        "disk",
+        f"only {shown}; {need}",
+        "free some space, point --data-dir at a larger disk, or prepare a smaller --sample",
+    )

@@ -1,0 +1,106 @@
+"""Shared test setup: offline Hugging Face, the `gpu` and `infra` markers, and fixtures for the real services.
+
+- Tests run offline: HF_HUB_OFFLINE / HF_DATASETS_OFFLINE / TRANSFORMERS_OFFLINE are set before anything
+  imports huggingface_hub.
+- `@pytest.mark.gpu` tests are skipped when torch sees no CUDA/ROCm device (`python3 -m pytest -q -m gpu` on a
+  GPU machine runs them).
+- `@pytest.mark.infra` tests use the fixtures below (`docker_client`, `hostbind_image`, `slurm_cluster`).
+  Without the service they skip, except under ZEBRA_REQUIRE_INFRA=1 (set by .ci/run), where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ[_var] = "1"
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+HOSTBIND_IMAGE = "zebra-test/hostbind"
+
+
+def _gpu_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if gpu_items and not _gpu_available():  # torch is imported only when a gpu test was collected
+        skip = pytest.mark.skip(reason="needs a CUDA/ROCm GPU")
+        for item in gpu_items:
+            item.add_marker(skip)
+
+
+def require_infra(what: str, why: str) -> None:
+    """Skip the test (or fail it under ZEBRA_REQUIRE_INFRA=1) because service `what` is unreachable."""
+    message = f"needs {what}, which is not reachable ({why}); .ci/run starts it"
+    if os.environ.get("ZEBRA_REQUIRE_INFRA"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    """A Docker SDK client connected to a running engine (DOCKER_HOST or the local socket)."""
+    import docker
+
+    try:
+        client = docker.from_env(timeout=60)
+        client.ping()
+    except Exception as e:
+        require_infra("a Docker engine", str(e).splitlines()[0][:200])
+    yield client
+    client.close()
+
+
+@dataclass(frozen=True)
+class HostBindImage:
+    """The local test image plus the read-only binds that make the host's Python run inside it.
+
+    Use: `docker_client.containers.run(img.name, [img.python, "-c", "..."], volumes=img.volumes,
+    network_mode="host", remove=True)`.
+    """
+
+    name: str
+    python: str = sys.executable
+    volumes: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="session")
+def hostbind_image(docker_client) -> HostBindImage:
+    """`zebra-test/hostbind`, built by .ci/build-test-image if missing, with /usr, /etc, the Python prefix
+    and this checkout (where the editable install points) bound read-only."""
+    subprocess.run(
+        [str(REPO_ROOT / ".ci" / "build-test-image"), HOSTBIND_IMAGE], check=True, capture_output=True
+    )
+    paths = ["/usr", "/etc", sys.base_prefix, sys.prefix, str(REPO_ROOT)]
+    volumes = {p: {"bind": p, "mode": "ro"} for p in dict.fromkeys(os.path.realpath(p) for p in paths)}
+    return HostBindImage(HOSTBIND_IMAGE, sys.executable, volumes)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> str:
+    """The default partition of a reachable Slurm cluster with a usable node."""
+    sinfo = shutil.which("sinfo")
+    if not sinfo:
+        require_infra("a Slurm cluster", "sinfo is not on PATH")
+    r = subprocess.run([sinfo, "-h", "-o", "%P %t"], capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        require_infra("a Slurm cluster", r.stderr.strip()[:200])
+    rows = [line.split() for line in r.stdout.splitlines() if line.strip()]
+    usable = [p for p, state in rows if state.rstrip("*~#") in ("idle", "mix", "alloc")]
+    if not usable:
+        require_infra("a Slurm cluster", f"no usable node: {r.stdout.strip()}")
+    default = next((p for p in usable if p.endswith("*")), usable[0])
+    return default.rstrip("*")
