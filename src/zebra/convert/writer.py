@@ -1,0 +1,193 @@
+"""Streaming sharded-safetensors writer and the temp-folder-then-rename output directory.
+
+Shards are planned from names, shapes and dtypes alone; each shard's header is written first and then every
+tensor is fetched, checked and appended in turn, so the writer holds one tensor at a time (never a whole shard,
+never the whole model). Files follow the safetensors format (8-byte little-endian header length, JSON header,
+raw little-endian data) and, when there is more than one shard, transformers' `model.safetensors.index.json`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from zebra.errors import ZebraError
+
+_DTYPE_CODES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+DEFAULT_MAX_SHARD = "5GB"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """What will be written: `name`, `shape` and the on-disk `dtype`."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n * torch.empty((), dtype=self.dtype).element_size()
+
+
+def parse_size(size: int | str) -> int:
+    """`5GB`, `500MB`, `2GiB` or a byte count -> bytes."""
+    if isinstance(size, int):
+        return size
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B)?\s*", size, re.IGNORECASE)
+    if not m:
+        raise ZebraError(f"--max-shard-size {size}: not a size", fix="use e.g. 5GB, 500MB or a byte count")
+    unit = (m.group(2) or "B").upper()
+    base = 1024 if "I" in unit else 1000
+    power = {"B": 0, "K": 1, "M": 2, "G": 3, "T": 4}[unit[0] if unit != "B" else "B"]
+    return int(float(m.group(1)) * base**power)
+
+
+def plan_shards(specs: list[TensorSpec], max_shard_bytes: int) -> list[list[TensorSpec]]:
+    """Greedy, in order: a new shard starts when the next tensor would push the current one past the limit."""
+    shards: list[list[TensorSpec]] = [[]]
+    size = 0
+    for spec in specs:
+        if shards[-1] and size + spec.nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(spec)
+        size += spec.nbytes
+    return shards
+
+
+def write_safetensors(
+    directory: Path,
+    specs: list[TensorSpec],
+    fetch: Callable[[str], torch.Tensor],
+    *,
+    max_shard_bytes: int,
+    on_tensor: Callable[[TensorSpec], None] | None = None,
+    origin: str = "",
+) -> list[str]:
+    """Write `specs` as `model.safetensors` (or numbered shards + index), fetching each tensor once, in order.
+
+    Args:
+        directory: the (temporary) output directory.
+        specs: tensors to write, in writing order; `fetch(name)` must return exactly `shape`, any float dtype
+            (cast to `dtype` here).
+        max_shard_bytes: shard size limit (a single larger tensor gets a shard of its own).
+        on_tensor: called after each tensor (progress bars).
+        origin: where the tensors come from, for error messages.
+
+    Returns:
+        The file names written.
+    """
+    shards = plan_shards(specs, max_shard_bytes)
+    n = len(shards)
+    names = (
+        ["model.safetensors"] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+    )
+    weight_map: dict[str, str] = {}
+    for fname, shard in zip(names, shards, strict=True):
+        _write_shard(directory / fname, shard, fetch, on_tensor, origin)
+        weight_map.update({s.name: fname for s in shard})
+    if n > 1:
+        index = {"metadata": {"total_size": sum(s.nbytes for s in specs)}, "weight_map": weight_map}
+        (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    return names
+
+
+def _write_shard(path, shard, fetch, on_tensor, origin) -> None:
+    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for spec in shard:
+        header[spec.name] = {
+            "dtype": _DTYPE_CODES[spec.dtype],
+            "shape": list(spec.shape),
+            "data_offsets": [offset, offset + spec.nbytes],
+        }
+        offset += spec.nbytes
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)  # the data section starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for spec in shard:
+            tensor = fetch(spec.name)
+            if tuple(tensor.shape) != spec.shape:
+                raise ZebraError(
+                    f"{origin}: {spec.name} has shape {list(tensor.shape)}, its header said {list(spec.shape)}",
+                    fix="the checkpoint is inconsistent; use a complete, unmodified checkpoint",
+                )
+            data = tensor.detach().to(device="cpu", dtype=spec.dtype).contiguous().reshape(-1)
+            f.write(memoryview(data.view(torch.uint8).numpy()))
+            del data, tensor
+            if on_tensor:
+                on_tensor(spec)
+
+
+@contextlib.contextmanager
+def output_dir(path: Path, *, force: bool, flag: str = "--output") -> Iterator[Path]:
+    """Yield a fresh temporary directory next to `path`; on success it replaces `path`, on error it is removed.
+
+    An existing `path` needs `force`. Temporary folders left by killed runs (`.NAME.tmp-PID` of a dead PID)
+    are removed first, so an interrupted conversion can simply be run again.
+    """
+    path = Path(path).absolute()
+    if path.exists() and not force:
+        raise ZebraError(
+            f"{flag} {path}: already exists", fix="pass --force to overwrite it, or choose another path"
+        )
+    if path.exists() and not path.is_dir():
+        raise ZebraError(f"{flag} {path}: exists and is not a directory", fix="choose another path")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temps(path)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = path.parent / f".{path.name}.old-{os.getpid()}"
+    if path.exists():
+        path.rename(old)
+    tmp.rename(path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _remove_stale_temps(path: Path) -> None:
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
