@@ -1,0 +1,170 @@
+"""`zebra data inspect`: what a data folder or Megatron prefix holds, checked against its manifest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from zebra.errors import ZebraError
+
+
+def inspect_data(
+    path: str,
+    *,
+    tokenizer: str | None = None,
+    samples: int = 1,
+    sample_chars: int = 400,
+    checksums: bool = False,
+) -> dict[str, Any]:
+    """Summarize a data folder (`manifest.json` + shards) or a plain Megatron prefix.
+
+    Every shard is validated (header, exact sizes: a truncated `.bin`/`.idx` is an error). With a manifest,
+    counts are compared with it and the tokenizer's vocabulary hash is checked against the recorded one.
+
+    Args:
+        path: data folder, its manifest.json, a Megatron PREFIX, or `@sample`.
+        tokenizer: tokenizer for decoding (default: the manifest's; needed for a plain prefix to decode).
+        samples: how many documents to decode (the first ones).
+        sample_chars: characters of each decoded document to keep.
+        checksums: also recompute every file's sha256 and compare with the manifest (reads all data).
+
+    Returns:
+        A JSON-able report: documents, tokens, shards, dtype, tokenizer check, length histogram, samples.
+
+    Raises:
+        ZebraError: missing or truncated files, counts that disagree with the manifest, bad checksums.
+    """
+    import numpy as np
+
+    from zebra.data.indexed import check_prefix, open_dataset, sha256_file
+    from zebra.data.manifest import MANIFEST, manifest_path, read_manifest
+
+    if path == "@sample":
+        from zebra.data.sample import sample_prefix
+
+        path = str(sample_prefix(tokenizer or "byte"))
+    p = Path(path).expanduser()
+    folder = p.parent if p.name == MANIFEST else p
+    manifest = read_manifest(folder) if folder.is_dir() and manifest_path(folder).exists() else None
+    if manifest is not None:
+        prefixes = [folder / s.prefix for s in manifest.shards]
+    elif p.is_dir():
+        raise ZebraError(
+            f"{p}: no manifest.json in this folder", fix="pass a data folder or a Megatron PREFIX"
+        )
+    else:
+        prefixes = [p]
+    lengths, shard_rows, dtype = [], [], None
+    for i, prefix in enumerate(prefixes):
+        info = check_prefix(prefix)
+        ds = open_dataset(prefix)
+        dtype = np.dtype(ds.index.dtype).name
+        lengths.append(np.asarray(ds.sequence_lengths, dtype=np.int64))
+        shard_rows.append({"prefix": prefix.name, "documents": info.documents, "tokens": info.tokens})
+        if manifest is not None:
+            _compare(prefix, info, manifest.shards[i], checksums, sha256_file)
+    all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
+    report: dict[str, Any] = {
+        "path": str(folder if manifest is not None else p),
+        "documents": int(all_lengths.size),
+        "tokens": int(all_lengths.sum()),
+        "dtype": dtype or (manifest.dtype if manifest else None),
+        "shards": shard_rows,
+        "lengths": _length_stats(all_lengths),
+        "histogram": length_histogram(all_lengths),
+    }
+    if manifest is not None:
+        report |= {
+            "complete": manifest.complete,
+            "source": manifest.source,
+            "config": manifest.config,
+            "skipped": manifest.skipped(),
+            "manifest_tokenizer": manifest.tokenizer,
+            "zebra_version": manifest.zebra_version,
+        }
+    name = tokenizer or (manifest.tokenizer.get("name") if manifest and manifest.tokenizer else None)
+    loaded, report["tokenizer_check"] = _check_tokenizer(name, manifest)
+    report["samples"] = _decode_samples(prefixes, loaded, samples, sample_chars) if prefixes else []
+    return report
+
+
+def _compare(prefix: Path, info: Any, shard: Any, checksums: bool, sha256_file: Any) -> None:
+    fix = "delete the shard and re-run the command that made it: committed shards are kept, bad ones remade"
+    if (info.documents, info.tokens) != (shard.documents, shard.tokens):
+        raise ZebraError(
+            f"{prefix}: {info.documents} documents / {info.tokens} tokens, manifest.json says "
+            f"{shard.documents} / {shard.tokens}",
+            fix=fix,
+        )
+    if checksums:
+        for ext in ("bin", "idx"):
+            if sha256_file(f"{prefix}.{ext}") != getattr(shard, f"{ext}_sha256"):
+                raise ZebraError(f"{prefix}.{ext}: sha256 differs from manifest.json", fix=fix)
+
+
+def _check_tokenizer(name: str | None, manifest: Any) -> tuple[Any, dict[str, Any]]:
+    """Load the tokenizer and compare its vocabulary hash with the manifest's."""
+    from zebra.data import tokenizers as tok
+
+    if name is None:
+        return None, {"status": "skipped", "detail": "no tokenizer recorded; pass --tokenizer to decode"}
+    try:
+        loaded = tok.load_tokenizer(name)
+    except ZebraError as e:
+        return None, {"status": "unavailable", "tokenizer": name, "detail": e.message}
+    check: dict[str, Any] = {"tokenizer": name, "vocab_hash": tok.vocab_hash(loaded)}
+    if manifest is None or not manifest.tokenizer:
+        return loaded, check | {"status": "unchecked", "detail": "no manifest to compare with"}
+    expected = manifest.tokenizer.get("vocab_hash")
+    if expected is None:
+        return loaded, check | {"status": "unchecked", "detail": "the manifest records no vocabulary hash"}
+    ok = check["vocab_hash"] == expected
+    detail = (
+        "vocabulary matches the manifest"
+        if ok
+        else f"vocabulary differs from the manifest's ({expected[:12]}…)"
+    )
+    return loaded, check | {"status": "ok" if ok else "mismatch", "detail": detail}
+
+
+def _decode_samples(prefixes: list[Path], tokenizer: Any, count: int, chars: int) -> list[dict[str, Any]]:
+    from zebra.data.indexed import open_dataset
+
+    ds = open_dataset(prefixes[0])
+    out = []
+    for i in range(min(count, len(ds))):
+        ids = ds[i].tolist()
+        entry: dict[str, Any] = {"document": i, "tokens": len(ids), "ids": ids[:16]}
+        if tokenizer is not None:
+            entry["text"] = tokenizer.decode(ids)[:chars]
+        out.append(entry)
+    return out
+
+
+def _length_stats(lengths: Any) -> dict[str, float]:
+    import numpy as np
+
+    if lengths.size == 0:
+        return {}
+    q = np.percentile(lengths, [50, 90, 99])
+    return {
+        "min": int(lengths.min()),
+        "mean": float(lengths.mean()),
+        "p50": float(q[0]),
+        "p90": float(q[1]),
+        "p99": float(q[2]),
+        "max": int(lengths.max()),
+    }
+
+
+def length_histogram(lengths: Any) -> list[dict[str, int]]:
+    """Document counts in power-of-two length bins: `[{"lo": 64, "hi": 127, "count": n}, ...]`."""
+    import numpy as np
+
+    if lengths.size == 0:
+        return []
+    bins = np.floor(np.log2(np.maximum(lengths, 1))).astype(np.int64)  # [D]
+    counts = np.bincount(bins)
+    return [
+        {"lo": 1 << b, "hi": (1 << (b + 1)) - 1, "count": int(c)} for b, c in enumerate(counts.tolist()) if c
+    ]

@@ -1,0 +1,399 @@
+"""Document sources: a Hugging Face Hub dataset (streamed) or local jsonl / json / parquet / arrow files.
+
+A source is read in a fixed order as *rows* (one document per row, row 0 first) and yields `RawBatch`es:
+raw payloads (jsonl lines, Arrow arrays, or hub texts) that worker processes decode with `decode_texts`.
+Row numbers are the unit of resumable work: the same source always yields the same rows in the same order.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from zebra.errors import ZebraError
+
+FINEWEB_EDU = "HuggingFaceFW/fineweb-edu"
+SAMPLES = {"10BT": "sample-10BT", "100BT": "sample-100BT", "350BT": "sample-350BT"}
+SAMPLE_TOKENS = {"10BT": 10e9, "100BT": 100e9, "350BT": 350e9}
+LOCAL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet", ".arrow")
+
+# Row status codes returned by `decode_texts` (one per row).
+OK, EMPTY, NON_UTF8, MISSING_FIELD, MALFORMED = 0, 1, 2, 3, 4
+STATUS_NAMES = {EMPTY: "empty", NON_UTF8: "non_utf8", MISSING_FIELD: "missing_field", MALFORMED: "malformed"}
+
+
+@dataclass(frozen=True)
+class RawBatch:
+    """Rows `[start, start + len(payload))` of a source, not yet decoded.
+
+    `kind` says how to decode `payload`: `jsonl` (list of line bytes), `arrow` (a pyarrow string/binary
+    array of the text column) or `texts` (list of str / None).
+    """
+
+    start: int
+    kind: str
+    payload: Any
+    text_field: str
+
+    def __len__(self) -> int:
+        return len(self.payload)
+
+    def slice(self, lo: int, hi: int) -> RawBatch:
+        """Rows `[start + lo, start + hi)`."""
+        return RawBatch(self.start + lo, self.kind, self.payload[lo:hi], self.text_field)
+
+
+@dataclass
+class Source:
+    """Where documents come from, described well enough to be recorded in a manifest and re-opened."""
+
+    kind: str  # "hub" | "local"
+    name: str  # hub id, or the --source argument as given
+    text_field: str = "text"
+    config: str | None = None
+    split: str = "train"
+    files: list[Path] = field(default_factory=list)
+
+    def describe(self) -> dict:
+        """The manifest's `source` entry."""
+        d: dict[str, Any] = {"kind": self.kind, "name": self.name}
+        if self.kind == "hub":
+            d |= {"config": self.config, "split": self.split}
+        else:
+            d["files"] = [str(f) for f in self.files]
+        return d
+
+    def count_rows(self) -> int | None:
+        """Number of rows when it is cheap to know (local files; hub metadata when present), else None."""
+        if self.kind == "hub":
+            return _hub_rows(self)
+        total = 0
+        for path in self.files:
+            n = _count_file_rows(path)
+            if n is None:
+                return None
+            total += n
+        return total
+
+    def batches(self, start_row: int = 0, batch_rows: int = 512) -> Iterator[RawBatch]:
+        """Yield the rows from `start_row` on, at most `batch_rows` per batch, in source order."""
+        if self.kind == "hub":
+            yield from _hub_batches(self, start_row, batch_rows)
+            return
+        row = 0
+        for path in self.files:
+            for batch in _file_batches(path, self.text_field, batch_rows):
+                n = len(batch)
+                if row + n > start_row:
+                    lo = max(0, start_row - row)
+                    yield RawBatch(row + lo, batch.kind, batch.payload[lo:], self.text_field)
+                row += n
+
+
+def open_source(
+    source: str, *, text_field: str = "text", config: str | None = None, split: str = "train"
+) -> Source:
+    """Resolve `--source`: an existing local file or folder, else a hub dataset id (`owner/name`).
+
+    Raises:
+        ZebraError: no such path and not a hub id; a folder without supported files; the text field missing.
+    """
+    path = Path(source).expanduser()
+    if path.exists():
+        files = _local_files(path)
+        if not files:
+            raise ZebraError(
+                f"--source {source}: no {'/'.join(s.lstrip('.') for s in LOCAL_SUFFIXES)} files found",
+                fix="point --source at data files or a folder holding them",
+            )
+        src = Source("local", str(path.resolve()), text_field, files=[f.resolve() for f in files])
+        _check_local_field(src)
+        return src
+    if (
+        source.count("/") == 1
+        and not source.startswith((".", "/", "~"))
+        and not source.endswith(LOCAL_SUFFIXES)
+    ):
+        return Source("hub", source, text_field, config=config, split=split)
+    raise ZebraError(
+        f"--source {source}: no such file or folder", fix="check the path, or pass a hub id owner/name"
+    )
+
+
+def sample_source(sample: str) -> Source:
+    """FineWeb-Edu sample `10BT` / `100BT` / `350BT` on the Hub."""
+    if sample not in SAMPLES:
+        raise ZebraError(f"--sample {sample}: unknown", fix=f"use one of {', '.join(SAMPLES)}")
+    return Source("hub", FINEWEB_EDU, "text", config=SAMPLES[sample], split="train")
+
+
+def decode_texts(batch: RawBatch) -> tuple[list[str], list[int], list[int]]:
+    """Decode a batch into its valid texts, one status code per row (`OK`, `EMPTY`, ...) and each text's UTF-8 size.
+
+    Runs in worker processes. A row is skipped (and counted) when it is empty or whitespace only, not valid
+    UTF-8, lacks the text field, or is not a JSON object.
+    """
+    if batch.kind == "jsonl":
+        values = [_json_value(line, batch.text_field) for line in batch.payload]
+    elif batch.kind == "arrow":
+        values = batch.payload.to_pylist()
+    else:
+        values = batch.payload
+    texts, status, sizes = [], [], []
+    for value in values:
+        code, text, size = _check_text(value)
+        status.append(code)
+        if code == OK:
+            texts.append(text)
+            sizes.append(size)
+    return texts, status, sizes
+
+
+class _Unusable:
+    """A row that carries no text, with its status code; module-level so it pickles to workers."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+_MISSING, _BAD_JSON, _BAD_UTF8 = _Unusable(MISSING_FIELD), _Unusable(MALFORMED), _Unusable(NON_UTF8)
+
+
+def _json_value(line: bytes, key: str) -> Any:
+    try:
+        record = json.loads(line)
+    except UnicodeDecodeError:
+        return _BAD_UTF8
+    except ValueError:
+        return _BAD_JSON if line.strip() else ""
+    if not isinstance(record, dict):
+        return _BAD_JSON
+    return record.get(key, _MISSING)
+
+
+def _check_text(value: Any) -> tuple[int, str, int]:
+    """(status, text, UTF-8 size) of one row's value."""
+    if isinstance(value, _Unusable):
+        return value.code, "", 0
+    if value is None:
+        return EMPTY, "", 0
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError:
+            return NON_UTF8, "", 0
+    if not isinstance(value, str):
+        return MALFORMED, "", 0
+    if not value or value.isspace():
+        return EMPTY, "", 0
+    try:
+        size = len(value.encode("utf-8"))  # lone surrogates (e.g. "\ud800" in JSON) are not UTF-8
+    except UnicodeEncodeError:
+        return NON_UTF8, "", 0
+    return OK, value, size
+
+
+# --- local files ---------------------------------------------------------------------------------------
+
+
+def _local_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path] if path.name.endswith(LOCAL_SUFFIXES) else []
+    if (path / "dataset_dict.json").exists() and (path / "train").is_dir():
+        path = path / "train"  # a DatasetDict saved with save_to_disk: its train split
+    state = path / "state.json"
+    if state.exists():  # a Dataset saved with save_to_disk: its data files, in order
+        names = [f["filename"] for f in json.loads(state.read_text())["_data_files"]]
+        return [path / n for n in names]
+    return sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(LOCAL_SUFFIXES))
+
+
+def _is_json_array(path: Path) -> bool:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        head = f.read(4096).lstrip()
+    return head.startswith(b"[")
+
+
+def _file_batches(path: Path, text_field: str, batch_rows: int) -> Iterator[RawBatch]:
+    name = path.name
+    if name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        with pq.ParquetFile(path) as f:
+            for rb in f.iter_batches(batch_size=batch_rows, columns=[text_field]):
+                yield RawBatch(0, "arrow", rb.column(0), text_field)
+    elif name.endswith(".arrow"):
+        for rb in _arrow_batches(path):
+            for lo in range(0, rb.num_rows, batch_rows):
+                yield RawBatch(0, "arrow", rb.column(text_field).slice(lo, batch_rows), text_field)
+    elif _is_json_array(path):
+        opener = gzip.open if name.endswith(".gz") else open
+        with opener(path, "rb") as f:
+            records = json.load(f)
+        values = [r.get(text_field, _MISSING) if isinstance(r, dict) else _BAD_JSON for r in records]
+        for lo in range(0, len(values), batch_rows):
+            yield RawBatch(0, "texts", values[lo : lo + batch_rows], text_field)
+    else:
+        opener = gzip.open if name.endswith(".gz") else open
+        with opener(path, "rb") as f:
+            lines: list[bytes] = []
+            for line in f:
+                lines.append(line)
+                if len(lines) == batch_rows:
+                    yield RawBatch(0, "jsonl", lines, text_field)
+                    lines = []
+            if lines:
+                yield RawBatch(0, "jsonl", lines, text_field)
+
+
+def _arrow_batches(path: Path) -> Iterator[Any]:
+    """Record batches of an Arrow IPC stream (what `datasets.save_to_disk` writes) or file."""
+    import pyarrow as pa
+
+    source = pa.memory_map(str(path))
+    try:
+        reader = pa.ipc.open_stream(source)
+    except pa.ArrowInvalid:
+        reader = pa.ipc.open_file(source)
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
+        return
+    yield from reader
+
+
+def _count_file_rows(path: Path) -> int | None:
+    name = path.name
+    if name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(path).metadata.num_rows
+    if name.endswith(".arrow"):
+        return sum(rb.num_rows for rb in _arrow_batches(path))
+    if name.endswith(".gz"):
+        return None  # counting would mean decompressing everything once more
+    if _is_json_array(path):
+        return None
+    lines, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            lines += chunk.count(b"\n")
+            last = chunk[-1:]
+    return lines + (last != b"\n")
+
+
+def _check_local_field(src: Source) -> None:
+    """The text field must exist in the first file (its schema, or its first JSON record)."""
+    path = src.files[0]
+    if path.name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        names = pq.ParquetFile(path).schema_arrow.names
+    elif path.name.endswith(".arrow"):
+        names = next(iter(_arrow_batches(path))).schema.names
+    else:
+        record = _first_json_record(path)
+        if not isinstance(record, dict):
+            return  # an empty file, or malformed rows: counted and reported, not fatal
+        names = list(record)
+    if src.text_field not in names:
+        raise ZebraError(
+            f"--text-field {src.text_field}: not in {path.name} (fields: {', '.join(names[:12])})",
+            fix="pass --text-field with one of those fields",
+        )
+
+
+def _first_json_record(path: Path) -> Any:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        if _is_json_array(path):
+            records = json.load(f)
+            return records[0] if records else None
+        for line in f:
+            if line.strip():
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    return None
+    return None
+
+
+# --- Hugging Face Hub ----------------------------------------------------------------------------------
+
+
+def _hub_error(src: Source, error: BaseException | None = None) -> ZebraError:
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    why = "HF_HUB_OFFLINE is set" if offline else "no network"
+    if error is not None and not offline and "gated" in str(error).lower():
+        return ZebraError(
+            f"{src.name} on the Hugging Face Hub is gated and access was refused",
+            fix="accept its terms on huggingface.co and set HF_TOKEN",
+        )
+    return ZebraError(
+        f"cannot reach the Hugging Face Hub for {src.name} ({why})",
+        fix="download the data elsewhere and pass local jsonl/json/parquet/arrow files with --source PATH",
+    )
+
+
+def _hub_reachable() -> bool:
+    """False when offline mode is set or the Hub's host does not resolve (avoids minutes of retries)."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return False
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True  # the proxy resolves names for us
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError:
+        return False
+    return True
+
+
+def _load_hub(src: Source) -> Any:
+    if not _hub_reachable():
+        raise _hub_error(src)
+    import datasets
+
+    try:
+        return datasets.load_dataset(src.name, name=src.config, split=src.split, streaming=True)
+    except (ConnectionError, OSError) as e:
+        raise _hub_error(src, e) from None
+    except ValueError as e:  # e.g. unknown config or split
+        raise ZebraError(
+            f"{src.name}: {str(e).splitlines()[0][:200]}", fix="check --config / --split"
+        ) from None
+
+
+def _hub_rows(src: Source) -> int | None:
+    ds = _load_hub(src)
+    splits = getattr(ds.info, "splits", None) or {}
+    info = splits.get(src.split) if hasattr(splits, "get") else None
+    return getattr(info, "num_examples", None) or None
+
+
+def _hub_batches(src: Source, start_row: int, batch_rows: int) -> Iterator[RawBatch]:
+    ds = _load_hub(src)
+    if ds.features is not None and src.text_field not in ds.features:
+        raise ZebraError(
+            f"--text-field {src.text_field}: not in {src.name} (fields: {', '.join(list(ds.features)[:12])})",
+            fix="pass --text-field with one of those fields",
+        )
+    if start_row:
+        ds = ds.skip(start_row)
+    row = start_row
+    try:
+        for columns in ds.iter(batch_size=batch_rows):
+            texts = columns.get(src.text_field)
+            if texts is None:
+                texts = [_MISSING] * len(next(iter(columns.values())))
+            yield RawBatch(row, "texts", texts, src.text_field)
+            row += len(texts)
+    except (ConnectionError, OSError) as e:
+        raise _hub_error(src, e) from None

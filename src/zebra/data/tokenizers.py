@@ -1,0 +1,168 @@
+"""Tokenizers: any Hugging Face tokenizer by name or path, and the built-in byte tokenizer.
+
+The byte tokenizer is a real `transformers.PreTrainedTokenizerFast` built offline from the `tokenizers`
+library: ids 0..255 are the raw UTF-8 bytes, 256 `<|endoftext|>` (eos, the Megatron EOD), 257
+`<|begin_of_text|>` (bos), 258 `<|pad|>`; 259 ids in all. `save_pretrained` writes files that
+`AutoTokenizer.from_pretrained(dir)` loads anywhere, without zebra installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from zebra.errors import ZebraError
+
+if TYPE_CHECKING:
+    import numpy as np
+    from transformers import PreTrainedTokenizerFast
+
+BYTE_TOKENIZER = "byte"
+BYTE_EOS, BYTE_BOS, BYTE_PAD = 256, 257, 258
+BYTE_VOCAB_SIZE = 259
+_BYTE_SPECIALS = {"<|endoftext|>": BYTE_EOS, "<|begin_of_text|>": BYTE_BOS, "<|pad|>": BYTE_PAD}
+
+DTYPES = ("auto", "uint16", "int32")
+
+
+def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerFast:
+    """Load a fast tokenizer: `byte` (built in) or any HF hub name or local directory.
+
+    Gated hub tokenizers (e.g. meta-llama/*) authenticate through huggingface_hub's usual `HF_TOKEN`
+    environment variable or login cache; the token is never printed.
+
+    Args:
+        name_or_path: `byte`, a hub id such as `meta-llama/Llama-3.2-1B`, or a directory with tokenizer files.
+
+    Returns:
+        A `PreTrainedTokenizerFast` with an end-of-document token (`eos_token_id`).
+    """
+    if name_or_path == BYTE_TOKENIZER:
+        return byte_tokenizer()
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    except OSError as e:
+        raise _load_error(name_or_path, e) from None
+    except ValueError as e:  # transformers raises ValueError for directories with unusable files
+        raise ZebraError(
+            f"--tokenizer {name_or_path}: cannot load a tokenizer ({str(e).splitlines()[0]})",
+            fix="pass a directory with tokenizer.json / tokenizer_config.json, a hub id, or 'byte'",
+        ) from None
+    if not isinstance(tokenizer, PreTrainedTokenizerFast):
+        raise ZebraError(
+            f"--tokenizer {name_or_path}: {type(tokenizer).__name__} is not a fast tokenizer",
+            fix="use a tokenizer that ships tokenizer.json (a `tokenizers` fast tokenizer)",
+        )
+    if eod_id(tokenizer) is None:
+        raise ZebraError(
+            f"--tokenizer {name_or_path}: the tokenizer has no eos token to mark the end of a document",
+            fix="set eos_token in its tokenizer_config.json",
+        )
+    return tokenizer
+
+
+def _load_error(name: str, error: OSError) -> ZebraError:
+    text = str(error)
+    if Path(name).exists() or name.startswith((".", "/", "~")):
+        return ZebraError(
+            f"--tokenizer {name}: no tokenizer files there ({text.splitlines()[0][:160]})",
+            fix="point --tokenizer at a directory holding tokenizer.json, or use a hub id or 'byte'",
+        )
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    if "gated" in text.lower() or "401" in text or "403" in text:
+        return ZebraError(
+            f"--tokenizer {name}: the repository is gated and access was refused",
+            fix="accept its license on huggingface.co and set HF_TOKEN (or run `hf auth login`)",
+        )
+    return ZebraError(
+        f"--tokenizer {name}: not found locally and the Hugging Face Hub is "
+        + ("offline (HF_HUB_OFFLINE=1)" if offline else "unreachable or has no such repository"),
+        fix="check the name and the network, pass a local tokenizer directory, or use --tokenizer byte",
+    )
+
+
+def byte_tokenizer() -> PreTrainedTokenizerFast:
+    """The built-in byte-level tokenizer (259 ids), built offline; see the module docstring."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers.pre_tokenizers import ByteLevel
+    from transformers import PreTrainedTokenizerFast
+
+    # ByteLevel maps each byte to one printable character; a merge-free BPE over those 256 characters
+    # gives exactly one id per byte, with id == byte value.
+    alphabet = ByteLevel.alphabet()
+    byte_to_char = _byte_level_chars()
+    vocab = {byte_to_char[b]: b for b in range(256)}
+    assert set(vocab) == set(alphabet)
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], fuse_unk=False))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in _BYTE_SPECIALS])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        eos_token="<|endoftext|>",
+        bos_token="<|begin_of_text|>",
+        pad_token="<|pad|>",
+        clean_up_tokenization_spaces=False,
+        model_max_length=1 << 30,
+    )
+    tokenizer.name_or_path = BYTE_TOKENIZER
+    return tokenizer
+
+
+def _byte_level_chars() -> dict[int, str]:
+    """GPT-2's byte -> printable character table (what the ByteLevel pre-tokenizer emits)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def eod_id(tokenizer) -> int | None:
+    """The end-of-document id appended after every document: the tokenizer's eos token."""
+    return tokenizer.eos_token_id
+
+
+def vocab_size(tokenizer) -> int:
+    """Number of ids the tokenizer can emit, added tokens included."""
+    return len(tokenizer)
+
+
+def vocab_hash(tokenizer) -> str:
+    """sha256 over the sorted (token, id) pairs: equal for the same vocabulary, different otherwise."""
+    pairs = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    return hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()
+
+
+def token_dtype(vocab: int, requested: str = "auto") -> np.dtype:
+    """The narrowest Megatron dtype that holds every id below `vocab`.
+
+    Args:
+        vocab: number of ids (see `vocab_size`).
+        requested: `auto` (uint16 when vocab <= 65536, else int32), `uint16` or `int32`.
+
+    Raises:
+        ZebraError: the vocabulary does not fit the requested dtype.
+    """
+    import numpy as np
+
+    if requested not in DTYPES:
+        raise ZebraError(f"--dtype {requested}: unknown", fix=f"use one of {', '.join(DTYPES)}")
+    if requested == "auto":
+        requested = "uint16" if vocab <= 1 << 16 else "int32"
+    dtype = np.dtype(requested)
+    if vocab - 1 > np.iinfo(dtype).max:
+        raise ZebraError(
+            f"tokenizer vocabulary of {vocab} ids exceeds --dtype {requested} (max id {np.iinfo(dtype).max})",
+            fix="use --dtype int32 (or auto)",
+        )
+    return dtype
