@@ -13,7 +13,7 @@ import typer
 from typer.core import TyperGroup
 
 from zebra import __version__
-from zebra.cli import bench, doctor, recipes
+from zebra.cli import bench, data, doctor, recipes
 from zebra.cli._output import out
 from zebra.errors import ZebraError
 
@@ -75,6 +75,7 @@ def _root(
 
 
 app.add_typer(recipes.app, name="recipes")
+app.add_typer(data.app, name="data")
 app.command("doctor", epilog=doctor.EPILOG)(doctor.doctor)
 app.add_typer(bench.app, name="bench")
 

@@ -1,0 +1,327 @@
+"""`zebra data`: prepare (tokenize) corpora into Megatron shards, convert FLA's data, inspect the result."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from zebra.cli._options import ForceOpt, JsonOpt, YesOpt, examples
+from zebra.cli._output import out
+from zebra.cli._prompt import choose, confirm
+from zebra.errors import ZebraError
+
+app = typer.Typer(help="Prepare, convert and inspect training data.", no_args_is_help=True)
+
+TokenizerOpt = Annotated[
+    str,
+    typer.Option("--tokenizer", "-t", help="HF tokenizer name or path, or 'byte' (built in, offline)."),
+]
+DtypeOpt = Annotated[
+    str, typer.Option("--dtype", help="Token dtype: auto (uint16 if the vocab fits), uint16, int32.")
+]
+
+
+@app.command(
+    epilog=examples(
+        "zebra data prep --sample 10BT --output data/fineweb-edu-10BT",
+        "zebra data prep --source corpus/ --tokenizer byte --output data/mine --shards 8",
+        "zebra data prep --source HuggingFaceFW/fineweb-edu --config sample-10BT --max-tokens 1e9 -o data/edu-1B",
+    )
+)
+def prep(
+    sample: Annotated[
+        str | None, typer.Option("--sample", help="FineWeb-Edu sample to download: 10BT, 100BT or 350BT.")
+    ] = None,
+    source: Annotated[
+        str | None,
+        typer.Option(
+            "--source", "-s", help="Hub dataset id, or local jsonl/json/parquet/arrow files or folders."
+        ),
+    ] = None,
+    text_field: Annotated[
+        str, typer.Option("--text-field", help="Field holding each document's text.")
+    ] = "text",
+    config: Annotated[
+        str | None, typer.Option("--config", help="Hub dataset config (e.g. sample-10BT).")
+    ] = None,
+    split: Annotated[str, typer.Option("--split", help="Hub dataset split.")] = "train",
+    tokenizer: TokenizerOpt = "meta-llama/Llama-3.2-1B",
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Data folder (default: data/<name of the source>).")
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option("--workers", "-w", help="Tokenizer processes (default: all cores).")
+    ] = None,
+    max_docs: Annotated[int | None, typer.Option("--max-docs", help="Only the first N documents.")] = None,
+    max_tokens: Annotated[
+        float | None, typer.Option("--max-tokens", help="Stop once this many tokens are written (e.g. 1e9).")
+    ] = None,
+    shards: Annotated[
+        int | None, typer.Option("--shards", help="Number of shards (default: one per 100k docs).")
+    ] = None,
+    dtype: DtypeOpt = "auto",
+    force: ForceOpt = False,
+    yes: YesOpt = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Tokenize a corpus into Megatron .bin/.idx shards (EOD after every document). Re-run to resume."""
+    from zebra.data.prep import plan_prep, run_prep, sample_nominal_tokens
+    from zebra.data.sources import SAMPLES, open_source, sample_source
+
+    if sample and source:
+        raise ZebraError("--sample and --source are exclusive", fix="pass one of them")
+    if not sample and not source:
+        sample = choose("Which FineWeb-Edu sample?", list(SAMPLES), yes=yes, flag="--sample or --source")
+    src = (
+        sample_source(sample)
+        if sample
+        else open_source(source, text_field=text_field, config=config, split=split)
+    )
+    folder = output or Path("data") / _default_name(sample, src)
+    plan = plan_prep(
+        src,
+        folder,
+        tokenizer=tokenizer,
+        workers=workers,
+        max_docs=max_docs,
+        max_tokens=int(max_tokens) if max_tokens is not None else None,
+        shards=shards,
+        dtype=dtype,
+        force=force,
+        nominal_tokens=sample_nominal_tokens(sample) if sample else None,
+    )
+    if plan.manifest.complete:
+        out.result(f"{plan.folder} is already complete ({plan.manifest.tokens:,} tokens); nothing to do")
+        _prep_summary(plan.folder, plan.manifest, [], json_)
+        return
+    if src.kind == "hub":
+        size = f", about {plan.estimated_bytes / 1e9:.0f} GB on disk" if plan.estimated_bytes else ""
+        what = (
+            f"FineWeb-Edu {src.config}" if sample else f"{src.name}{' ' + src.config if src.config else ''}"
+        )
+        if not confirm(f"Download and tokenize {what}{size}?", yes=yes, default=True):
+            raise ZebraError("cancelled", exit_code=1)
+    if plan.resumed:
+        out.text(f"resuming {plan.folder}: {len(plan.manifest.shards)} shard(s) already done")
+    with _PrepBar() as bar:
+        result = run_prep(plan, on_progress=bar.update)
+    _prep_summary(result.folder, result.manifest, plan.notes, json_, seconds=result.seconds)
+
+
+def _default_name(sample: str | None, src) -> str:
+    if sample:
+        return f"fineweb-edu-{sample}"
+    name = Path(src.name).name if src.kind == "local" else src.name.split("/")[-1]
+    for suffix in (".gz", ".jsonl", ".json", ".parquet", ".arrow"):
+        name = name.removesuffix(suffix)
+    return name or "data"
+
+
+class _PrepBar:
+    """Rich progress: documents (of the total when known), docs/s, tokens/s, text bytes, ETA."""
+
+    def __init__(self) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.progress = Progress(
+            TextColumn("tokenizing"),
+            BarColumn(),
+            TextColumn("{task.fields[stats]}"),
+            TimeRemainingColumn(),
+            console=out.stderr,
+            transient=True,
+        )
+        self.task = self.progress.add_task("prep", total=None, stats="")
+        self.start: tuple[float, int, int] | None = None
+
+    def __enter__(self) -> _PrepBar:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(*exc)
+
+    def update(self, p) -> None:
+        now = time.monotonic()
+        if self.start is None:
+            self.start = (now, p.documents, p.tokens)
+        t0, d0, k0 = self.start
+        dt = max(now - t0, 1e-9)
+        stats = (
+            f"{p.rows:,}{f'/{p.total_rows:,}' if p.total_rows else ''} docs  "
+            f"{(p.documents - d0) / dt:,.0f} docs/s  {(p.tokens - k0) / dt:,.0f} tok/s  "
+            f"{p.tokens:,} tok  {p.bytes / 1e6:,.1f} MB"
+        )
+        if p.max_tokens:
+            total, done = p.max_tokens, p.tokens
+        else:
+            total, done = p.total_rows, p.rows
+        self.progress.update(self.task, total=total, completed=done, stats=stats)
+
+
+def _prep_summary(
+    folder: Path, manifest, notes: list[str], json_: bool, seconds: float | None = None
+) -> None:
+    for note in notes:
+        out.warn(note)
+    skipped = manifest.skipped()
+    if json_:
+        out.json({"folder": str(folder), **manifest.to_json(), "seconds": seconds})
+        return
+    rate = f", {manifest.tokens / seconds:,.0f} tok/s overall" if seconds else ""
+    out.table(
+        ["folder", "shards", "documents", "tokens", "dtype", "tokenizer"],
+        [
+            [
+                folder,
+                len(manifest.shards),
+                f"{manifest.documents:,}",
+                f"{manifest.tokens:,}",
+                manifest.dtype,
+                manifest.tokenizer.get("name"),
+            ]
+        ],
+        justify={"shards": "right", "documents": "right", "tokens": "right"},
+    )
+    if skipped:
+        out.warn(
+            "skipped "
+            + ", ".join(f"{n:,} {k.replace('_', ' ')}" for k, n in sorted(skipped.items()))
+            + " documents"
+        )
+    if seconds is not None:
+        out.result(f"wrote {folder} in {seconds:.1f} s{rate}; train on it with data.paths: [{folder}]")
+
+
+@app.command(
+    "convert-fla",
+    epilog=examples(
+        "zebra data convert-fla data/HuggingFaceFW/fineweb-edu/sample-10BT/train --output data/fla-10BT",
+        "zebra data convert-fla fla_data/ --output data/fla --tokenizer fla-hub/gla-1.3B-100B",
+    ),
+)
+def convert_fla(
+    arrow_dir: Annotated[Path, typer.Argument(help="Folder FLA's preprocess saved (save_to_disk Arrow).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Data folder to write.")],
+    tokenizer: Annotated[
+        str | None, typer.Option("--tokenizer", "-t", help="Tokenizer FLA used (recorded; sets the dtype).")
+    ] = None,
+    split: Annotated[str, typer.Option("--split", help="Split of a DatasetDict folder.")] = "train",
+    dtype: DtypeOpt = "auto",
+    force: ForceOpt = False,
+    json_: JsonOpt = False,
+) -> None:
+    """FLA's fixed-length token chunks -> Megatron shards, one chunk per document, order kept, then verified."""
+    from zebra.data.fla import convert_fla as run
+
+    with out.progress("converting", total=None, unit="chunk") as bar:
+        task = bar.task_ids[0]
+        result = run(
+            arrow_dir,
+            output,
+            tokenizer=tokenizer,
+            dtype=dtype,
+            split=split,
+            force=force,
+            on_progress=lambda rows, total, _tokens: bar.update(task, completed=rows, total=total),
+        )
+    for note in result["notes"]:
+        out.warn(note)
+    manifest = result["manifest"]
+    if json_:
+        out.json(
+            {
+                "folder": str(Path(output).resolve()),
+                **manifest.to_json(),
+                "verified_tokens": result["verified_tokens"],
+            }
+        )
+        return
+    out.result(
+        f"wrote {output}: {manifest.documents:,} chunks, {manifest.tokens:,} tokens ({manifest.dtype}); "
+        f"verified {result['verified_tokens']:,} tokens against the Arrow data"
+    )
+
+
+@app.command(
+    epilog=examples(
+        "zebra data inspect data/fineweb-edu-10BT", "zebra data inspect data/mine/mine_00000 --json"
+    )
+)
+def inspect(
+    path: Annotated[
+        str, typer.Argument(help="Data folder, its manifest.json, a Megatron PREFIX, or @sample.")
+    ],
+    tokenizer: Annotated[
+        str | None,
+        typer.Option("--tokenizer", "-t", help="Tokenizer to decode with (default: the manifest's)."),
+    ] = None,
+    samples: Annotated[int, typer.Option("--samples", "-n", min=0, help="Documents to decode.")] = 1,
+    checksums: Annotated[
+        bool, typer.Option("--checksums", help="Verify every file's sha256 (reads all data).")
+    ] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Documents, tokens, length histogram, a decoded sample and a tokenizer check against the manifest."""
+    from zebra.data.inspection import inspect_data
+
+    report = inspect_data(path, tokenizer=tokenizer, samples=samples, checksums=checksums)
+    if json_:
+        out.json(report)
+        return
+    _render_inspect(report)
+    check = report["tokenizer_check"]
+    if check["status"] == "mismatch":
+        raise ZebraError(
+            f"tokenizer {check['tokenizer']}: {check['detail']}",
+            fix="decode and train with the tokenizer named in manifest.json, or prepare the data again",
+        )
+
+
+def _render_inspect(r: dict) -> None:
+    lengths = r["lengths"]
+    rows = [
+        ["path", r["path"]],
+        ["documents", f"{r['documents']:,}"],
+        ["tokens", f"{r['tokens']:,}"],
+        ["shards", len(r["shards"])],
+        ["dtype", r["dtype"]],
+    ]
+    if lengths:
+        rows.append(
+            [
+                "length",
+                f"min {lengths['min']}, mean {lengths['mean']:.1f}, p50 {lengths['p50']:.0f}, "
+                f"p99 {lengths['p99']:.0f}, max {lengths['max']}",
+            ]
+        )
+    if "complete" in r:
+        rows.append(["complete", "yes" if r["complete"] else "no (re-run prep to finish)"])
+        rows.append(["source", r["source"].get("name")])
+        if r["skipped"]:
+            rows.append(["skipped", ", ".join(f"{v:,} {k}" for k, v in sorted(r["skipped"].items()))])
+    check = r["tokenizer_check"]
+    rows.append(
+        ["tokenizer", f"{check.get('tokenizer', '-')}: {check['status']} ({check.get('detail', '')})"]
+    )
+    out.table(["", ""], rows, title="data")
+    if r["histogram"]:
+        peak = max(b["count"] for b in r["histogram"])
+        out.table(
+            ["tokens", "documents", ""],
+            [
+                [f"{b['lo']}-{b['hi']}", f"{b['count']:,}", "█" * max(1, round(40 * b["count"] / peak))]
+                for b in r["histogram"]
+            ],
+            title="document lengths",
+            justify={"tokens": "right", "documents": "right"},
+        )
+    for s in r["samples"]:
+        out.text(f"[bold]document {s['document']}[/] ({s['tokens']} tokens): ids {s['ids']}")
+        if "text" in s:
+            from rich.markup import escape
+
+            out.text(escape(repr(s["text"])))
