@@ -42,3 +42,104 @@ def startup(
             out.warn(
                 f"`{r.command}` imports {', '.join(r.heavy)}: import them inside the command that needs them"
             )
+
+
+@app.command(
+    epilog=examples(
+        "zebra bench decode 1b-gdn-pure --batch 1,8 --prompt 2048 --new 256",
+        "zebra bench decode runs/my-run --batch 1 --dtype bf16 --json",
+        "zebra bench decode tiny --device cpu --dtype fp32 --batch 1,2 --prompt 64 --new 16",
+    )
+)
+def decode(
+    model: Annotated[str, typer.Argument(help="Export / FLA / run directory, or a recipe (random weights).")],
+    batch: Annotated[str, typer.Option("--batch", "-b", help="Comma-separated batch sizes.")] = "1,8",
+    prompt: Annotated[int, typer.Option("--prompt", min=1, help="Prompt tokens per sequence.")] = 2048,
+    new: Annotated[int, typer.Option("--new", min=2, help="New tokens per sequence.")] = 256,
+    dtype: Annotated[str, typer.Option("--dtype", help="bf16, fp16, fp32 or auto.")] = "bf16",
+    device: Annotated[
+        str | None, typer.Option("--device", help="cpu, cuda, cuda:N (default: cuda if any).")
+    ] = None,
+    no_hf: Annotated[bool, typer.Option("--no-hf", help="Skip HF generate.")] = False,
+    cache: Annotated[
+        str, typer.Option("--cache", help="auto (static on GPU for zebra models), static or dynamic.")
+    ] = "auto",
+    cuda_graph: Annotated[
+        bool, typer.Option("--cuda-graph/--no-cuda-graph", help="Replay the decode step from a CUDA graph.")
+    ] = True,
+    compile_: Annotated[bool, typer.Option("--compile", help="torch.compile the decode step.")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Prefill and decode speed of the generation engine next to HF generate, and the memory roofline."""
+    from zebra.bench.decode import DecodeBenchConfig, run_decode_bench
+    from zebra.errors import ZebraError
+
+    try:
+        batches = [int(b) for b in batch.split(",") if b.strip()]
+    except ValueError:
+        raise ZebraError(f"--batch {batch}: not a list of integers", fix="e.g. --batch 1,8") from None
+    cfg = DecodeBenchConfig(
+        model=model,
+        batches=batches,
+        prompt=prompt,
+        new=new,
+        dtype=dtype,
+        device=device,
+        hf=not no_hf,
+        cache=cache,
+        cuda_graph=cuda_graph,
+        compile=compile_,
+    )
+    with out.stderr.status("starting") as status:
+        report = run_decode_bench(cfg, on_phase=lambda msg: status.update(msg))
+    if json_:
+        out.json(report.to_dict())
+        return
+    _decode_table(report)
+
+
+def _decode_table(report) -> None:
+    def mib(n: int | None) -> str:
+        return "" if n is None else f"{n / 2**20:,.2f}"
+
+    rows = []
+    for r in report.rows:
+        rows.append(
+            [
+                r.batch,
+                f"{r.prefill_tokens_per_s:,.0f}",
+                f"{r.decode_ms_per_token:.3f}",
+                f"{r.decode_tokens_per_s:,.1f}",
+                "" if r.hf_decode_ms_per_token is None else f"{r.hf_decode_ms_per_token:.3f}",
+                "" if r.speedup_vs_hf is None else f"{r.speedup_vs_hf:.1f}x",
+                f"{r.roofline_ms:.3f}",
+                f"{r.roofline_ratio:.2f}x",
+                mib(r.cache_bytes),
+                mib(r.cache_bytes_arch),
+                mib(r.peak_memory_bytes),
+            ]
+        )
+    cols = [
+        "batch",
+        "prefill tok/s",
+        "decode ms/tok",
+        "decode tok/s",
+        "HF ms/tok",
+        "vs HF",
+        "roofline ms",
+        "x roofline",
+        "cache MiB",
+        "arch MiB",
+        "peak MiB",
+    ]
+    out.table(
+        cols,
+        rows,
+        title=f"decode: {report.model} on {report.device}, {report.dtype}, prompt {report.prompt} + {report.new} new, "
+        f"{report.cache} cache{', CUDA graph' if report.cuda_graph else ''}{', compiled' if report.compile else ''}",
+        justify={c: "right" for c in cols},
+    )
+    out.text(
+        f"roofline = (weights {report.weight_bytes_per_step / 1e9:.3f} GB + cache bytes per step) / "
+        f"{report.bandwidth_gb_s:,.0f} GB/s (device copy measured now); params {report.params:,}; torch {report.torch_version}"
+    )

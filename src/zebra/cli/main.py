@@ -14,6 +14,9 @@ from typer.core import TyperGroup
 
 from zebra import __version__
 from zebra.cli import bench, data, doctor, recipes
+from zebra.cli import chat as chat_cli
+from zebra.cli import eval as eval_cli
+from zebra.cli import generate as generate_cli
 from zebra.cli._output import out
 from zebra.errors import ZebraError
 
@@ -78,6 +81,9 @@ app.add_typer(recipes.app, name="recipes")
 app.add_typer(data.app, name="data")
 app.command("doctor", epilog=doctor.EPILOG)(doctor.doctor)
 app.add_typer(bench.app, name="bench")
+app.command("eval", epilog=eval_cli.EXAMPLES)(eval_cli.eval_command)
+app.command("chat", epilog=chat_cli.EXAMPLES)(chat_cli.chat_command)
+app.command("generate", epilog=generate_cli.EXAMPLES)(generate_cli.generate_command)
 
 
 def main() -> None:

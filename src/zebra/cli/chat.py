@@ -1,0 +1,103 @@
+"""`zebra chat`: talk to a model in the terminal, replies streamed as they are generated."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from zebra.cli._options import YesOpt, examples
+from zebra.cli._prompt import ask_text, can_prompt, choose
+from zebra.errors import ZebraError
+
+EXAMPLES = examples(
+    "zebra chat runs/tiny",
+    "zebra chat export/ --temperature 0 --max-new 100 --system 'You are terse.'",
+    "zebra chat            (on a terminal: pick a run or export folder)",
+)
+
+DeviceOpt = Annotated[str | None, typer.Option("--device", help="cpu, cuda, cuda:N (default: cuda if any).")]
+DTypeOpt = Annotated[
+    str, typer.Option("--dtype", help="auto (bf16 on GPU, the checkpoint's on CPU), bf16, fp32.")
+]
+CudaGraphOpt = Annotated[
+    bool,
+    typer.Option("--cuda-graph/--no-cuda-graph", help="Capture the decode step in a CUDA graph (GPU only)."),
+]
+CompileOpt = Annotated[bool, typer.Option("--compile", help="torch.compile the decode step (GPU only).")]
+_OTHER = "another folder…"
+
+
+def chat_command(
+    model: Annotated[
+        str | None, typer.Argument(help="Export, FLA or run directory (asked on a terminal when left out).")
+    ] = None,
+    temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy.")] = 0.7,
+    top_k: Annotated[
+        int, typer.Option("--top-k", min=0, help="Sample from the k most likely (0 = all).")
+    ] = 0,
+    top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass.")] = 0.95,
+    max_new: Annotated[int, typer.Option("--max-new", min=1, help="Longest reply in tokens.")] = 256,
+    system: Annotated[str | None, typer.Option("--system", help="System prompt.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed for sampling.")] = None,
+    device: DeviceOpt = None,
+    dtype: DTypeOpt = "auto",
+    cuda_graph: CudaGraphOpt = True,
+    compile_: CompileOpt = False,
+    yes: YesOpt = False,
+) -> None:
+    """Chat with MODEL; the history lives in the model's recurrent state, not in a re-read transcript."""
+    from zebra.chat.repl import Repl
+    from zebra.chat.session import ChatSession, ChatSettings
+    from zebra.generation import Engine
+    from zebra.generation.loading import load_model
+
+    if model is None:
+        model, temperature, max_new = _pick(yes, temperature, max_new)
+    lm, tokenizer = load_model(model, device=device, dtype=_inference_dtype(dtype, device))
+    engine = Engine(lm, cuda_graph=cuda_graph, compile=compile_)
+    settings = ChatSettings(
+        temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=max_new, system=system, seed=seed
+    )
+    with contextlib.suppress(ImportError):
+        import readline  # noqa: F401  (line editing and history for input())
+    Repl(ChatSession(engine, tokenizer, settings)).run()
+
+
+def _inference_dtype(dtype: str, device: str | None) -> str:
+    """`auto` means bf16 on a GPU and the checkpoint's dtype on CPU."""
+    if dtype != "auto":
+        return dtype
+    from zebra.generation.loading import default_device
+
+    return "bf16" if (device or default_device()).startswith("cuda") else "auto"
+
+
+def _pick(yes: bool, temperature: float, max_new: int) -> tuple[str, float, int]:
+    """Ask for the model and the main settings on a terminal; without one, a one-line error."""
+    from zebra.chat.discover import find_models
+
+    if not can_prompt(yes):
+        raise ZebraError("missing MODEL", fix="pass an export, FLA or run directory: zebra chat runs/NAME")
+    found = [str(p) for p in find_models(Path.cwd())]
+    model = choose(
+        "Which model?", [*found, _OTHER], yes=yes, flag="MODEL", default=found[0] if found else None
+    )
+    if model == _OTHER:
+        model = ask_text("Model folder:", yes=yes, flag="MODEL")
+    temperature = _ask_number("Temperature (0 = greedy):", temperature, float, yes)
+    max_new = int(_ask_number("Longest reply (tokens):", max_new, int, yes))
+    return model, temperature, max_new
+
+
+def _ask_number(message: str, default: float, kind: type, yes: bool) -> float:
+    answer = ask_text(message, yes=yes, flag=message, default=f"{default:g}")
+    try:
+        value = kind(answer)
+    except ValueError:
+        raise ZebraError(f"{answer!r} is not a number", fix=message) from None
+    if value < 0:
+        raise ZebraError(f"{answer} is negative", fix=message)
+    return value

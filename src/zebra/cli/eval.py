@@ -1,0 +1,97 @@
+"""`zebra eval`: lm-eval-harness benchmarks on a zebra export, an FLA directory or a training run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from zebra.cli._options import JsonOpt, examples
+from zebra.cli._output import out
+from zebra.errors import ZebraError
+
+EXAMPLES = examples(
+    "zebra eval runs/tiny --tasks zebra --limit 100",
+    "zebra eval export/ --tasks arc_easy,piqa --num-fewshot 0 --batch-size auto --output results/",
+    "zebra eval export/ --tasks my_task --include-path my_tasks/ --device cpu",
+)
+
+
+def eval_command(
+    model: Annotated[str, typer.Argument(help="Export directory, FLA directory or training run directory.")],
+    tasks: Annotated[
+        str,
+        typer.Option(
+            "--tasks",
+            "-t",
+            help="Comma-separated lm-eval tasks, task YAML paths, or the preset `zebra` "
+            "(arc_easy, arc_challenge, hellaswag, mmlu, openbookqa, piqa, race, winogrande).",
+        ),
+    ] = "zebra",
+    num_fewshot: Annotated[
+        int | None, typer.Option("--num-fewshot", min=0, help="Few-shot examples (default: each task's).")
+    ] = None,
+    batch_size: Annotated[str, typer.Option("--batch-size", help="An integer, `auto` or `auto:N`.")] = "auto",
+    limit: Annotated[
+        float | None, typer.Option("--limit", help="Examples per task (an integer, or a fraction below 1).")
+    ] = None,
+    device: Annotated[
+        str | None, typer.Option("--device", help="cpu, cuda, cuda:N (default: cuda if any).")
+    ] = None,
+    dtype: Annotated[
+        str, typer.Option("--dtype", help="auto (the checkpoint's), bf16, fp16, fp32.")
+    ] = "auto",
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Folder for lm-eval's results.json (written atomically)."),
+    ] = None,
+    include_path: Annotated[
+        list[Path] | None, typer.Option("--include-path", help="Folder of local task YAMLs (repeatable).")
+    ] = None,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed for lm-eval's samplers and few-shot draws.")
+    ] = 1234,
+    json_: JsonOpt = False,
+) -> None:
+    """Evaluate MODEL on lm-eval-harness tasks and print one row per task and metric."""
+    from zebra.eval import EvalRequest, expand_tasks, metric_rows, run_eval, write_results
+
+    if limit is not None and (limit <= 0 or (limit >= 1 and limit != int(limit))):
+        raise ZebraError(
+            f"--limit {limit}: not a positive integer or a fraction below 1", fix="e.g. --limit 100"
+        )
+    req = EvalRequest(
+        model=model,
+        tasks=expand_tasks(tasks),
+        num_fewshot=num_fewshot,
+        batch_size=batch_size,
+        limit=None if limit is None else (limit if limit < 1 else int(limit)),
+        device=device,
+        dtype=dtype,
+        include_path=include_path or [],
+        seed=seed,
+    )
+    results = run_eval(req)
+    written = write_results(results, output) if output else None
+    rows = metric_rows(results)
+    if json_:
+        out.json({"rows": rows, "results_file": str(written) if written else None})
+        return
+    out.table(
+        ["task", "n-shot", "metric", "value", "± stderr"],
+        [
+            [
+                r["task"],
+                r["n_shot"],
+                r["metric"],
+                f"{r['value']:.4f}",
+                "" if r["stderr"] is None else f"{r['stderr']:.4f}",
+            ]
+            for r in rows
+        ],
+        title=f"lm-eval on {results['zebra']['model']}",
+        justify={"value": "right", "± stderr": "right", "n-shot": "right"},
+    )
+    if written:
+        out.result(f"wrote {written}")

@@ -1,0 +1,151 @@
+"""`zebra eval`: lm-eval-harness on a zebra, FLA or HF model, through lm-eval's own HF model class.
+
+The model types are registered with transformers' Auto classes (`import zebra.models`, `import fla`), so
+lm-eval's `HFLM` loads the directory with `AutoModelForCausalLM` exactly as `lm_eval --model hf` would: the
+numbers are lm-eval's, with no wrapper model and no patched constructors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zebra.errors import ZebraError
+from zebra.generation.loading import (
+    DTYPES,
+    check_device,
+    default_device,
+    register_model_types,
+    resolve_model_dir,
+)
+
+
+@dataclass(kw_only=True)
+class EvalRequest:
+    """One `zebra eval` call.
+
+    Attributes:
+        model: export / FLA / HF / run directory.
+        tasks: lm-eval task names, presets already expanded (see `zebra.eval.tasks.expand_tasks`), or YAML paths.
+        num_fewshot: few-shot examples (None: each task's default).
+        batch_size: an int, `auto` or `auto:N` (lm-eval's automatic batch size).
+        limit: examples per task (an int, or a fraction < 1); None for all.
+        device: torch device; default cuda when available.
+        dtype: auto / bf16 / fp16 / fp32 / fp64.
+        include_path: folders of local task YAMLs.
+        seed: lm-eval's random, numpy, torch and few-shot seeds.
+    """
+
+    model: str
+    tasks: list[str]
+    num_fewshot: int | None = None
+    batch_size: str = "auto"
+    limit: float | None = None
+    device: str | None = None
+    dtype: str = "auto"
+    include_path: list[Path] = field(default_factory=list)
+    seed: int = 1234
+
+
+def run_eval(req: EvalRequest) -> dict[str, Any]:
+    """Run lm-eval's `simple_evaluate` on `req.model` and return its results dict (without per-sample logs).
+
+    Raises:
+        ZebraError: bad model directory, unknown task, dataset not reachable offline, bad flag value.
+    """
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+
+    from zebra.eval.tasks import load_tasks, task_manager
+
+    model_dir = resolve_model_dir(req.model)
+    register_model_types(model_dir)
+    device = check_device(req.device or default_device())
+    if req.dtype not in DTYPES:
+        raise ZebraError(f"--dtype {req.dtype}: unknown", fix=f"use one of {', '.join(DTYPES)}")
+    batch_size = parse_batch_size(req.batch_size)
+
+    manager = task_manager(req.include_path)
+    tasks = load_tasks(req.tasks, manager)
+    lm = HFLM(
+        pretrained=str(model_dir.path),
+        device=device,
+        dtype=DTYPES[req.dtype] or "auto",
+        batch_size=batch_size,
+    )
+    results = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=tasks,
+        num_fewshot=req.num_fewshot,
+        limit=req.limit,
+        task_manager=manager,
+        log_samples=False,
+        random_seed=req.seed,
+        numpy_random_seed=req.seed,
+        torch_random_seed=req.seed,
+        fewshot_random_seed=req.seed,
+    )
+    results.pop("samples", None)
+    results["zebra"] = {
+        "model": str(model_dir.path),
+        "model_type": model_dir.model_type,
+        "source": model_dir.source,
+    }
+    return results
+
+
+def parse_batch_size(value: str) -> int | str:
+    """`auto`, `auto:N` or a positive int."""
+    if value == "auto" or (value.startswith("auto:") and value[5:].isdigit()):
+        return value
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    raise ZebraError(
+        f"--batch-size {value}: not a positive integer or auto", fix="pass e.g. --batch-size 8 or auto"
+    )
+
+
+def metric_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per (task, metric): task, n-shot, metric, filter, value, stderr (None when not computed)."""
+    rows = []
+    n_shot = results.get("n-shot", {})
+    for section in ("results", "groups"):
+        for task, metrics in results.get(section, {}).items():
+            if section == "groups" and task in results.get("results", {}):
+                continue
+            for key, value in sorted(metrics.items()):
+                metric, _, filt = key.partition(",")
+                if not filt or metric.endswith("_stderr") or not isinstance(value, int | float):
+                    continue
+                stderr = metrics.get(f"{metric}_stderr,{filt}")
+                rows.append(
+                    {
+                        "task": metrics.get("alias", task),
+                        "n_shot": n_shot.get(task),
+                        "metric": metric,
+                        "filter": filt,
+                        "value": float(value),
+                        "stderr": float(stderr) if isinstance(stderr, int | float) else None,
+                    }
+                )
+    return rows
+
+
+def write_results(results: dict[str, Any], output: Path) -> Path:
+    """Write `results` to OUTPUT/results.json atomically (temp name, then rename); returns the path."""
+    from lm_eval.utils import handle_non_serializable
+
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ZebraError(
+            f"--output {output}: cannot create the folder ({e.strerror})", fix="pick a writable folder"
+        ) from None
+    target = output / "results.json"
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False) + "\n")
+    tmp.replace(target)
+    return target

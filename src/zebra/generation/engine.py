@@ -1,0 +1,257 @@
+"""The generation engine: token ids in, token ids out, over the model's hybrid cache.
+
+The engine knows nothing about text (nanochat's rule). It owns one model and runs three operations on a
+`DecodeState` (a cache plus the number of tokens it holds):
+
+    prefill    feed T tokens of every row at once (the chunked kernels)            [B, T] -> logits [B, V]
+    step       feed one token per row (recurrent kernels; a CUDA graph on GPU)    [B]    -> logits [B, V]
+    clone      repeat every row n times (prefill once, sample many)
+
+Every row of a state holds the same number of tokens. A batch of prompts of different lengths is prefilled up to
+the shortest one together; the remaining prompt tokens are forced through decode steps (Meta's Llama reference
+does the same), so no padding ever enters a recurrent state and each row equals its own batch-1 run.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from zebra.generation.sampling import SamplingParams, sample_next
+
+
+@dataclass
+class DecodeState:
+    """A cache and what it holds.
+
+    Attributes:
+        cache: the model's cache object (layer states, conv states, MLA latents).
+        batch: rows B.
+        length: tokens fed so far (the same for every row).
+        logits: `[B, V]` float32 logits after the last fed token (None before the first feed).
+        capacity: tokens the cache can hold (static caches); None when it grows on demand.
+    """
+
+    cache: Any
+    batch: int
+    length: int = 0
+    logits: torch.Tensor | None = None
+    capacity: int | None = None
+
+
+class Engine:
+    """Prefill, decode and sample with one model; see the module docstring.
+
+    Args:
+        model: a causal LM taking `(input_ids, past_key_values, use_cache)` (ZebraForCausalLM, FLA, HF).
+        cache: `static` (a pre-allocated `ZebraCache`, zebra models only), `dynamic` (the model's growing cache),
+            or `auto`: static on a GPU for zebra models, dynamic otherwise.
+        cuda_graph: capture the decode step in a CUDA graph (static cache on a GPU only).
+        compile: `torch.compile` the decode step (static cache only).
+        max_seq_len: capacity of static caches used by chat (`generate` sizes them to prompt + new tokens).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        cache: str = "auto",
+        cuda_graph: bool = True,
+        compile: bool = False,
+        max_seq_len: int | None = None,
+    ):
+        from zebra.generation.decode_step import DecodeRunner, StaticRunner
+
+        self.model = model.eval()
+        self.config = model.config
+        self.device = next(model.parameters()).device
+        self.max_seq_len = max_seq_len or getattr(self.config, "max_position_embeddings", None) or 4096
+        params = inspect.signature(model.forward).parameters
+        self._keep_last = "logits_to_keep" in params
+        # transformers >= 5.2x names the cache argument `cache`; older models and FLA use `past_key_values`
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        is_zebra = getattr(self.config, "model_type", None) == "zebra"
+        if cache == "auto":
+            cache = "static" if is_zebra and self.device.type == "cuda" else "dynamic"
+        if cache not in ("static", "dynamic"):
+            raise ValueError(f"cache must be 'auto', 'static' or 'dynamic', got {cache!r}")
+        if cache == "static" and not is_zebra:
+            raise ValueError(f"a static cache needs a zebra model, not {self.config.model_type!r}")
+        self.cache_kind = cache
+        self.cuda_graph = cache == "static" and cuda_graph and self.device.type == "cuda"
+        runner = StaticRunner if cache == "static" else DecodeRunner
+        self.runner = runner(self, use_graph=self.cuda_graph, compile=compile and cache == "static")
+
+    # ------------------------------------------------------------------ state
+    def new_state(self, batch: int = 1, capacity: int | None = None) -> DecodeState:
+        """An empty state for `batch` rows (a pre-allocated static cache when the runner uses one)."""
+        return self.runner.new_state(batch, capacity or self.max_seq_len)
+
+    def clone(self, state: DecodeState, n: int) -> DecodeState:
+        """A new state whose rows are each row of `state` repeated `n` times (`[B] -> [B * n]`)."""
+        return self.runner.clone(state, n)
+
+    def cache_bytes(self, state: DecodeState) -> int:
+        """Bytes the cache holds now (allocated bytes, for a static cache its full capacity)."""
+        return self.runner.cache_bytes(state)
+
+    # ------------------------------------------------------------------ feeding
+    @torch.inference_mode()
+    def prefill(self, state: DecodeState, ids: torch.Tensor) -> torch.Tensor:
+        """Feed `ids` `[B, T]` (T >= 1) to every row; returns the logits after the last one, `[B, V]` float32."""
+        if ids.dim() != 2 or ids.shape[0] != state.batch:
+            raise ValueError(f"prefill ids must be [B={state.batch}, T], got {tuple(ids.shape)}")
+        if ids.shape[1] == 0:
+            raise ValueError("prefill needs at least one token")
+        self._check_capacity(state, ids.shape[1])
+        if ids.shape[1] == 1:
+            return self.step(state, ids[:, 0])
+        logits = self.runner.prefill(state, ids.to(self.device))
+        state.length += ids.shape[1]
+        state.logits = logits
+        return logits
+
+    @torch.inference_mode()
+    def step(self, state: DecodeState, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row, `tokens` `[B]`; returns the next logits `[B, V]` float32."""
+        self._check_capacity(state, 1)
+        logits = self.runner.step(state, tokens.to(self.device))
+        state.length += 1
+        state.logits = logits
+        return logits
+
+    def _check_capacity(self, state: DecodeState, n: int) -> None:
+        if state.capacity is not None and state.length + n > state.capacity:
+            raise ValueError(
+                f"the cache holds {state.capacity} tokens; {state.length} used, {n} more requested "
+                f"(pass a larger max_seq_len / capacity)"
+            )
+
+    def forward_logits(self, ids: torch.Tensor, cache: Any, **kwargs: Any) -> tuple[torch.Tensor, Any]:
+        """One model call on `ids` `[B, T]` with `cache`: (last-position logits `[B, V]` float32, the cache)."""
+        if self._keep_last:
+            kwargs["logits_to_keep"] = 1
+        kwargs[self._cache_arg] = cache
+        out = self.model(input_ids=ids, use_cache=True, **kwargs)
+        keys = out.keys()
+        new_cache = (
+            out["cache"]
+            if "cache" in keys
+            else out["past_key_values"]
+            if "past_key_values" in keys
+            else cache
+        )
+        return out.logits[:, -1].float(), new_cache
+
+    # ------------------------------------------------------------------ generation
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        sampling: SamplingParams | None = None,
+        stop_ids: set[int] | frozenset[int] = frozenset(),
+        seed: int | None = None,
+        num_samples: int = 1,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> Iterator[list[int | None]]:
+        """Stream new tokens for a batch of prompts, one column per step.
+
+        Each yielded list has one entry per row (`len(prompts) * num_samples`, samples of a prompt adjacent):
+        the row's new token, or None when the row already stopped. A row stops after yielding a token in
+        `stop_ids` or `max_new_tokens` tokens; all rows stop when `should_stop()` turns true.
+
+        With `num_samples > 1` the prompts are prefilled once and the cache is cloned per sample.
+        """
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        shortest = min(len(p) for p in prompts)
+        state = self.new_state(batch=len(prompts), capacity=self._capacity_for(prompts, max_new_tokens))
+        self.prefill(state, torch.tensor([list(p[:shortest]) for p in prompts], dtype=torch.long))
+        if num_samples > 1:
+            state = self.clone(state, num_samples)
+        rows = [list(p) for p in prompts for _ in range(num_samples)]
+        forced = [row[shortest:] for row in rows]  # prompt tokens still to feed, per row
+        yield from self._decode(state, forced, max_new_tokens, sampling, stop_ids, seed, should_stop)
+
+    def generate_from(
+        self,
+        state: DecodeState,
+        ids: Sequence[int],
+        *,
+        max_new_tokens: int,
+        sampling: SamplingParams | None = None,
+        stop_ids: set[int] | frozenset[int] = frozenset(),
+        seed: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> Iterator[list[int | None]]:
+        """Continue a live batch-1 `state` (e.g. a chat): feed `ids`, then stream new tokens as `generate` does.
+
+        Every yielded token but the last is fed to the cache; the caller feeds the last one with its next
+        `ids` if it wants it in the history (a chat drops a final end-of-turn token, its template adds one).
+        """
+        if state.batch != 1:
+            raise ValueError("generate_from continues a batch-1 state")
+        if ids:
+            self._check_capacity(state, len(ids))
+            self.prefill(state, torch.tensor([list(ids)], dtype=torch.long))
+        elif state.logits is None:
+            raise ValueError("nothing to continue from: feed at least one token")
+        yield from self._decode(state, [[]], max_new_tokens, sampling, stop_ids, seed, should_stop)
+
+    @torch.inference_mode()
+    def _decode(
+        self,
+        state: DecodeState,
+        forced: list[list[int]],
+        max_new_tokens: int,
+        sampling: SamplingParams | None,
+        stop_ids: set[int] | frozenset[int],
+        seed: int | None,
+        should_stop: Callable[[], bool] | None,
+    ) -> Iterator[list[int | None]]:
+        sampling = sampling or SamplingParams()
+        generator = None
+        if seed is not None and not sampling.greedy:
+            generator = torch.Generator(device=self.device).manual_seed(seed)
+        batch = state.batch
+        produced = [0] * batch
+        done = [max_new_tokens <= 0] * batch
+        while not all(done) and not (should_stop and should_stop()):
+            next_ids = sample_next(state.logits, sampling, generator)  # [B] on the model's device
+            sampled = next_ids.tolist()
+            column: list[int | None] = [None] * batch
+            any_forced = False
+            for b in range(batch):
+                if forced[b]:  # still inside this row's prompt: feed the prompt token, emit nothing
+                    sampled[b] = forced[b].pop(0)
+                    any_forced = True
+                    continue
+                if done[b]:
+                    continue
+                column[b] = sampled[b]
+                produced[b] += 1
+                done[b] = sampled[b] in stop_ids or produced[b] >= max_new_tokens
+            if any(t is not None for t in column):
+                yield column
+            if all(done) or (should_stop and should_stop()):
+                return
+            self.step(state, torch.tensor(sampled, dtype=torch.long) if any_forced else next_ids)
+
+    def _capacity_for(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> int:
+        return max(len(p) for p in prompts) + max_new_tokens
+
+
+def generate_tokens(engine: Engine, prompts: Sequence[Sequence[int]], **kwargs: Any) -> list[list[int]]:
+    """`Engine.generate` collected: the new tokens of every row (stop token included when one was hit)."""
+    num_samples = kwargs.get("num_samples", 1)
+    rows: list[list[int]] = [[] for _ in range(len(prompts) * num_samples)]
+    for column in engine.generate(prompts, **kwargs):
+        for b, token in enumerate(column):
+            if token is not None:
+                rows[b].append(token)
+    return rows

@@ -1,0 +1,168 @@
+"""Find and load a model for inference: a zebra export, an FLA directory, any HF directory, or a training run.
+
+Every inference command (eval, chat, generate, bench) takes one MODEL argument. `resolve_model_dir` turns it
+into a directory that `transformers.AutoModelForCausalLM.from_pretrained` can read, after the model types are
+registered with the Auto classes (`import zebra.models` for `zebra`, `import fla` for FLA's types). Nothing here
+patches transformers: registration is what makes the local classes win.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from zebra.errors import ZebraError
+
+if TYPE_CHECKING:
+    import torch
+
+# FLA's whole-model types (fla.models registers these with the Auto classes on `import fla`).
+FLA_MODEL_TYPES = {"gated_deltanet", "kda", "mamba2", "gla", "delta_net", "gsa", "hgrn2", "rwkv7", "mla"}
+DTYPES = {"auto": None, "bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp64": "float64"}
+
+
+@dataclass(frozen=True)
+class ModelDir:
+    """A loadable HF-layout directory and where it came from.
+
+    Attributes:
+        path: the directory holding config.json and the weights.
+        model_type: config.json's `model_type` (`zebra`, an FLA type, or any transformers type).
+        source: what the user pointed at: `export`, `fla`, `hf` or `run`.
+    """
+
+    path: Path
+    model_type: str
+    source: str
+
+    @property
+    def is_fla(self) -> bool:
+        return self.model_type in FLA_MODEL_TYPES
+
+
+def resolve_model_dir(model: str | Path) -> ModelDir:
+    """The HF-layout directory behind MODEL (an export, FLA or HF directory, or a run directory).
+
+    A run directory (`config.yaml` + `checkpoints/`) resolves to its `export/`; when that is missing the latest
+    checkpoint is exported there first.
+
+    Raises:
+        ZebraError: MODEL does not exist or is not a model directory.
+    """
+    path = Path(model).expanduser()
+    if not path.exists():
+        raise ZebraError(
+            f"MODEL {model}: no such file or directory",
+            fix="pass an export directory, an FLA directory or a training run directory",
+        )
+    if not path.is_dir():
+        raise ZebraError(f"MODEL {model}: not a directory", fix="pass the folder that holds config.json")
+    if (path / "config.yaml").is_file() and not (path / "config.json").is_file():
+        return _run_export(path)
+    config = path / "config.json"
+    if not config.is_file():
+        raise ZebraError(
+            f"MODEL {model}: no config.json (not a model directory)",
+            fix="pass an export directory (config.json + safetensors), an FLA directory or a run directory",
+        )
+    model_type = read_model_type(config)
+    source = "export" if model_type == "zebra" else "fla" if model_type in FLA_MODEL_TYPES else "hf"
+    return ModelDir(path=path, model_type=model_type, source=source)
+
+
+def read_model_type(config: Path) -> str:
+    try:
+        data = json.loads(config.read_text())
+    except (OSError, ValueError) as e:
+        raise ZebraError(f"{config}: unreadable JSON ({e})", fix="re-export the model") from None
+    if not isinstance(data, dict) or not data.get("model_type"):
+        raise ZebraError(f"{config}: no model_type", fix="re-export the model (zebra convert)")
+    return str(data["model_type"])
+
+
+def _run_export(run: Path) -> ModelDir:
+    export = run / "export"
+    if not (export / "config.json").is_file():
+        _export_latest_checkpoint(run, export)
+    model_type = read_model_type(export / "config.json")
+    return ModelDir(path=export, model_type=model_type, source="run")
+
+
+def _export_latest_checkpoint(run: Path, export: Path) -> None:
+    try:
+        from zebra.convert import export_run
+    except ImportError:
+        raise ZebraError(
+            f"MODEL {run}: the run has no export/ folder",
+            fix=f"export it first with `zebra convert {run}`",
+        ) from None
+    export_run(run, export)
+
+
+def register_model_types(model_dir: ModelDir) -> None:
+    """Register the classes MODEL needs with transformers' Auto classes (zebra always, FLA for FLA dirs)."""
+    import zebra.models  # noqa: F401  (registers `zebra` with AutoConfig / AutoModelForCausalLM)
+
+    if model_dir.is_fla:
+        try:
+            import fla  # noqa: F401  (registers FLA's model types)
+        except ImportError:
+            raise ZebraError(
+                f"MODEL {model_dir.path}: an FLA model ({model_dir.model_type}) but FLA is not installed",
+                fix="pip install 'zebra-llama[fla]'",
+            ) from None
+
+
+def torch_dtype(name: str) -> torch.dtype | None:
+    """`auto` -> None (the checkpoint's dtype); bf16 / fp16 / fp32 / fp64 -> the torch dtype."""
+    import torch
+
+    if name not in DTYPES:
+        raise ZebraError(f"--dtype {name}: unknown", fix=f"use one of {', '.join(DTYPES)}")
+    return None if DTYPES[name] is None else getattr(torch, DTYPES[name])
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def check_device(device: str) -> str:
+    """Refuse a CUDA device on a machine without one, with the fix."""
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ZebraError(f"--device {device}: no CUDA device on this machine", fix="pass --device cpu")
+    return device
+
+
+def load_model(model: str | Path, *, device: str | None = None, dtype: str = "auto") -> tuple[Any, Any]:
+    """Load MODEL for inference: (model in eval mode on `device`, its tokenizer).
+
+    Args:
+        model: an export / FLA / HF / run directory (see `resolve_model_dir`).
+        device: `cpu`, `cuda`, `cuda:N`; default: cuda when available.
+        dtype: `auto` (the checkpoint's), `bf16`, `fp16`, `fp32`, `fp64`.
+    """
+    from transformers import AutoModelForCausalLM
+
+    from zebra.data.tokenizers import load_tokenizer
+
+    model_dir = resolve_model_dir(model)
+    register_model_types(model_dir)
+    device = check_device(device or default_device())
+    kwargs: dict[str, Any] = {}
+    if (td := torch_dtype(dtype)) is not None:
+        kwargs["dtype"] = td
+    try:
+        lm = AutoModelForCausalLM.from_pretrained(str(model_dir.path), **kwargs)
+    except (OSError, ValueError) as e:
+        raise ZebraError(
+            f"MODEL {model_dir.path}: cannot load ({str(e).splitlines()[0][:200]})",
+            fix="check that the folder holds config.json and model.safetensors (re-export with zebra convert)",
+        ) from None
+    lm.to(device).eval()
+    return lm, load_tokenizer(str(model_dir.path))
