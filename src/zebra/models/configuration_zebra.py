@@ -1,0 +1,259 @@
+"""`ZebraConfig`: the flat, HF-style configuration of a Zebra hybrid model.
+
+The keyword arguments are exactly those of `zebra.recipes.schema.ModelSpec.flat()`. The sublayer pattern (one
+character per sublayer over `M G K * -`) comes from `layer_pattern` or, when that is empty, from
+`hybrid_attention_ratio` by Primus' algorithm (`zebra.arch.resolve_pattern`); the resolved string is stored back
+in `layer_pattern`, so a saved config.json always lists the explicit pattern.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from transformers import PretrainedConfig
+
+from zebra.arch import RECURRENT_CHARS, mamba_num_heads, resolve_pattern
+
+KERNEL_BACKENDS = ("auto", "torch", "fla")
+POSITIVE_SIZES = (
+    *("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "max_position_embeddings"),
+    *("num_attention_heads", "kv_lora_rank", "v_head_dim"),
+    *("gdn_num_heads", "gdn_head_dim", "gdn_num_v_heads", "gdn_head_v_dim"),
+    *("kda_num_heads", "kda_head_dim", "kda_head_v_dim"),
+    *("mamba_state_dim", "mamba_head_dim", "mamba_num_groups", "mamba_expand"),
+)
+# YaRN keys and their defaults (Megatron's MLATransformerConfig: beta_fast 32, beta_slow 1, mscale 1, mscale_all_dim 0).
+YARN_DEFAULTS: dict[str, Any] = {
+    "rope_type": "yarn",
+    "factor": 1.0,
+    "original_max_position_embeddings": 8192,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "mscale": 1.0,
+    "mscale_all_dim": 0.0,
+}
+
+
+class ZebraConfig(PretrainedConfig):
+    """Configuration of `ZebraForCausalLM`: a stack of pre-norm residual sublayers (Mamba2 `M`, Gated DeltaNet `G`,
+    Kimi Delta Attention `K`, Multi-Latent Attention `*`, SwiGLU MLP `-`).
+
+    Args:
+        vocab_size: vocabulary size V.
+        hidden_size: model width D.
+        intermediate_size: SwiGLU inner width F.
+        num_hidden_layers: number of sublayers (mixers + MLPs, Megatron numbering); equals len(layer_pattern).
+        recurrent_type: "mamba2", "gdn" or "kda": the recurrent mixer placed by `hybrid_attention_ratio`.
+        hybrid_attention_ratio: fraction of mixer sublayers that are MLA (used when `layer_pattern` is empty).
+        layer_pattern: explicit sublayer string such as "*-M-M-M-" (overrides the ratio).
+        rms_norm_eps: epsilon of every RMSNorm except Mamba2's gated norm (Megatron fixes that one at 1e-5).
+        tie_word_embeddings: share `model.embeddings.weight` with `lm_head.weight`.
+        initializer_range: standard deviation of the normal initialiser.
+        max_position_embeddings: longest position RoPE is set up for.
+        kernel_backend: "auto", "torch" or "fla" (see `zebra_kernels.resolve_backend`).
+        num_attention_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim: MLA shape
+            (q_lora_rank 0 = an uncompressed query projection).
+        rope_theta: RoPE base.
+        rope_scaling: YaRN parameters {"type": "yarn", "factor", "original_max_position_embeddings", and optionally
+            "beta_fast", "beta_slow", "mscale", "mscale_all_dim"}; factor 1.0 is plain RoPE. Stored (HF 5 style)
+            as `rope_parameters`.
+        gdn_num_heads, gdn_head_dim, gdn_num_v_heads, gdn_head_v_dim, gdn_conv_size, gdn_allow_neg_eigval: GDN shape.
+        kda_num_heads, kda_head_dim, kda_head_v_dim, kda_conv_size: KDA shape.
+        mamba_state_dim, mamba_head_dim, mamba_num_groups, mamba_expand, mamba_conv_size: Mamba2 shape.
+    """
+
+    model_type = "zebra"
+    keys_to_ignore_at_inference: ClassVar[list[str]] = ["cache"]
+
+    def __init__(
+        self,
+        vocab_size: int = 128256,
+        hidden_size: int = 2048,
+        intermediate_size: int = 8192,
+        num_hidden_layers: int = 32,
+        recurrent_type: str = "gdn",
+        hybrid_attention_ratio: float = 0.0,
+        layer_pattern: str | None = None,
+        rms_norm_eps: float = 1e-6,
+        tie_word_embeddings: bool = True,
+        initializer_range: float = 0.02,
+        max_position_embeddings: int = 8192,
+        kernel_backend: str = "auto",
+        num_attention_heads: int = 32,
+        q_lora_rank: int = 1344,
+        kv_lora_rank: int = 128,
+        qk_nope_head_dim: int = 32,
+        qk_rope_head_dim: int = 32,
+        v_head_dim: int = 64,
+        rope_theta: float = 500000.0,
+        rope_scaling: dict[str, Any] | None = None,
+        rope_parameters: dict[str, Any] | None = None,
+        gdn_num_heads: int = 8,
+        gdn_head_dim: int = 64,
+        gdn_num_v_heads: int = 16,
+        gdn_head_v_dim: int = 64,
+        gdn_conv_size: int = 4,
+        gdn_allow_neg_eigval: bool = False,
+        kda_num_heads: int = 16,
+        kda_head_dim: int = 32,
+        kda_head_v_dim: int = 64,
+        kda_conv_size: int = 4,
+        mamba_state_dim: int = 64,
+        mamba_head_dim: int = 64,
+        mamba_num_groups: int = 8,
+        mamba_expand: int = 1,
+        mamba_conv_size: int = 4,
+        use_cache: bool = True,
+        pad_token_id: int | None = None,
+        bos_token_id: int | None = None,
+        eos_token_id: int | None = None,
+        **kwargs: Any,
+    ):
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.intermediate_size = intermediate_size
+        self.num_hidden_layers = num_hidden_layers
+        self.recurrent_type = recurrent_type
+        self.hybrid_attention_ratio = hybrid_attention_ratio
+        self.rms_norm_eps = rms_norm_eps
+        self.tie_word_embeddings = tie_word_embeddings
+        self.initializer_range = initializer_range
+        self.max_position_embeddings = max_position_embeddings
+        self.kernel_backend = kernel_backend
+        self.num_attention_heads = num_attention_heads
+        self.q_lora_rank = q_lora_rank
+        self.kv_lora_rank = kv_lora_rank
+        self.qk_nope_head_dim = qk_nope_head_dim
+        self.qk_rope_head_dim = qk_rope_head_dim
+        self.v_head_dim = v_head_dim
+        self.gdn_num_heads = gdn_num_heads
+        self.gdn_head_dim = gdn_head_dim
+        self.gdn_num_v_heads = gdn_num_v_heads
+        self.gdn_head_v_dim = gdn_head_v_dim
+        self.gdn_conv_size = gdn_conv_size
+        self.gdn_allow_neg_eigval = gdn_allow_neg_eigval
+        self.kda_num_heads = kda_num_heads
+        self.kda_head_dim = kda_head_dim
+        self.kda_head_v_dim = kda_head_v_dim
+        self.kda_conv_size = kda_conv_size
+        self.mamba_state_dim = mamba_state_dim
+        self.mamba_head_dim = mamba_head_dim
+        self.mamba_num_groups = mamba_num_groups
+        self.mamba_expand = mamba_expand
+        self.mamba_conv_size = mamba_conv_size
+        self.use_cache = use_cache
+        self.rope_parameters = _rope_parameters(rope_theta, rope_scaling, rope_parameters)
+        self.rope_theta = self.rope_parameters["rope_theta"]
+        self.layer_pattern = layer_pattern
+        self._validate()
+        self.layer_pattern = resolve_pattern(self)
+        super().__init__(
+            pad_token_id=pad_token_id,
+            bos_token_id=bos_token_id,
+            eos_token_id=eos_token_id,
+            tie_word_embeddings=tie_word_embeddings,
+            **kwargs,
+        )
+
+    @property
+    def mamba_num_heads(self) -> int:
+        """Mamba2 heads Hm = expand * hidden_size / head_dim."""
+        return mamba_num_heads(self)
+
+    def _validate_yarn_rope_parameters(
+        self, rope_parameters: dict[str, Any], ignore_keys: Any = None
+    ) -> None:
+        """Checked by `_rope_parameters` instead: HF's YaRN check wants factor == max_position_embeddings /
+        original_max_position_embeddings, which does not hold for factor 1.0 (plain RoPE) recipes."""
+
+    def _validate(self) -> None:
+        """Raise ValueError naming the offending values; called before the pattern is resolved."""
+        positive = POSITIVE_SIZES
+        bad = {name: getattr(self, name) for name in positive if not _is_int(getattr(self, name), 1)}
+        bad.update(
+            {
+                n: getattr(self, n)
+                for n in ("q_lora_rank", "qk_nope_head_dim")
+                if not _is_int(getattr(self, n), 0)
+            }
+        )
+        if bad:
+            raise ValueError(f"ZebraConfig: these sizes must be positive integers: {bad}")
+        for name in ("gdn_conv_size", "kda_conv_size", "mamba_conv_size"):
+            if not _is_int(getattr(self, name), 2):
+                raise ValueError(f"ZebraConfig: {name}={getattr(self, name)!r} must be an integer >= 2")
+        if self.qk_rope_head_dim < 2 or self.qk_rope_head_dim % 2:
+            raise ValueError(
+                f"ZebraConfig: qk_rope_head_dim={self.qk_rope_head_dim} must be even and >= 2 (RoPE pairs)"
+            )
+        if self.recurrent_type not in RECURRENT_CHARS:
+            raise ValueError(
+                f"ZebraConfig: recurrent_type={self.recurrent_type!r} is not one of {sorted(RECURRENT_CHARS)}"
+            )
+        if not 0.0 <= self.hybrid_attention_ratio <= 1.0:
+            raise ValueError(
+                f"ZebraConfig: hybrid_attention_ratio={self.hybrid_attention_ratio} is outside [0, 1]"
+            )
+        if self.kernel_backend not in KERNEL_BACKENDS:
+            raise ValueError(
+                f"ZebraConfig: kernel_backend={self.kernel_backend!r} is not one of {KERNEL_BACKENDS}"
+            )
+        if not 0.0 <= self.rms_norm_eps <= 1e-2:
+            raise ValueError(f"ZebraConfig: rms_norm_eps={self.rms_norm_eps} is outside [0, 1e-2]")
+        if self.gdn_num_v_heads % self.gdn_num_heads:
+            raise ValueError(
+                f"ZebraConfig: gdn_num_v_heads={self.gdn_num_v_heads} must be a multiple of "
+                f"gdn_num_heads={self.gdn_num_heads}"
+            )
+        d_inner = self.mamba_expand * self.hidden_size
+        if d_inner % self.mamba_head_dim:
+            raise ValueError(
+                f"ZebraConfig: mamba inner width {d_inner} (mamba_expand * hidden_size) is not a multiple of "
+                f"mamba_head_dim={self.mamba_head_dim}"
+            )
+        if (d_inner // self.mamba_head_dim) % self.mamba_num_groups:
+            raise ValueError(
+                f"ZebraConfig: mamba heads {d_inner // self.mamba_head_dim} are not a multiple of "
+                f"mamba_num_groups={self.mamba_num_groups}"
+            )
+        if self.layer_pattern and len(self.layer_pattern) != self.num_hidden_layers:
+            raise ValueError(
+                f"ZebraConfig: layer_pattern {self.layer_pattern!r} has {len(self.layer_pattern)} sublayers but "
+                f"num_hidden_layers={self.num_hidden_layers}"
+            )
+        if not self.layer_pattern and self.num_hidden_layers % 2:
+            raise ValueError(
+                f"ZebraConfig: num_hidden_layers={self.num_hidden_layers} must be even (each mixer is followed by an MLP)"
+            )
+
+
+def _is_int(value: Any, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _rope_parameters(
+    rope_theta: float, rope_scaling: dict[str, Any] | None, rope_parameters: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Merge the flat `rope_theta` + `rope_scaling` (recipes) or a saved `rope_parameters` into one YaRN dict."""
+    out = dict(YARN_DEFAULTS, rope_theta=float(rope_theta))
+    for source in (rope_scaling, rope_parameters):
+        if not source:
+            continue
+        source = dict(source)
+        kind = source.pop("type", None) or source.pop("rope_type", None) or "yarn"
+        if kind not in ("yarn", "default"):
+            raise ValueError(
+                f"ZebraConfig: rope type {kind!r} is not supported (use 'yarn'; factor 1.0 = plain RoPE)"
+            )
+        unknown = sorted(set(source) - set(YARN_DEFAULTS) - {"rope_theta"})
+        if unknown:
+            raise ValueError(
+                f"ZebraConfig: unknown rope_scaling keys {unknown} (allowed: {sorted(YARN_DEFAULTS)})"
+            )
+        out.update(source)
+    if not isinstance(out["factor"], (int, float)) or out["factor"] < 1.0:
+        raise ValueError(f"ZebraConfig: rope_scaling factor={out['factor']!r} must be a number >= 1.0")
+    if out["rope_theta"] <= 0:
+        raise ValueError(f"ZebraConfig: rope_theta={out['rope_theta']} must be positive")
+    out["factor"] = float(out["factor"])
+    return out

@@ -1,0 +1,159 @@
+"""Gated DeltaNet (GDN), the `G` sublayer: FLA `GatedDeltaNet` parameterisation."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from zebra.models.layers.norm import GatedRMSNorm
+from zebra.models.layers.recurrent import (
+    current_token_mask,
+    depthwise_conv,
+    float32_or_64,
+    inverse_softplus_dt,
+    log_uniform_a,
+    zero_padding,
+)
+from zebra_kernels import causal_conv1d, gated_delta_rule, gdn_gate
+
+if TYPE_CHECKING:
+    from zebra.models.cache_zebra import ZebraCache
+
+
+class GatedDeltaNet(nn.Module):
+    """Gated DeltaNet mixer with grouped value heads.
+
+    Reference: `Gated Delta Networks: Improving Mamba2 with Delta Rule <https://arxiv.org/abs/2412.06464>`_;
+    the forward math is FLA 0.6.0's `fla.layers.GatedDeltaNet` (use_gate=True, use_short_conv=True).
+
+    Per token (H key heads of K channels, HV value heads of V channels, HV a multiple of H):
+        q, k, v = SiLU(causal depthwise conv(q_proj x, k_proj x, v_proj x))        (conv width W, no bias)
+        beta    = sigmoid(b_proj x)              (2 * sigmoid with allow_neg_eigval)          [HV]
+        g       = -exp(A_log) * softplus(a_proj x + dt_bias)  (log decay)                      [HV]
+        S_t     = exp(g) (I - beta k k^T) S_{t-1} + beta k v^T,  o = S_t^T (q / sqrt(K)), q, k L2-normalised
+        out     = o_proj(RMSNorm(o) * weight * SiLU(g_proj x))       (norm per value head)
+
+    Parameters: D*(2*H*K + 2*HV*V + 2*HV) + HV*V*D + (2*H*K + HV*V)*W + 2*HV + V
+    (1B, D=2048, H=8, K=64, HV=16, V=64: q/k 2.1M + v/g 4.2M + o 2.1M + a/b/conv/norm 0.07M = 8,462,432).
+
+    Args:
+        hidden_size: model width D.
+        num_heads: query/key heads H.
+        head_dim: query/key channels K.
+        num_v_heads: value heads HV (a multiple of H).
+        head_v_dim: value channels V.
+        conv_size: short convolution width W.
+        allow_neg_eigval: beta in (0, 2) instead of (0, 1).
+        norm_eps: epsilon of the gated output norm.
+        layer_idx: the sublayer index (its slot in the cache).
+        backend: kernel backend ("auto", "torch", "fla").
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        head_dim: int,
+        num_v_heads: int,
+        head_v_dim: int,
+        conv_size: int = 4,
+        allow_neg_eigval: bool = False,
+        norm_eps: float = 1e-6,
+        layer_idx: int | None = None,
+        backend: str = "auto",
+    ):
+        super().__init__()
+        if num_v_heads % num_heads:
+            raise ValueError(f"num_v_heads={num_v_heads} must be a multiple of num_heads={num_heads}")
+        self.num_heads, self.head_dim = num_heads, head_dim
+        self.num_v_heads, self.head_v_dim = num_v_heads, head_v_dim
+        self.allow_neg_eigval = allow_neg_eigval
+        self.layer_idx = layer_idx
+        self.backend = backend
+        self.key_dim, self.value_dim = num_heads * head_dim, num_v_heads * head_v_dim
+        self.q_proj = nn.Linear(hidden_size, self.key_dim, bias=False)
+        self.k_proj = nn.Linear(hidden_size, self.key_dim, bias=False)
+        self.v_proj = nn.Linear(hidden_size, self.value_dim, bias=False)
+        self.a_proj = nn.Linear(hidden_size, num_v_heads, bias=False)
+        self.b_proj = nn.Linear(hidden_size, num_v_heads, bias=False)
+        self.g_proj = nn.Linear(hidden_size, self.value_dim, bias=False)
+        self.q_conv1d = depthwise_conv(self.key_dim, conv_size)
+        self.k_conv1d = depthwise_conv(self.key_dim, conv_size)
+        self.v_conv1d = depthwise_conv(self.value_dim, conv_size)
+        self.A_log = nn.Parameter(log_uniform_a(num_v_heads, 0.0, 16.0))
+        self.dt_bias = nn.Parameter(inverse_softplus_dt(num_v_heads))
+        self.A_log._no_weight_decay = True
+        self.dt_bias._no_weight_decay = True
+        self.o_norm = GatedRMSNorm(head_v_dim, eps=norm_eps, activation="swish", backend=backend)
+        self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
+        self.o_proj._is_residual_out = True
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        cache: ZebraCache | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        **unused,
+    ) -> torch.Tensor:
+        """`[B, T, D] -> [B, T, D]`; reads and updates this sublayer's states in `cache`.
+
+        Args:
+            hidden_states: `[B, T, D]`.
+            attention_mask: `[B, L]` (HF, over cached + new tokens); pad tokens leave the state unchanged.
+            cache: the model's `ZebraCache`, or None.
+            cu_seqlens: `[N + 1]` packed-sequence offsets (B == 1).
+        """
+        B, T, _ = hidden_states.shape
+        H, K, HV, V = self.num_heads, self.head_dim, self.num_v_heads, self.head_v_dim
+        mask = current_token_mask(attention_mask, T)  # [B, T] or None
+        state, conv_state = cache.recurrent_state(self.layer_idx) if cache is not None else (None, None)
+
+        qkv = torch.cat(
+            [self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)], -1
+        )
+        weight = torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight]).squeeze(
+            1
+        )  # [C, W]
+        qkv, conv_state = causal_conv1d(
+            zero_padding(qkv, mask),
+            weight,
+            activation="silu",
+            initial_state=conv_state,
+            output_final_state=cache is not None,
+            cu_seqlens=cu_seqlens,
+            backend=self.backend,
+        )  # [B, T, 2*H*K + HV*V]
+        q, k, v = qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        q, k, v = q.view(B, T, H, K), k.view(B, T, H, K), v.view(B, T, HV, V)
+
+        beta = float32_or_64(self.b_proj(hidden_states)).sigmoid()  # [B, T, HV]
+        if self.allow_neg_eigval:
+            beta = beta * 2.0
+        a = self.a_proj(hidden_states)  # [B, T, HV]
+        if mask is None:  # the gate is fused into the kernel
+            g, gate_kwargs = a, {"use_gate_in_kernel": True, "A_log": self.A_log, "dt_bias": self.dt_bias}
+        else:
+            g, gate_kwargs = zero_padding(gdn_gate(a, self.A_log, self.dt_bias), mask), {}
+            beta = zero_padding(beta, mask)
+        o, state = gated_delta_rule(
+            q,
+            k,
+            v,
+            g,
+            beta,
+            initial_state=state,
+            output_final_state=cache is not None,
+            cu_seqlens=cu_seqlens,
+            use_qk_l2norm=True,
+            backend=self.backend,
+            **gate_kwargs,
+        )  # [B, T, HV, V]
+        if cache is not None:
+            cache.update_recurrent(self.layer_idx, state, conv_state)
+
+        o = self.o_norm(o, self.g_proj(hidden_states).view(B, T, HV, V))
+        return self.o_proj(o.reshape(B, T, HV * V))

@@ -1,0 +1,149 @@
+"""Mamba2, the `M` sublayer: Megatron `MambaMixer` parameterisation (as Primus trains it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zebra.models.layers.norm import GatedRMSNorm
+from zebra.models.layers.recurrent import (
+    current_token_mask,
+    depthwise_conv,
+    float32_or_64,
+    inverse_softplus_dt,
+    log_uniform_a,
+    zero_padding,
+)
+from zebra_kernels import causal_conv1d, mamba2_ssd
+
+if TYPE_CHECKING:
+    from zebra.models.cache_zebra import ZebraCache
+
+# Megatron's MambaMixer builds its gated norm with eps=1e-5 whatever the model's norm epsilon.
+MAMBA_NORM_EPS = 1e-5
+
+
+class Mamba2(nn.Module):
+    """Mamba2 mixer (state-space duality), Megatron `MambaMixer` weights and math.
+
+    Reference: `Transformers are SSMs <https://arxiv.org/abs/2405.21060>`_; Megatron-Core
+    `megatron/core/ssm/mamba_mixer.py` (rmsnorm=True, norm_before_gate=False, D per head, conv with bias).
+
+    Per token (Di = expand * D inner width, Hm = Di / P heads of P channels, G groups of state size N):
+        [z | x | B | C | dt] = in_proj x                       widths Di, Di, G*N, G*N, Hm
+        x, B, C = SiLU(causal depthwise conv(x | B | C) + bias)
+        dt      = softplus(dt + dt_bias),  A = -exp(A_log)                            [Hm]
+        S_t     = exp(dt A) S_{t-1} + dt B x^T,  y = C^T S_t + D x     (head h uses group h // (Hm / G))
+        out     = out_proj(RMSNorm_groups(y * SiLU(z)) * weight)     (RMS over Di / G channels, eps 1e-5)
+
+    Parameters: D*(2*Di + 2*G*N + Hm) + (Di + 2*G*N)*(W + 1) + 3*Hm + Di + Di*D
+    (1B, D=Di=2048, P=64, G=8, N=64: 8.52M + 0.02M + 4.19M = 12,733,536 per layer).
+
+    Args:
+        hidden_size: model width D.
+        state_dim: SSM state size N.
+        head_dim: channels per head P.
+        num_groups: B/C groups G (Hm a multiple of G).
+        expand: Di = expand * D.
+        conv_size: short convolution width W.
+        layer_idx: the sublayer index (its slot in the cache).
+        backend: kernel backend ("auto", "torch", "fla").
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        state_dim: int,
+        head_dim: int,
+        num_groups: int,
+        expand: int = 1,
+        conv_size: int = 4,
+        layer_idx: int | None = None,
+        backend: str = "auto",
+    ):
+        super().__init__()
+        self.d_inner = expand * hidden_size
+        if self.d_inner % head_dim or (self.d_inner // head_dim) % num_groups:
+            raise ValueError(
+                f"Mamba2: inner width {self.d_inner} must split into heads of {head_dim} channels, "
+                f"a multiple of num_groups={num_groups}"
+            )
+        self.state_dim, self.head_dim, self.num_groups = state_dim, head_dim, num_groups
+        self.num_heads = self.d_inner // head_dim
+        self.layer_idx = layer_idx
+        self.backend = backend
+        gn = num_groups * state_dim
+        self.in_proj = nn.Linear(hidden_size, 2 * self.d_inner + 2 * gn + self.num_heads, bias=False)
+        self.conv1d = depthwise_conv(self.d_inner + 2 * gn, conv_size, bias=True)
+        self.A_log = nn.Parameter(log_uniform_a(self.num_heads, 1.0, 16.0))
+        self.D = nn.Parameter(torch.ones(self.num_heads))
+        self.dt_bias = nn.Parameter(inverse_softplus_dt(self.num_heads))
+        for p in (self.A_log, self.D, self.dt_bias):
+            p._no_weight_decay = True
+        self.norm = GatedRMSNorm(
+            self.d_inner,
+            eps=MAMBA_NORM_EPS,
+            activation="swish",
+            norm_before_gate=False,
+            group_size=self.d_inner // num_groups,
+            backend=backend,
+        )
+        self.out_proj = nn.Linear(self.d_inner, hidden_size, bias=False)
+        self.out_proj._is_residual_out = True
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        cache: ZebraCache | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        **unused,
+    ) -> torch.Tensor:
+        """`[B, T, D] -> [B, T, D]`; reads and updates this sublayer's states in `cache`.
+
+        Args:
+            hidden_states: `[B, T, D]`.
+            attention_mask: `[B, L]` (HF, over cached + new tokens); pad tokens leave the state unchanged.
+            cache: the model's `ZebraCache`, or None.
+            cu_seqlens: `[N + 1]` packed-sequence offsets (B == 1).
+        """
+        B, T, _ = hidden_states.shape
+        Hm, P, G, N = self.num_heads, self.head_dim, self.num_groups, self.state_dim
+        mask = current_token_mask(attention_mask, T)  # [B, T] or None
+        state, conv_state = cache.recurrent_state(self.layer_idx) if cache is not None else (None, None)
+
+        z, xbc, dt = self.in_proj(hidden_states).split([self.d_inner, self.d_inner + 2 * G * N, Hm], dim=-1)
+        xbc, conv_state = causal_conv1d(
+            zero_padding(xbc, mask),
+            self.conv1d.weight.squeeze(1),
+            self.conv1d.bias,
+            activation="silu",
+            initial_state=conv_state,
+            output_final_state=cache is not None,
+            cu_seqlens=cu_seqlens,
+            backend=self.backend,
+        )  # [B, T, Di + 2*G*N]
+        x, b, c = xbc.split([self.d_inner, G * N, G * N], dim=-1)
+        dt = zero_padding(F.softplus(float32_or_64(dt) + self.dt_bias), mask)  # [B, T, Hm]
+        A = -torch.exp(float32_or_64(self.A_log))  # [Hm]
+        y, state = mamba2_ssd(
+            x.view(B, T, Hm, P),
+            dt,
+            A,
+            b.view(B, T, G, N),
+            c.view(B, T, G, N),
+            D=self.D,
+            initial_state=state,
+            output_final_state=cache is not None,
+            cu_seqlens=cu_seqlens,
+            backend=self.backend,
+        )  # [B, T, Hm, P]
+        if cache is not None:
+            cache.update_recurrent(self.layer_idx, state, conv_state)
+
+        y = self.norm(y.reshape(B, T, self.d_inner), z)
+        return self.out_proj(y)

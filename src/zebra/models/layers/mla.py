@@ -1,0 +1,211 @@
+"""Multi-Latent Attention (MLA), the `*` sublayer: DeepSeek-V2 / Megatron parameterisation."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zebra.models.layers.norm import RMSNorm
+from zebra.models.layers.rotary import YarnRotaryEmbedding, apply_rotary, yarn_softmax_scale
+
+if TYPE_CHECKING:
+    from zebra.models.cache_zebra import ZebraCache
+
+# With a cache, chunks of at most this many new tokens attend in the weight-absorbed form over the latent cache.
+ABSORB_MAX_T = 64
+
+
+class MultiLatentAttention(nn.Module):
+    """Multi-Latent Attention: queries and keys/values pass through low-rank latents; only the normalised
+    key/value latent and one shared RoPE key per token are cached.
+
+    Reference: `DeepSeek-V2 <https://arxiv.org/abs/2405.04434>`_ (section 2.1); Megatron `MLASelfAttention`.
+
+    Per token: `c_q = RMSNorm(q_down_proj x)`, `q = q_up_proj c_q` -> per head `[q_nope (dn) | q_rope (dr)]`;
+    `[c_kv | k_rope] = kv_down_proj x`, `c_kv = RMSNorm(c_kv)`, `[k_nope (dn) | v (dv)] = kv_up_proj c_kv` per head;
+    RoPE (YaRN) rotates q_rope and the shared k_rope; softmax scale `mscale^2 / sqrt(dn + dr)`.
+
+    Parameters (q_lora_rank Rq > 0, kv_lora_rank Rkv, H heads):
+        D*Rq + Rq + Rq*H*(dn+dr)  +  D*(Rkv+dr) + Rkv + Rkv*H*(dn+dv)  +  H*dv*D
+    (1B: 2.75M + 0.33M + 0.39M + 4.19M = 7.67M per layer).
+
+    Decode cache per token: Rkv + dr values (the normalised latent and the roped shared key), never the
+    expanded keys/values. Two equivalent attention forms:
+      - expanded (training, prefill): `kv_up_proj` expands the latents to per-head k/v; `F.scaled_dot_product_attention`.
+      - absorbed (decode, <= 64 new tokens with a cache): the key part of `kv_up_proj` is folded into the query
+        (`q_nope W_uk` lives in latent space) and its value part into the output, so attention runs directly over
+        the cached latents.
+
+    Args:
+        hidden_size: model width D.
+        num_heads: attention heads H.
+        q_lora_rank: query latent rank Rq (0 = a plain `q_proj`).
+        kv_lora_rank: key/value latent rank Rkv.
+        qk_nope_head_dim: per-head query/key channels without RoPE (dn).
+        qk_rope_head_dim: per-head query/key channels with RoPE (dr; the key part is shared over heads).
+        v_head_dim: per-head value channels (dv).
+        rope: YaRN parameters (`ZebraConfig.rope_parameters`).
+        norm_eps: epsilon of the latent RMSNorms.
+        layer_idx: the sublayer index (its slot in the cache).
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        q_lora_rank: int,
+        kv_lora_rank: int,
+        qk_nope_head_dim: int,
+        qk_rope_head_dim: int,
+        v_head_dim: int,
+        rope: dict[str, Any],
+        norm_eps: float = 1e-6,
+        layer_idx: int | None = None,
+    ):
+        super().__init__()
+        if qk_rope_head_dim % 2:
+            raise ValueError(f"qk_rope_head_dim={qk_rope_head_dim} must be even")
+        self.num_heads = num_heads
+        self.q_lora_rank = q_lora_rank
+        self.kv_lora_rank = kv_lora_rank
+        self.qk_nope_head_dim = qk_nope_head_dim
+        self.qk_rope_head_dim = qk_rope_head_dim
+        self.v_head_dim = v_head_dim
+        self.layer_idx = layer_idx
+        qk_head_dim = qk_nope_head_dim + qk_rope_head_dim
+        if q_lora_rank:
+            self.q_down_proj = nn.Linear(hidden_size, q_lora_rank, bias=False)
+            self.q_norm = RMSNorm(q_lora_rank, eps=norm_eps)
+            self.q_up_proj = nn.Linear(q_lora_rank, num_heads * qk_head_dim, bias=False)
+        else:
+            self.q_proj = nn.Linear(hidden_size, num_heads * qk_head_dim, bias=False)
+        self.kv_down_proj = nn.Linear(hidden_size, kv_lora_rank + qk_rope_head_dim, bias=False)
+        self.kv_norm = RMSNorm(kv_lora_rank, eps=norm_eps)
+        self.kv_up_proj = nn.Linear(kv_lora_rank, num_heads * (qk_nope_head_dim + v_head_dim), bias=False)
+        self.o_proj = nn.Linear(num_heads * v_head_dim, hidden_size, bias=False)
+        self.o_proj._is_residual_out = True
+        self.rotary = YarnRotaryEmbedding(qk_rope_head_dim, rope)
+        self.softmax_scale = yarn_softmax_scale(rope, qk_head_dim)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        *,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        cache: ZebraCache | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        absorb: bool | None = None,
+    ) -> torch.Tensor:
+        """Attend causally over the cached and the new tokens.
+
+        Args:
+            hidden_states: `[B, T, D]`.
+            position_ids: `[B, T]` (or `[1, T]`) RoPE positions of the new tokens.
+            attention_mask: `[B, L]` 1 = real token, 0 = padding, over cached + new tokens (HF convention).
+            cache: the model's `ZebraCache`; the new latents are appended to it.
+            cu_seqlens: `[N + 1]` packed-sequence offsets (B == 1, no cache): attention stays inside each sequence.
+            absorb: force the absorbed (True) or expanded (False) form; None picks absorbed for <= 64 new tokens
+                with a cache.
+
+        Returns:
+            `[B, T, D]`.
+        """
+        B, T, _ = hidden_states.shape
+        H, dn, dr = self.num_heads, self.qk_nope_head_dim, self.qk_rope_head_dim
+        if self.q_lora_rank:
+            q = self.q_up_proj(self.q_norm(self.q_down_proj(hidden_states)))
+        else:
+            q = self.q_proj(hidden_states)
+        q = q.view(B, T, H, dn + dr)
+        q_nope, q_rope = q.split([dn, dr], dim=-1)  # [B, T, H, dn], [B, T, H, dr]
+        latent, k_rope = self.kv_down_proj(hidden_states).split([self.kv_lora_rank, dr], dim=-1)
+        latent = self.kv_norm(latent)  # [B, T, Rkv]
+        cos, sin = self.rotary(position_ids, q.dtype)  # [B, T, dr / 2]
+        q_rope = apply_rotary(q_rope, cos[:, :, None], sin[:, :, None])  # [B, T, H, dr]
+        k_rope = apply_rotary(k_rope, cos, sin)  # [B, T, dr]
+
+        offset: int | torch.Tensor = 0
+        if cache is not None:
+            if cu_seqlens is not None:
+                raise ValueError("MLA: packed sequences (cu_seqlens) cannot be combined with a decode cache")
+            offset = cache.offset
+            latent, k_rope = cache.update_latents(self.layer_idx, latent, k_rope)  # [B, L, Rkv], [B, L, dr]
+        mask = attention_allowed(T, latent.shape[1], offset, attention_mask, cu_seqlens, hidden_states.device)
+        if absorb is None:
+            absorb = cache is not None and T <= ABSORB_MAX_T
+        if absorb:
+            o = self._absorbed(q_nope, q_rope, latent, k_rope, mask)
+        else:
+            o = self._expanded(q_nope, q_rope, latent, k_rope, mask)
+        return self.o_proj(o.reshape(B, T, H * self.v_head_dim))
+
+    def _expanded(self, q_nope, q_rope, latent, k_rope, mask) -> torch.Tensor:
+        """Per-head keys/values from the latents; SDPA. Returns `[B, T, H, dv]`."""
+        B, _, H, _ = q_nope.shape
+        L = latent.shape[1]
+        kv = self.kv_up_proj(latent).view(B, L, H, self.qk_nope_head_dim + self.v_head_dim)
+        k_nope, v = kv.split([self.qk_nope_head_dim, self.v_head_dim], dim=-1)  # [B, L, H, dn], [B, L, H, dv]
+        k = torch.cat([k_nope, k_rope[:, :, None].expand(B, L, H, self.qk_rope_head_dim)], dim=-1)
+        q = torch.cat([q_nope, q_rope], dim=-1)  # [B, T, H, dn + dr]
+        o = F.scaled_dot_product_attention(
+            q.transpose(1, 2),  # [B, H, T, dn + dr]
+            k.transpose(1, 2),  # [B, H, L, dn + dr]
+            v.transpose(1, 2),  # [B, H, L, dv]
+            attn_mask=mask,
+            is_causal=mask is None,
+            scale=self.softmax_scale,
+        )
+        return o.transpose(1, 2)  # [B, T, H, dv]
+
+    def _absorbed(self, q_nope, q_rope, latent, k_rope, mask) -> torch.Tensor:
+        """Attention over the latents with `kv_up_proj` folded into query and output. Returns `[B, T, H, dv]`."""
+        T, H, L = q_nope.shape[1], self.num_heads, latent.shape[1]
+        w = self.kv_up_proj.weight.view(H, self.qk_nope_head_dim + self.v_head_dim, self.kv_lora_rank)
+        w_uk, w_uv = w.split([self.qk_nope_head_dim, self.v_head_dim], dim=1)  # [H, dn, Rkv], [H, dv, Rkv]
+        q_latent = torch.einsum("bthd,hdr->bhtr", q_nope, w_uk)  # [B, H, T, Rkv]
+        scores = torch.einsum("bhtr,blr->bhtl", q_latent, latent)  # [B, H, T, L]
+        scores = scores + torch.einsum("bthd,bld->bhtl", q_rope, k_rope)
+        scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * self.softmax_scale
+        if mask is None:
+            mask = torch.ones(T, L, dtype=torch.bool, device=scores.device).tril(L - T)
+        probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1).to(latent.dtype)
+        o_latent = torch.einsum("bhtl,blr->bthr", probs, latent)  # [B, T, H, Rkv]
+        return torch.einsum("bthr,hvr->bthv", o_latent, w_uv)  # [B, T, H, dv]
+
+
+def attention_allowed(
+    T: int,
+    L: int,
+    offset: int | torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None,
+    device: torch.device,
+) -> torch.Tensor | None:
+    """Which keys each query may attend to: bool `[B or 1, 1, T, L]`, or None for plain causal (T == L).
+
+    Query i sits at cache slot `offset + i`; key slot j is allowed when `j <= offset + i`, the key is not padding
+    (`attention_mask`, shorter masks are zero-extended) and, with `cu_seqlens`, both lie in the same sequence. A
+    query may always see its own slot, so padded queries get a finite (ignored) output instead of NaN.
+    """
+    plain = (
+        attention_mask is None and cu_seqlens is None and T == L and isinstance(offset, int) and offset == 0
+    )
+    if plain:
+        return None
+    q_slot = offset + torch.arange(T, device=device)  # [T]
+    k_slot = torch.arange(L, device=device)  # [L]
+    allowed = k_slot[None, :] <= q_slot[:, None]  # [T, L]
+    allowed = allowed[None, None]  # [1, 1, T, L]
+    if attention_mask is not None:
+        keys = attention_mask.to(device=device, dtype=torch.bool)[:, :L]  # [B, <=L]
+        if keys.shape[1] < L:
+            keys = F.pad(keys, (0, L - keys.shape[1]), value=False)
+        allowed = allowed & keys[:, None, None, :]  # [B, 1, T, L]
+    if cu_seqlens is not None:
+        seq_id = torch.searchsorted(cu_seqlens.to(device), torch.arange(L, device=device), right=True)  # [L]
+        allowed = allowed & (seq_id[:T, None] == seq_id[None, :])[None, None]
+    return allowed | (k_slot[None, :] == q_slot[:, None])[None, None]

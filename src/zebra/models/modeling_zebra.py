@@ -1,0 +1,323 @@
+"""`ZebraModel` and `ZebraForCausalLM`: the hybrid stack over the layer pattern, HF `PreTrainedModel`s.
+
+Sublayer i of the pattern is `model.layers.{i}` with `.norm` (pre-norm RMSNorm) and `.mixer`; each is
+`x = x + mixer(norm(x))`. Names and shapes: docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+
+from zebra.models.cache_zebra import ZebraCache
+from zebra.models.configuration_zebra import ZebraConfig
+from zebra.models.layers.gated_deltanet import GatedDeltaNet
+from zebra.models.layers.kda import KimiDeltaAttention
+from zebra.models.layers.mamba2 import Mamba2
+from zebra.models.layers.mla import MultiLatentAttention
+from zebra.models.layers.norm import GatedRMSNorm, RMSNorm
+from zebra.models.layers.recurrent import inverse_softplus_dt, log_uniform_a
+from zebra.models.layers.swiglu import SwiGLU
+
+
+def build_mixer(kind: str, config: ZebraConfig, layer_idx: int) -> nn.Module:
+    """The mixer module of one sublayer from its pattern character."""
+    c, backend = config, config.kernel_backend
+    if kind == "-":
+        return SwiGLU(c.hidden_size, c.intermediate_size)
+    if kind == "*":
+        return MultiLatentAttention(
+            c.hidden_size, c.num_attention_heads, c.q_lora_rank, c.kv_lora_rank, c.qk_nope_head_dim,
+            c.qk_rope_head_dim, c.v_head_dim, c.rope_parameters, norm_eps=c.rms_norm_eps, layer_idx=layer_idx,
+        )  # fmt: skip
+    if kind == "G":
+        return GatedDeltaNet(
+            c.hidden_size, c.gdn_num_heads, c.gdn_head_dim, c.gdn_num_v_heads, c.gdn_head_v_dim,
+            conv_size=c.gdn_conv_size, allow_neg_eigval=c.gdn_allow_neg_eigval, norm_eps=c.rms_norm_eps,
+            layer_idx=layer_idx, backend=backend,
+        )  # fmt: skip
+    if kind == "K":
+        return KimiDeltaAttention(
+            c.hidden_size, c.kda_num_heads, c.kda_head_dim, c.kda_head_v_dim, conv_size=c.kda_conv_size,
+            norm_eps=c.rms_norm_eps, layer_idx=layer_idx, backend=backend,
+        )  # fmt: skip
+    if kind == "M":
+        return Mamba2(
+            c.hidden_size, c.mamba_state_dim, c.mamba_head_dim, c.mamba_num_groups, expand=c.mamba_expand,
+            conv_size=c.mamba_conv_size, layer_idx=layer_idx, backend=backend,
+        )  # fmt: skip
+    raise ValueError(f"unknown sublayer kind {kind!r} at sublayer {layer_idx}")
+
+
+class ZebraSublayer(GradientCheckpointingLayer):
+    """One pre-norm residual sublayer: `x + mixer(norm(x))`."""
+
+    def __init__(self, config: ZebraConfig, layer_idx: int):
+        super().__init__()
+        self.kind = config.layer_pattern[layer_idx]
+        self.layer_idx = layer_idx
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.mixer = build_mixer(self.kind, config, layer_idx)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: ZebraCache | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        **unused: Any,
+    ) -> torch.Tensor:  # [B, T, D] -> [B, T, D]
+        h = self.norm(hidden_states)
+        if self.kind == "-":
+            h = self.mixer(h)
+        elif self.kind == "*":
+            h = self.mixer(
+                h,
+                position_ids=position_ids,
+                attention_mask=attention_mask,
+                cache=cache,
+                cu_seqlens=cu_seqlens,
+            )
+        else:
+            h = self.mixer(h, attention_mask=attention_mask, cache=cache, cu_seqlens=cu_seqlens)
+        return hidden_states + h
+
+
+class ZebraPreTrainedModel(PreTrainedModel):
+    config_class = ZebraConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules: ClassVar[list[str]] = ["ZebraSublayer"]
+    _supports_sdpa = True
+    _is_stateful = True  # recurrent states cannot be rolled back (no assisted decoding)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """HF-style init: Linear/Conv1d/Embedding ~ N(0, initializer_range) (residual output projections
+        `o_proj`/`down_proj`/`out_proj` divided by sqrt(2 * sublayers), Megatron's output_layer_init_method),
+        norms 1; GDN/KDA A_log = log U(0, 16) / log U(1, 16), dt_bias = softplus^-1 of log-uniform [1e-3, 0.1]
+        (FLA); Mamba2 A_log = log U(1, 16), D = 1, dt_bias as above, conv kaiming-uniform (Megatron)."""
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            if getattr(module, "_is_residual_out", False):
+                std = std / math.sqrt(2.0 * self.config.num_hidden_layers)
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Conv1d):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+        elif isinstance(module, (RMSNorm, GatedRMSNorm)):
+            init.ones_(module.weight)
+        elif isinstance(module, (GatedDeltaNet, KimiDeltaAttention)):
+            a_low = 0.0 if isinstance(module, GatedDeltaNet) else 1.0
+            init.copy_(module.A_log, log_uniform_a(module.A_log.numel(), a_low, 16.0))
+            init.copy_(module.dt_bias, inverse_softplus_dt(module.dt_bias.numel()))
+        elif isinstance(module, Mamba2):
+            init.copy_(module.A_log, log_uniform_a(module.num_heads, 1.0, 16.0))
+            init.ones_(module.D)
+            init.copy_(module.dt_bias, inverse_softplus_dt(module.num_heads))
+            fan_in = module.conv1d.weight.shape[1] * module.conv1d.weight.shape[2]
+            init.kaiming_uniform_(module.conv1d.weight, a=math.sqrt(5))
+            init.uniform_(module.conv1d.bias, -1.0 / math.sqrt(fan_in), 1.0 / math.sqrt(fan_in))
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the model builds its own ZebraCache (recurrent states + MLA latents)
+
+
+class ZebraModel(ZebraPreTrainedModel):
+    """The embedding, the sublayer stack and the final norm; returns hidden states `[B, T, D]`."""
+
+    def __init__(self, config: ZebraConfig):
+        super().__init__(config)
+        self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(ZebraSublayer(config, i) for i in range(len(config.layer_pattern)))
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: ZebraCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        past_key_values: ZebraCache | None = None,
+        **unused: Any,
+    ) -> BaseModelOutputWithPast:
+        """Run the stack.
+
+        Args:
+            input_ids: `[B, T]` token ids (or `inputs_embeds` `[B, T, D]`).
+            attention_mask: `[B, L]` 1 = token, 0 = padding, over cached + new tokens (L = cached + T).
+            position_ids: `[B, T]` RoPE positions; default: from `attention_mask` (count of real tokens before each
+                token), else from `cu_seqlens` (restarting per sequence), else cache offset + 0..T-1.
+            cache: a `ZebraCache` to read and extend; with `use_cache` and no cache a dynamic one is created.
+            use_cache: return the (new) cache (default `config.use_cache` outside training).
+            cu_seqlens: `[N + 1]` offsets of sequences packed along T (B == 1, training/prefill without cache).
+            output_hidden_states: also return every sublayer's input and the final output.
+            past_key_values: older name of `cache`.
+        """
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("ZebraModel: pass exactly one of input_ids and inputs_embeds")
+        cache = cache if cache is not None else past_key_values
+        if use_cache is None:
+            use_cache = self.config.use_cache and not self.training
+        if cu_seqlens is not None and (cache is not None or use_cache):
+            raise ValueError("ZebraModel: packed sequences (cu_seqlens) cannot be combined with a cache")
+        hidden_states = self.embeddings(input_ids) if inputs_embeds is None else inputs_embeds  # [B, T, D]
+        T = hidden_states.shape[1]
+        if use_cache and cache is None:
+            cache = ZebraCache(self.config)
+        if position_ids is None:
+            position_ids = default_positions(T, attention_mask, cu_seqlens, cache, hidden_states.device)
+
+        all_hidden = [] if output_hidden_states else None
+        for layer in self.layers:
+            if all_hidden is not None:
+                all_hidden.append(hidden_states)
+            hidden_states = layer(
+                hidden_states,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                cache=cache,
+                cu_seqlens=cu_seqlens,
+            )
+        if cache is not None:
+            cache.advance(T)
+        hidden_states = self.norm(hidden_states)
+        if all_hidden is not None:
+            all_hidden.append(hidden_states)
+        return BaseModelOutputWithPast(
+            last_hidden_state=hidden_states,
+            cache=cache if use_cache or cache is not None else None,
+            hidden_states=tuple(all_hidden) if all_hidden is not None else None,
+        )
+
+
+def default_positions(
+    T: int,
+    attention_mask: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None,
+    cache: ZebraCache | None,
+    device: torch.device,
+) -> torch.Tensor:
+    """RoPE positions `[B or 1, T]` of the new tokens when the caller gives none."""
+    if attention_mask is not None:
+        # position = number of real tokens before this one (left padding does not shift positions)
+        return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -T:].to(device)
+    if cu_seqlens is not None:
+        t = torch.arange(T, device=device)
+        starts = cu_seqlens.to(device)[torch.searchsorted(cu_seqlens.to(device), t, right=True) - 1]
+        return (t - starts)[None]
+    if cache is not None:
+        return cache.positions(T, device)
+    return torch.arange(T, device=device)[None]
+
+
+class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
+    """`ZebraModel` with a language-model head (tied to the embedding when `tie_word_embeddings`)."""
+
+    _tied_weights_keys: ClassVar[dict[str, str]] = {"lm_head.weight": "model.embeddings.weight"}
+
+    def __init__(self, config: ZebraConfig):
+        super().__init__(config)
+        self.model = ZebraModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.embeddings = value
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: ZebraCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        cu_seqlens: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        past_key_values: ZebraCache | None = None,
+        **unused: Any,
+    ) -> CausalLMOutputWithPast | tuple:
+        """Logits `[B, T', V]` and, with `labels` `[B, T]`, the mean next-token loss (float32).
+
+        Labels are shifted inside: position t is scored against `labels[:, t + 1]`; -100 is ignored (with packed
+        sequences mark the first token of each sequence -100, so no token predicts across a boundary).
+        `logits_to_keep`: an int n keeps the last n positions (0 = all); a 1-D tensor keeps those positions.
+        Other arguments: see `ZebraModel.forward`.
+        """
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache if cache is not None else past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            cu_seqlens=cu_seqlens,
+            output_hidden_states=output_hidden_states,
+        )
+        hidden_states = out.last_hidden_state  # [B, T, D]
+        if labels is not None and not (isinstance(logits_to_keep, int) and logits_to_keep == 0):
+            raise ValueError(
+                "ZebraForCausalLM: labels need the logits of every position; leave logits_to_keep=0"
+            )
+        if isinstance(logits_to_keep, int):
+            kept = hidden_states[:, -logits_to_keep:] if logits_to_keep else hidden_states
+        else:
+            kept = hidden_states[:, logits_to_keep.to(hidden_states.device)]
+        logits = self.lm_head(kept)  # [B, T', V]
+        loss = None
+        if labels is not None:
+            loss = causal_lm_loss(logits, labels)
+        output = CausalLMOutputWithPast(
+            loss=loss, logits=logits, cache=out.cache, hidden_states=out.hidden_states
+        )
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        return output if return_dict else output.to_tuple()
+
+
+def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross entropy (float32) of `logits[:, t]` against `labels[:, t + 1]`, ignoring -100."""
+    shift_logits = logits[:, :-1].float()  # [B, T-1, V]
+    shift_labels = labels[:, 1:].to(logits.device)  # [B, T-1]
+    return F.cross_entropy(
+        shift_logits.reshape(-1, shift_logits.shape[-1]), shift_labels.reshape(-1), ignore_index=-100
+    )
