@@ -40,7 +40,7 @@ def fla_rms_norm_gated(
             activation="swish" if swish else "sigmoid",
             eps=eps,
         ).reshape(x.shape)
-        return y if weight is None else y * weight.to(y.dtype)
+        return y if weight is None else y * weight  # promotes; the caller casts back to x's dtype
     if weight is None:
         weight = x.new_ones(C)
     if swish:

@@ -1,0 +1,121 @@
+"""Backend and mode choice: auto -> torch on CPU, a clear error for fla on CPU, the Hopper/Triton refusal."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+import zebra_kernels
+from zebra_kernels import backend as backend_module
+from zebra_kernels import resolve_backend
+from zebra_kernels._common import choose_mode
+from zebra_kernels.testing import gdn_inputs, kda_inputs, ssd_inputs
+
+
+@pytest.fixture
+def fresh_backend_state():
+    backend_module._logged.clear()
+    backend_module.fla_backward_blocker.cache_clear()
+    assert backend_module.fla_import_error() is None  # FLA's classes import on CPU (its kernels do not run)
+    yield
+    backend_module._logged.clear()
+    backend_module.fla_backward_blocker.cache_clear()
+
+
+def test_auto_on_cpu_is_torch_and_logs_once(caplog, fresh_backend_state):
+    with caplog.at_level(logging.INFO, logger="zebra_kernels"):
+        assert resolve_backend("auto", torch.device("cpu")) == "torch"
+        assert resolve_backend("auto", "cpu") == "torch"
+        assert resolve_backend("auto", None) == "torch"
+    messages = [r.getMessage() for r in caplog.records if r.name == "zebra_kernels"]
+    assert len(messages) == 1 and "'torch'" in messages[0] and "need a GPU" in messages[0]
+
+
+def test_fla_on_cpu_and_unknown_backend_raise():
+    with pytest.raises(ValueError, match="backend='fla' needs a CUDA/ROCm GPU"):
+        resolve_backend("fla", "cpu")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        resolve_backend("triton", "cpu")
+    assert resolve_backend("torch", "cpu") == "torch"
+
+
+def test_every_op_refuses_fla_on_cpu():
+    q, k, v, g, beta, _ = gdn_inputs(1, 4, 1, 1, 4, 4)
+    qk, kk, vk, gk, bk, _ = kda_inputs(1, 4, 1, 4, 4)
+    x, dt, A, B, C, D, _ = ssd_inputs(1, 4, 2, 2, 1, 2)
+    calls = [
+        lambda: zebra_kernels.gated_delta_rule(q, k, v, g, beta, backend="fla"),
+        lambda: zebra_kernels.kimi_delta_rule(qk, kk, vk, gk, bk, backend="fla"),
+        lambda: zebra_kernels.mamba2_ssd(x, dt, A, B, C, D=D, backend="fla"),
+        lambda: zebra_kernels.causal_conv1d(torch.randn(1, 4, 3), torch.randn(3, 4), backend="fla"),
+        lambda: zebra_kernels.rms_norm_gated(torch.randn(4), torch.randn(4), None, eps=1e-6, backend="fla"),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match="FLA kernels have no CPU path"):
+            call()
+
+
+@pytest.mark.parametrize(
+    ("mode", "T", "grad", "expected"),
+    [
+        ("auto", 1, False, "recurrent"),
+        ("auto", 64, False, "recurrent"),
+        ("auto", 65, False, "chunk"),
+        ("auto", 1, True, "chunk"),
+        ("recurrent", 500, True, "recurrent"),
+        ("chunk", 1, False, "chunk"),
+    ],
+    ids=lambda p: str(p),
+)
+def test_mode_choice(mode, T, grad, expected):
+    assert choose_mode(mode, T, grad) == expected
+
+
+def test_unknown_mode_raises():
+    q, k, v, g, beta, _ = gdn_inputs(1, 4, 1, 1, 4, 4)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        zebra_kernels.gated_delta_rule(q, k, v, g, beta, mode="fused")
+
+
+def fake_gpu(monkeypatch, capability, triton_version, tilelang=False):
+    """Pretend a CUDA device and a Triton version (the one thing this CPU machine cannot have)."""
+    import importlib.util
+
+    import triton
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: capability)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(triton, "__version__", triton_version)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: (
+            object()
+            if name == "tilelang" and tilelang
+            else (None if name == "tilelang" else real_find_spec(name, *a))
+        ),
+    )
+
+
+def test_hopper_with_bad_triton_falls_back_to_torch_with_a_warning(monkeypatch, caplog, fresh_backend_state):
+    fake_gpu(monkeypatch, (9, 0), "3.5.1")
+    reason = backend_module.fla_backward_blocker(0)
+    assert reason is not None and "triton>=3.7.1" in reason and "3.5.1" in reason
+    with caplog.at_level(logging.INFO, logger="zebra_kernels"):
+        assert resolve_backend("auto", "cuda:0") == "torch"
+    assert any(r.levelno == logging.WARNING and "triton>=3.7.1" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("capability", "triton_version", "tilelang"),
+    [((9, 0), "3.7.1", False), ((9, 0), "3.3.1", False), ((8, 0), "3.5.0", False), ((9, 0), "3.5.0", True)],
+    ids=["hopper-triton3.7.1", "hopper-triton3.3.1", "ampere-triton3.5", "hopper-triton3.5-tilelang"],
+)
+def test_healthy_gpu_setups_pick_fla(monkeypatch, fresh_backend_state, capability, triton_version, tilelang):
+    fake_gpu(monkeypatch, capability, triton_version, tilelang)
+    assert backend_module.fla_backward_blocker(0) is None
+    assert resolve_backend("auto", "cuda") == "fla"

@@ -1,0 +1,303 @@
+"""FLA backend vs the float64 torch reference on a GPU, forward and backward, at the 1B recipes' shapes.
+
+Skipped without CUDA/ROCm and a working FLA. Inputs are bf16 for FLA (states float32) and float64 for the
+reference; every relative error ||out - ref|| / ||ref|| must be < 2e-2 and finite. Set ZEBRA_GPU_REPORT=path.json
+to append every measured error as a JSON row (test, case, quantity, rel_err).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+import zebra_kernels as zk
+from zebra_kernels.backend import fla_import_error
+from zebra_kernels.testing import gdn_inputs, kda_inputs, relative_error, ssd_inputs
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU"),
+    pytest.mark.skipif(
+        torch.cuda.is_available() and fla_import_error() is not None, reason="needs a working FLA"
+    ),
+]
+
+TOL = 2e-2
+BF16, F32 = torch.bfloat16, torch.float32
+
+
+@pytest.fixture
+def record(request):
+    """record(case, quantity, rel_err): print, append to $ZEBRA_GPU_REPORT (atomically), assert the bound."""
+
+    def _record(case: str, quantity: str, value: float) -> None:
+        row = {"test": request.node.name, "case": case, "quantity": quantity, "rel_err": value}
+        print(json.dumps(row))
+        report = os.environ.get("ZEBRA_GPU_REPORT")
+        if report:
+            path = Path(report)
+            rows = json.loads(path.read_text()) if path.exists() else []
+            rows.append(row)
+            with tempfile.NamedTemporaryFile("w", dir=path.parent or ".", delete=False, suffix=".tmp") as tmp:
+                json.dump(rows, tmp, indent=1)
+            os.replace(tmp.name, path)
+
+    return _record
+
+
+def compare(record, case, fn, inputs, fla_dtypes, names):
+    """Run fn(*inputs, backend=...) in float64 (torch) and in fla_dtypes (fla); compare outputs and grads."""
+    ref_leaves = [None if t is None else t.clone().requires_grad_() for t in inputs]
+    fla_leaves = [
+        None if t is None else t.to(d).clone().requires_grad_()
+        for t, d in zip(inputs, fla_dtypes, strict=True)
+    ]
+    ref_out, ref_state = fn(*ref_leaves, backend="torch")
+    out, state = fn(*fla_leaves, backend="fla")
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    d_out = torch.randn(ref_out.shape, generator=gen, device="cuda", dtype=torch.float64)
+    d_state = (
+        None
+        if ref_state is None
+        else torch.randn(ref_state.shape, generator=gen, device="cuda", dtype=torch.float64)
+    )
+
+    def grads(o, s, leaves):
+        loss = (o * d_out.to(o.dtype)).sum() + (0 if s is None else (s * d_state.to(s.dtype)).sum())
+        live = [t for t in leaves if t is not None]
+        return dict(
+            zip(
+                [n for n, t in zip(names, leaves, strict=True) if t is not None],
+                torch.autograd.grad(loss, live),
+                strict=True,
+            )
+        )
+
+    ref_grads, fla_grads = grads(ref_out, ref_state, ref_leaves), grads(out, state, fla_leaves)
+    pairs = [("out", out, ref_out)] + ([("state", state, ref_state)] if ref_state is not None else [])
+    pairs += [("d" + n, fla_grads[n], ref_grads[n]) for n in ref_grads]
+    failures = []
+    for quantity, got, want in pairs:
+        err = relative_error(got, want) if torch.isfinite(got).all() else math.inf
+        record(case, quantity, err)
+        if not err < TOL:
+            failures.append(f"{quantity}: {err:.3e}")
+    assert not failures, f"{case}: relative error >= {TOL}: {', '.join(failures)}"
+
+
+PACKED = [0, 1000, 2048, 2049, 4096]  # 4 sequences in one row of 4096 tokens, boundaries off the chunk grid
+CASES = ["plain", "h0", "varlen-h0"]
+
+
+def layout(case):
+    """(batch, T, cu_seqlens, N) for a case at T=2048 per row."""
+    if case == "varlen-h0":
+        return 1, PACKED[-1], torch.tensor(PACKED, device="cuda"), len(PACKED) - 1
+    return 2, 2048, None, 2
+
+
+@pytest.mark.parametrize("case", [*CASES, "gate-in-kernel"])
+def test_gdn_fla_matches_reference(record, case):
+    B, T, cu, N = layout(case)
+    q, k, v, g, beta, h0 = gdn_inputs(B, T, 8, 16, 64, 64, device="cuda", initial_state=case != "plain", N=N)
+    extra = {}
+    if case == "gate-in-kernel":  # FLA layers pass the raw a_proj output with A_log / dt_bias
+        gen = torch.Generator(device="cuda").manual_seed(3)
+        g = torch.randn(g.shape, generator=gen, device="cuda", dtype=torch.float64)
+        extra = dict(
+            use_gate_in_kernel=True,
+            A_log=torch.rand(16, device="cuda", dtype=torch.float64).mul(2).log1p(),
+            dt_bias=torch.randn(16, device="cuda", dtype=torch.float64) * 0.5,
+        )
+
+    def fn(q, k, v, g, beta, h0, backend):
+        ex = {
+            key: (val.float() if backend == "fla" else val) if torch.is_tensor(val) else val
+            for key, val in extra.items()
+        }
+        return zk.gated_delta_rule(
+            q, k, v, g, beta, initial_state=h0, output_final_state=True, cu_seqlens=cu, backend=backend, **ex
+        )
+
+    compare(
+        record,
+        f"gdn-B{B}-T{T}-H8-HV16-K64-V64-{case}",
+        fn,
+        [q, k, v, g, beta, h0],
+        [BF16, BF16, BF16, F32, BF16, F32],
+        ["q", "k", "v", "g", "beta", "h0"],
+    )
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_kda_fla_matches_reference(record, case):
+    B, T, cu, N = layout(case)
+    q, k, v, g, beta, h0 = kda_inputs(B, T, 16, 32, 64, device="cuda", initial_state=case != "plain", N=N)
+
+    def fn(q, k, v, g, beta, h0, backend):
+        return zk.kimi_delta_rule(
+            q, k, v, g, beta, initial_state=h0, output_final_state=True, cu_seqlens=cu, backend=backend
+        )
+
+    compare(
+        record,
+        f"kda-B{B}-T{T}-H16-K32-V64-{case}",
+        fn,
+        [q, k, v, g, beta, h0],
+        [BF16, BF16, BF16, F32, BF16, F32],
+        ["q", "k", "v", "g", "beta", "h0"],
+    )
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_mamba2_fla_matches_reference(record, case):
+    B, T, cu, N = layout(case)
+    x, dt, A, Bm, C, D, h0 = ssd_inputs(
+        B, T, 32, 64, 8, 64, device="cuda", initial_state=case != "plain", N_seq=N
+    )
+
+    def fn(x, dt, A, Bm, C, D, h0, backend):
+        return zk.mamba2_ssd(
+            x, dt, A, Bm, C, D=D, initial_state=h0, output_final_state=True, cu_seqlens=cu, backend=backend
+        )
+
+    compare(
+        record,
+        f"mamba2-B{B}-T{T}-H32-P64-G8-N64-{case}",
+        fn,
+        [x, dt, A, Bm, C, D, h0],
+        [BF16, F32, F32, BF16, BF16, F32, F32],
+        ["x", "dt", "A", "B", "C", "D", "h0"],
+    )
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_conv_fla_matches_reference(record, case):
+    B, T, cu, N = layout(case)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    C, W = 3072, 4  # Mamba2 1B conv over x|B|C: 2048 + 2 * 8 * 64
+    x = torch.randn(B, T, C, generator=gen, device="cuda", dtype=torch.float64)
+    weight = torch.randn(C, W, generator=gen, device="cuda", dtype=torch.float64) * 0.5
+    bias = torch.randn(C, generator=gen, device="cuda", dtype=torch.float64)
+    h0 = torch.randn(N, C, W, generator=gen, device="cuda", dtype=torch.float64) if case != "plain" else None
+
+    def fn(x, weight, bias, h0, backend):
+        return zk.causal_conv1d(
+            x, weight, bias, initial_state=h0, output_final_state=True, cu_seqlens=cu, backend=backend
+        )
+
+    compare(
+        record,
+        f"conv-B{B}-T{T}-C{C}-W{W}-{case}",
+        fn,
+        [x, weight, bias, h0],
+        [BF16, BF16, BF16, BF16],
+        ["x", "weight", "bias", "h0"],
+    )
+
+
+def test_conv_states_interchange_between_backends(record):
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(2, 70, 512, generator=gen, device="cuda").bfloat16()
+    weight = torch.randn(512, 4, generator=gen, device="cuda").bfloat16()
+    full, full_state = zk.causal_conv1d(x, weight, output_final_state=True, backend="torch")
+    with torch.no_grad():
+        for first, second in (("fla", "torch"), ("torch", "fla")):
+            _, state = zk.causal_conv1d(x[:, :60], weight, output_final_state=True, backend=first)
+            outs = []
+            for t in range(60, 70):  # token-by-token decode (FLA: the in-place update kernel on a copy)
+                y, state = zk.causal_conv1d(
+                    x[:, t : t + 1], weight, initial_state=state, output_final_state=True, backend=second
+                )
+                outs.append(y)
+            err = relative_error(torch.cat(outs, 1), full[:, 60:])
+            record(f"conv-{first}-then-{second}", "decode-out", err)
+            assert err < TOL and torch.equal(state, full_state)
+
+
+@pytest.mark.parametrize(
+    ("norm_before_gate", "group_size", "activation"),
+    [
+        (True, None, "swish"),
+        (True, None, "sigmoid"),
+        (False, 256, "swish"),
+        (True, 16, "sigmoid"),
+        (False, 256, "sigmoid"),
+    ],
+    ids=["gdn-o_norm", "kda-o_norm", "mamba2-norm", "grouped-then-gate", "sigmoid-then-grouped"],
+)
+def test_rms_norm_gated_fla_matches_reference(record, norm_before_gate, group_size, activation):
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    shape = (2, 2048, 2048) if group_size == 256 else (2, 2048, 16, 64)
+    x, gate = (torch.randn(shape, generator=gen, device="cuda", dtype=torch.float64) for _ in range(2))
+    weight = torch.rand(shape[-1], generator=gen, device="cuda", dtype=torch.float64) + 0.5
+
+    def fn(x, gate, weight, backend):
+        y = zk.rms_norm_gated(
+            x,
+            gate,
+            weight,
+            eps=1e-5,
+            activation=activation,
+            norm_before_gate=norm_before_gate,
+            group_size=group_size,
+            backend=backend,
+        )
+        return y, None
+
+    compare(
+        record,
+        f"norm-{'before' if norm_before_gate else 'after'}-gate-g{group_size}-{activation}",
+        fn,
+        [x, gate, weight],
+        [BF16, BF16, F32],
+        ["x", "gate", "weight"],
+    )
+
+
+@pytest.mark.parametrize("T", [1, 16])
+def test_recurrent_decode_kernels_match_reference(record, T):
+    """mode='recurrent' (FLA's fused_recurrent kernels, inference) with a carried state."""
+    with torch.no_grad():
+        q, k, v, g, beta, h0 = gdn_inputs(4, T, 8, 16, 64, 64, device="cuda", initial_state=True)
+        args = dict(initial_state=h0.float(), output_final_state=True, mode="recurrent")
+        ref = zk.gated_delta_rule(
+            q, k, v, g, beta, initial_state=h0, output_final_state=True, backend="torch"
+        )
+        got = zk.gated_delta_rule(
+            q.bfloat16(), k.bfloat16(), v.bfloat16(), g.float(), beta.bfloat16(), backend="fla", **args
+        )
+        q, k, v, g, beta, h0 = kda_inputs(4, T, 16, 32, 64, device="cuda", initial_state=True)
+        args["initial_state"] = h0.float()
+        ref_k = zk.kimi_delta_rule(
+            q, k, v, g, beta, initial_state=h0, output_final_state=True, backend="torch"
+        )
+        got_k = zk.kimi_delta_rule(
+            q.bfloat16(), k.bfloat16(), v.bfloat16(), g.float(), beta.bfloat16(), backend="fla", **args
+        )
+        x, dt, A, Bm, C, D, h0 = ssd_inputs(4, T, 32, 64, 8, 64, device="cuda", initial_state=True)
+        args["initial_state"] = h0.float()
+        ref_m = zk.mamba2_ssd(
+            x, dt, A, Bm, C, D=D, initial_state=h0, output_final_state=True, backend="torch"
+        )
+        got_m = zk.mamba2_ssd(
+            x.bfloat16(),
+            dt.float(),
+            A.float(),
+            Bm.bfloat16(),
+            C.bfloat16(),
+            D=D.float(),
+            backend="fla",
+            **args,
+        )
+    for name, (o, s), (ro, rs) in (("gdn", got, ref), ("kda", got_k, ref_k), ("mamba2", got_m, ref_m)):
+        for quantity, a, b in (("out", o, ro), ("state", s, rs)):
+            err = relative_error(a, b) if torch.isfinite(a).all() else math.inf
+            record(f"{name}-recurrent-T{T}", quantity, err)
+            assert err < TOL, f"{name} {quantity}: {err:.3e}"
