@@ -42,6 +42,6 @@ def fla_causal_conv1d(
         initial_state=state,
         output_final_state=output_final_state,
         activation=activation,
-        cu_seqlens=None if cu_seqlens is None else cu_seqlens.long(),
+        cu_seqlens=None if cu_seqlens is None else cu_seqlens.to(x.device, torch.long),
     )
     return y, None if final_state is None else final_state.float()

@@ -42,7 +42,7 @@ def fla_kimi_delta_rule(
         initial_state=h0,
         output_final_state=output_final_state,
         use_qk_l2norm_in_kernel=use_qk_l2norm,
-        cu_seqlens=None if cu_seqlens is None else cu_seqlens.long(),
+        cu_seqlens=None if cu_seqlens is None else cu_seqlens.to(q.device, torch.long),
     )
     if use_gate_in_kernel:
         kwargs.update(use_gate_in_kernel=True, A_log=as_fla_float(A_log), dt_bias=as_fla_float(dt_bias))

@@ -37,7 +37,7 @@ def fla_ssd(
         scale=1.0,
         initial_state=h0,
         output_final_state=output_final_state,
-        cu_seqlens=None if cu_seqlens is None else cu_seqlens.long(),
+        cu_seqlens=None if cu_seqlens is None else cu_seqlens.to(x.device, torch.long),
     )
     if mode == "chunk":
         refuse_broken_backward(x, dt, A, B, C, h0)
