@@ -1,7 +1,7 @@
 """FLA backend vs the float64 torch reference on a GPU, forward and backward, at the 1B recipes' shapes.
 
-Skipped without CUDA/ROCm and a working FLA. Inputs are bf16 for FLA (states float32) and float64 for the
-reference; every relative error ||out - ref|| / ||ref|| must be < 2e-2 and finite. Set ZEBRA_GPU_REPORT=path.json
+Skipped without CUDA/ROCm and a working FLA. Inputs are bf16 for FLA (states float32); the reference runs in
+float64 on the same (rounded) values; every relative error ||out - ref|| / ||ref|| must be < 2e-2 and finite. Set ZEBRA_GPU_REPORT=path.json
 to append every measured error as a JSON row (test, case, quantity, rel_err).
 """
 
@@ -53,20 +53,18 @@ def record(request):
 
 def compare(record, case, fn, inputs, fla_dtypes, names):
     """Run fn(*inputs, backend=...) in float64 (torch) and in fla_dtypes (fla); compare outputs and grads."""
-    ref_leaves = [None if t is None else t.clone().requires_grad_() for t in inputs]
+    # both sides see the same values: the reference runs on the bf16/fp32-rounded inputs upcast to float64,
+    # so the measured error is the kernel's, not the input rounding's
     fla_leaves = [
         None if t is None else t.to(d).clone().requires_grad_()
         for t, d in zip(inputs, fla_dtypes, strict=True)
     ]
+    ref_leaves = [None if t is None else t.detach().double().requires_grad_() for t in fla_leaves]
     ref_out, ref_state = fn(*ref_leaves, backend="torch")
     out, state = fn(*fla_leaves, backend="fla")
-    gen = torch.Generator(device="cuda").manual_seed(7)
-    d_out = torch.randn(ref_out.shape, generator=gen, device="cuda", dtype=torch.float64)
-    d_state = (
-        None
-        if ref_state is None
-        else torch.randn(ref_state.shape, generator=gen, device="cuda", dtype=torch.float64)
-    )
+    gen = torch.Generator(device="cuda").manual_seed(7)  # cotangents rounded to FLA's output dtypes too
+    d_out = torch.randn(ref_out.shape, generator=gen, device="cuda").to(out.dtype).double()
+    d_state = None if state is None else torch.randn(state.shape, generator=gen, device="cuda").double()
 
     def grads(o, s, leaves):
         loss = (o * d_out.to(o.dtype)).sum() + (0 if s is None else (s * d_state.to(s.dtype)).sum())
@@ -112,8 +110,8 @@ def test_gdn_fla_matches_reference(record, case):
         g = torch.randn(g.shape, generator=gen, device="cuda", dtype=torch.float64)
         extra = dict(
             use_gate_in_kernel=True,
-            A_log=torch.rand(16, device="cuda", dtype=torch.float64).mul(2).log1p(),
-            dt_bias=torch.randn(16, device="cuda", dtype=torch.float64) * 0.5,
+            A_log=torch.rand(16, device="cuda").mul(2).log1p().double(),  # float32-exact values
+            dt_bias=(torch.randn(16, device="cuda") * 0.5).double(),
         )
 
     def fn(q, k, v, g, beta, h0, backend):
@@ -261,42 +259,38 @@ def test_rms_norm_gated_fla_matches_reference(record, norm_before_gate, group_si
     )
 
 
+def rounded(tensors, dtypes):
+    """(FLA inputs in `dtypes`, the same values in float64 for the reference)."""
+    low = [t.to(d) for t, d in zip(tensors, dtypes, strict=True)]
+    return low, [t.double() for t in low]
+
+
 @pytest.mark.parametrize("T", [1, 16])
 def test_recurrent_decode_kernels_match_reference(record, T):
     """mode='recurrent' (FLA's fused_recurrent kernels, inference) with a carried state."""
+    delta_dtypes = [BF16, BF16, BF16, F32, BF16, F32]
+    results = {}
     with torch.no_grad():
-        q, k, v, g, beta, h0 = gdn_inputs(4, T, 8, 16, 64, 64, device="cuda", initial_state=True)
-        args = dict(initial_state=h0.float(), output_final_state=True, mode="recurrent")
-        ref = zk.gated_delta_rule(
-            q, k, v, g, beta, initial_state=h0, output_final_state=True, backend="torch"
+        for name, fn, inputs in (
+            ("gdn", zk.gated_delta_rule, gdn_inputs(4, T, 8, 16, 64, 64, device="cuda", initial_state=True)),
+            ("kda", zk.kimi_delta_rule, kda_inputs(4, T, 16, 32, 64, device="cuda", initial_state=True)),
+        ):
+            (q, k, v, g, beta, h0), ref = rounded(inputs, delta_dtypes)
+            got = fn(
+                q, k, v, g, beta, initial_state=h0, output_final_state=True, mode="recurrent", backend="fla"
+            )
+            want = fn(*ref[:5], initial_state=ref[5], output_final_state=True, backend="torch")
+            results[name] = (got, want)
+        inputs = ssd_inputs(4, T, 32, 64, 8, 64, device="cuda", initial_state=True)
+        (x, dt, A, Bm, C, D, h0), ref = rounded(inputs, [BF16, F32, F32, BF16, BF16, F32, F32])
+        got = zk.mamba2_ssd(
+            x, dt, A, Bm, C, D=D, initial_state=h0, output_final_state=True, mode="recurrent", backend="fla"
         )
-        got = zk.gated_delta_rule(
-            q.bfloat16(), k.bfloat16(), v.bfloat16(), g.float(), beta.bfloat16(), backend="fla", **args
+        want = zk.mamba2_ssd(
+            *ref[:5], D=ref[5], initial_state=ref[6], output_final_state=True, backend="torch"
         )
-        q, k, v, g, beta, h0 = kda_inputs(4, T, 16, 32, 64, device="cuda", initial_state=True)
-        args["initial_state"] = h0.float()
-        ref_k = zk.kimi_delta_rule(
-            q, k, v, g, beta, initial_state=h0, output_final_state=True, backend="torch"
-        )
-        got_k = zk.kimi_delta_rule(
-            q.bfloat16(), k.bfloat16(), v.bfloat16(), g.float(), beta.bfloat16(), backend="fla", **args
-        )
-        x, dt, A, Bm, C, D, h0 = ssd_inputs(4, T, 32, 64, 8, 64, device="cuda", initial_state=True)
-        args["initial_state"] = h0.float()
-        ref_m = zk.mamba2_ssd(
-            x, dt, A, Bm, C, D=D, initial_state=h0, output_final_state=True, backend="torch"
-        )
-        got_m = zk.mamba2_ssd(
-            x.bfloat16(),
-            dt.float(),
-            A.float(),
-            Bm.bfloat16(),
-            C.bfloat16(),
-            D=D.float(),
-            backend="fla",
-            **args,
-        )
-    for name, (o, s), (ro, rs) in (("gdn", got, ref), ("kda", got_k, ref_k), ("mamba2", got_m, ref_m)):
+        results["mamba2"] = (got, want)
+    for name, ((o, s), (ro, rs)) in results.items():
         for quantity, a, b in (("out", o, ro), ("state", s, rs)):
             err = relative_error(a, b) if torch.isfinite(a).all() else math.inf
             record(f"{name}-recurrent-T{T}", quantity, err)
