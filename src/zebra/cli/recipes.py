@@ -15,9 +15,21 @@ from zebra.errors import ZebraError
 
 app = typer.Typer(help="List, show and copy training recipes.", no_args_is_help=True)
 
+
+def complete_recipe(incomplete: str) -> list[str]:
+    """Shell completion: built-in recipe names starting with what was typed."""
+    from zebra.recipes import list_recipes
+
+    return [name for name in list_recipes() if name.startswith(incomplete)]
+
+
 RecipeArg = Annotated[
     str | None,
-    typer.Argument(help="Recipe name (see `zebra recipes list`) or YAML path.", show_default=False),
+    typer.Argument(
+        help="Recipe name (see `zebra recipes list`) or YAML path.",
+        show_default=False,
+        autocompletion=complete_recipe,
+    ),
 ]
 
 
@@ -152,7 +164,7 @@ def _show_params(recipe, seq_len: int, json_: bool) -> None:
     epilog=examples("zebra recipes cp 1b-gdn-pure my-gdn.yaml", "zebra recipes cp tiny recipes/ --force")
 )
 def cp(
-    name: Annotated[str, typer.Argument(help="Built-in recipe to copy.")],
+    name: Annotated[str, typer.Argument(help="Built-in recipe to copy.", autocompletion=complete_recipe)],
     dest: Annotated[str, typer.Argument(help="Destination file, or folder (existing, or ending in '/').")],
     force: ForceOpt = False,
 ) -> None:
@@ -170,4 +182,4 @@ def cp(
     tmp.write_text(src.read_text())
     shutil.copymode(src, tmp)
     tmp.replace(target)
-    out.result(f"copied {src.name} to {target}; train it with `zebra train {target}`")
+    out.result(f"copied {src.name} to {target}; edit it, then check it with `zebra recipes show {target}`")

@@ -47,6 +47,8 @@ def find_recipe(name_or_path: str | Path, *, relative_to: Path | None = None) ->
         raise ZebraError(f"{text}: recipe file not found", fix="check the path, or see `zebra recipes list`")
     close = difflib.get_close_matches(text, list_recipes(), n=3, cutoff=0.4)
     hint = f"did you mean {', '.join(close)}?" if close else "see `zebra recipes list`"
+    if relative_to is not None and (relative_to / f"{text}.yaml").is_file():
+        hint = f"a name means a built-in recipe; for the file beside this one write ./{text}.yaml"
     raise ZebraError(f"unknown recipe {text!r}", fix=hint)
 
 

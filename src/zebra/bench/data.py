@@ -1,0 +1,191 @@
+"""`zebra bench data`: our prep throughput against Megatron's preprocess_data approach, same corpus and tokenizer.
+
+Baseline (what `tools/preprocess_data.py` does): a multiprocessing pool maps JSON lines to workers with
+`imap(chunksize=32)`; each worker parses the line and calls the tokenizer once per document
+(`tokenizer(text)["input_ids"]` + EOD); the main process writes every document with `IndexedDatasetBuilder`.
+Ours: `zebra.data.prep` (batched fast encoding without offsets, flat arrays back to the writer).
+Both use the same worker count and write the same dtype; their outputs are compared byte for byte.
+Rounds alternate baseline / ours and the best time of each counts, which damps noise from other load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+_BASELINE: dict[str, Any] = {}
+
+
+@dataclass
+class DataBenchResult:
+    corpus: str
+    corpus_bytes: int
+    documents: int
+    tokens: int
+    tokenizer: str
+    workers: int
+    rounds: int
+    baseline_seconds: float
+    ours_seconds: float
+    identical_output: bool
+
+    @property
+    def baseline_tokens_per_s(self) -> float:
+        return self.tokens / self.baseline_seconds
+
+    @property
+    def ours_tokens_per_s(self) -> float:
+        return self.tokens / self.ours_seconds
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline_seconds / self.ours_seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d |= {
+            "baseline_tokens_per_s": self.baseline_tokens_per_s,
+            "ours_tokens_per_s": self.ours_tokens_per_s,
+            "baseline_tokens_per_s_per_core": self.baseline_tokens_per_s / self.workers,
+            "ours_tokens_per_s_per_core": self.ours_tokens_per_s / self.workers,
+            "speedup": self.speedup,
+        }
+        return d
+
+
+def bench_data(
+    corpus: str | Path | None = None,
+    *,
+    tokenizer: str = "byte",
+    train_bpe: int | None = None,
+    workers: int | None = None,
+    repeat: int = 8,
+    rounds: int = 3,
+    on_phase: Callable[[str], None] | None = None,
+) -> DataBenchResult:
+    """Time both pipelines on one jsonl corpus.
+
+    Args:
+        corpus: a jsonl file with a `text` field (default: the bundled sample corpus, `repeat` times over).
+        tokenizer: tokenizer name or path, or `byte`.
+        train_bpe: instead of `tokenizer`, train a byte-level BPE of this vocabulary on the corpus (offline).
+        workers: worker processes for both (default: all cores).
+        repeat: copies of the sample corpus when no corpus is given.
+        rounds: alternating runs of each pipeline; the fastest of each is reported.
+        on_phase: called with a short description of what runs now.
+    """
+    from zebra.data import tokenizers as tok
+    from zebra.data.indexed import megatron_indexed
+    from zebra.data.prep import default_workers, plan_prep, run_prep
+    from zebra.data.sources import open_source
+
+    say = on_phase or (lambda _msg: None)
+    workers = workers or default_workers()
+    megatron_indexed()  # import once, outside the timings
+    with tempfile.TemporaryDirectory(prefix="zebra-bench-data-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        path = Path(corpus) if corpus else _sample_jsonl(tmp / "corpus.jsonl", repeat)
+        name = tokenizer
+        if train_bpe:
+            say(f"training a {train_bpe}-token BPE on the corpus")
+            texts = [json.loads(line)["text"] for line in path.open("rb")]
+            tok.train_bpe(texts, train_bpe).save_pretrained(tmp / "bpe")
+            tokenizer, name = str(tmp / "bpe"), f"byte-level BPE, {train_bpe} tokens, trained on the corpus"
+        loaded = tok.load_tokenizer(tokenizer)
+        dtype = tok.token_dtype(tok.vocab_size(loaded))
+        best_base = best_ours = float("inf")
+        for r in range(rounds):
+            say(f"round {r + 1}/{rounds}: baseline (per-document encode, {workers} workers)")
+            t0 = time.perf_counter()
+            documents, tokens = _baseline(path, loaded, dtype, workers, tmp / "baseline")
+            best_base = min(best_base, time.perf_counter() - t0)
+            say(f"round {r + 1}/{rounds}: zebra data prep ({workers} workers)")
+            ours = tmp / "ours"
+            plan = plan_prep(open_source(str(path)), ours, tokenizer=tokenizer, workers=workers, force=True)
+            t0 = time.perf_counter()
+            result = run_prep(plan)
+            best_ours = min(best_ours, time.perf_counter() - t0)
+        identical = (result.manifest.documents, result.manifest.tokens) == (
+            documents,
+            tokens,
+        ) and _same_output(tmp / "baseline", ours, result.manifest)
+        corpus_bytes = path.stat().st_size
+    return DataBenchResult(
+        corpus=str(corpus) if corpus else f"bundled sample corpus x{repeat}",
+        corpus_bytes=corpus_bytes,
+        documents=documents,
+        tokens=tokens,
+        tokenizer=name,
+        workers=workers,
+        rounds=rounds,
+        baseline_seconds=best_base,
+        ours_seconds=best_ours,
+        identical_output=identical,
+    )
+
+
+def _sample_jsonl(path: Path, repeat: int) -> Path:
+    import gzip
+
+    from zebra.data.sample_corpus import CORPUS_PATH
+
+    data = gzip.decompress(CORPUS_PATH.read_bytes())
+    with open(path, "wb") as f:
+        for _ in range(repeat):
+            f.write(data)
+    return path
+
+
+def _baseline_init(tokenizer: Any, eod: int) -> None:
+    _BASELINE.update(tokenizer=tokenizer, eod=eod)
+
+
+def _baseline_encode(line: str) -> list[int]:
+    text = json.loads(line)["text"]
+    ids = _BASELINE["tokenizer"](text)["input_ids"]
+    ids.append(_BASELINE["eod"])
+    return ids
+
+
+def _baseline(path: Path, tokenizer: Any, dtype: Any, workers: int, prefix: Path) -> tuple[int, int]:
+    """Megatron preprocess_data's loop: Pool.imap over lines, one encode per document, add_document each."""
+    import multiprocessing as mp
+
+    from zebra.data.indexed import megatron_indexed
+
+    builder = megatron_indexed().IndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype.type)
+    documents = tokens = 0
+    ctx = mp.get_context("fork")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    with (
+        open(path, encoding="utf-8") as fin,
+        ctx.Pool(workers, initializer=_baseline_init, initargs=(tokenizer, tokenizer.eos_token_id)) as pool,
+    ):
+        for ids in pool.imap(_baseline_encode, fin, 32):
+            builder.add_document(ids, [len(ids)])
+            documents += 1
+            tokens += len(ids)
+    builder.finalize(f"{prefix}.idx")
+    return documents, tokens
+
+
+def _same_output(baseline: Path, folder: Path, manifest: Any) -> bool:
+    """Our shards, concatenated, hold exactly the baseline's token bytes and document lengths."""
+    import numpy as np
+
+    from zebra.data.indexed import open_dataset
+
+    def lengths(prefix: Path) -> np.ndarray:
+        ds = open_dataset(prefix)  # its arrays view a memory map that closes with it: copy
+        return np.array(ds.sequence_lengths, copy=True)
+
+    prefixes = [folder / s.prefix for s in manifest.shards]
+    ours = b"".join(Path(f"{p}.bin").read_bytes() for p in prefixes)
+    ours_lengths = np.concatenate([lengths(p) for p in prefixes])
+    return ours == Path(f"{baseline}.bin").read_bytes() and np.array_equal(ours_lengths, lengths(baseline))

@@ -1,0 +1,70 @@
+"""The root command: version, help, shell completion, and how errors reach the user."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from zebra import __version__
+
+
+def test_version(zebra):
+    for flag in ("--version", "-V"):
+        r = zebra(flag)
+        assert r.returncode == 0 and r.stdout == f"zebra {__version__}\n"
+
+
+def test_help_lists_the_command_groups(zebra):
+    r = zebra("--help")
+    assert r.returncode == 0
+    assert "Usage: zebra" in r.stdout
+    for group in ("recipes", "doctor", "bench"):
+        assert f" {group} " in r.stdout
+
+
+def test_no_arguments_shows_help(zebra):
+    r = zebra()
+    assert "Usage: zebra" in r.stdout + r.stderr
+
+
+def test_unknown_command_is_a_usage_error(zebra):
+    r = zebra("recipez")
+    assert r.returncode == 2
+    assert "No such command 'recipez'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_show_completion_prints_a_bash_script(zebra):
+    r = zebra("--show-completion", "bash", env={"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
+    assert r.returncode == 0
+    assert "_zebra_completion()" in r.stdout
+    assert "_ZEBRA_COMPLETE=complete_bash" in r.stdout
+    assert "complete -o default -F _zebra_completion zebra" in r.stdout
+
+
+def test_completion_completes_commands_and_recipe_names(zebra):
+    env = {"_ZEBRA_COMPLETE": "complete_bash", "COMP_WORDS": "zebra rec", "COMP_CWORD": "1"}
+    assert zebra(env=env).stdout.split() == ["recipes"]
+    env = {"_ZEBRA_COMPLETE": "complete_bash", "COMP_WORDS": "zebra recipes show tiny-", "COMP_CWORD": "3"}
+    assert zebra(env=env).stdout.split() == ["tiny-gdn", "tiny-kda", "tiny-mamba"]
+
+
+def test_install_completion_writes_the_shell_setup(zebra, tmp_path):
+    env = {"HOME": str(tmp_path), "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
+    r = zebra("--install-completion", "bash", env=env)
+    assert r.returncode == 0, r.stderr
+    script = tmp_path / ".bash_completions" / "zebra.sh"
+    assert "_zebra_completion" in script.read_text()
+    assert str(Path(".bash_completions") / "zebra.sh") in (tmp_path / ".bashrc").read_text()
+
+
+def test_unexpected_errors_are_one_line_with_a_debug_hint(cli, monkeypatch):
+    import zebra.recipes
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(zebra.recipes, "list_recipes", broken)
+    result = cli("recipes", "list")
+    assert result.exit_code == 1
+    assert "error: RuntimeError: disk on fire" in result.stderr
+    assert "ZEBRA_DEBUG=1" in result.stderr
+    assert "Traceback" not in result.output

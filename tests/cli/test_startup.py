@@ -1,0 +1,34 @@
+"""`zebra --help`, `--version` and `recipes list` import no heavy library (no timings here: see
+`zebra bench startup` and docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import pytest
+import typer
+
+from zebra.bench.startup import HEAVY_MODULES, heavy_imports, imported_modules
+from zebra.cli.main import app
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["recipes", "list"], ["recipes", "--help"]])
+def test_light_commands_import_no_heavy_module(args):
+    assert heavy_imports(args) == []
+
+
+def _command_paths(command=None, path=()):
+    command = command or typer.main.get_command(app)
+    for name, sub in getattr(command, "commands", {}).items():
+        yield [*path, name]
+        yield from _command_paths(sub, (*path, name))
+
+
+@pytest.mark.parametrize("path", list(_command_paths()), ids=" ".join)
+def test_every_command_help_is_light(path):
+    assert heavy_imports([*path, "--help"]) == []
+
+
+def test_the_detector_sees_a_heavy_import(tmp_path):
+    # `zebra doctor` asks torch about GPUs, so it must show up: proof the check above can fail.
+    modules = imported_modules(["doctor", "--json", "--data-dir", str(tmp_path)], ok_exit_codes=(0, 1))
+    assert "torch" in {m.split(".")[0] for m in modules}
+    assert set(HEAVY_MODULES) >= {"torch", "transformers", "fla", "megatron", "datasets", "lm_eval"}

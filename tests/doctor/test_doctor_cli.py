@@ -1,0 +1,120 @@
+"""`zebra doctor` end to end: every check runs on this machine, JSON for scripts, exit 1 on a failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from zebra.cli.main import app
+from zebra.doctor import CHECK_NAMES, promote, run_checks
+from zebra.doctor.check import fail, ok, warn
+from zebra.doctor.run import _guarded
+from zebra.errors import ZebraError
+
+runner = CliRunner()
+
+
+def doctor_json(*args, env=None):
+    result = runner.invoke(app, ["doctor", "--json", *args], env=env)
+    return result, json.loads(result.stdout)
+
+
+def test_every_check_runs_in_order(tmp_path):
+    checks = run_checks(data_dir=tmp_path)
+    assert tuple(c.name for c in checks) == CHECK_NAMES
+    for c in checks:
+        assert c.status in ("ok", "warn", "fail") and c.detail
+        if c.status == "fail":
+            assert c.fix
+
+
+def test_json_on_this_machine_reports_and_exits_by_failures(tmp_path):
+    result, data = doctor_json("--data-dir", str(tmp_path))
+    statuses = {c["name"]: c["status"] for c in data["checks"]}
+    assert list(statuses) == list(CHECK_NAMES)
+    assert data["counts"]["fail"] == sum(s == "fail" for s in statuses.values())
+    assert result.exit_code == (1 if data["counts"]["fail"] else 0)
+    assert data["ok"] == (data["counts"]["fail"] == 0)
+    import torch
+
+    if not torch.cuda.is_available():  # the CPU machine: GPU checks are absent, not crashes
+        assert statuses["gpu"] == "warn" and statuses["nccl-env"] == "warn"
+        assert statuses["fla-triton-hopper"] == "ok"
+
+
+def test_required_docker_fails_the_run_when_unreachable(tmp_path):
+    env = {"DOCKER_HOST": f"unix://{tmp_path}/none.sock"}
+    result, data = doctor_json("--require", "docker", "--data-dir", str(tmp_path), env=env)
+    docker = next(c for c in data["checks"] if c["name"] == "docker")
+    assert docker["status"] == "fail"
+    assert result.exit_code == 1
+
+
+def test_sample_sets_the_disk_need(tmp_path):
+    _, data = doctor_json("--sample", "350BT", "--data-dir", str(tmp_path))
+    disk = next(c for c in data["checks"] if c["name"] == "disk")
+    assert "--sample 350BT needs about 1,750 GB" in disk["detail"]
+
+
+def test_table_output_lists_checks_and_fixes(tmp_path):
+    env = {"DOCKER_HOST": f"unix://{tmp_path}/none.sock", "COLUMNS": "200"}
+    result = runner.invoke(app, ["doctor", "--data-dir", str(tmp_path)], env=env)
+    assert "fla-triton-hopper" in result.stdout
+    assert "To fix:" in result.stdout and "docker: start the engine" in result.stdout
+    assert " ok, " in result.stdout and " fail" in result.stdout
+
+
+def test_hf_token_never_reaches_the_output(tmp_path):
+    secret = "hf_zebraSecretNeverPrinted123"
+    result = runner.invoke(
+        app, ["doctor", "--data-dir", str(tmp_path)], env={"HF_TOKEN": secret, "COLUMNS": "200"}
+    )
+    assert "HF_TOKEN is set" in result.stdout
+    assert secret not in result.output
+    _, data = doctor_json("--data-dir", str(tmp_path), env={"HF_TOKEN": secret})
+    assert secret not in json.dumps(data)
+
+
+@pytest.mark.parametrize(
+    ("args", "message", "hint"),
+    [
+        (["--require", "dockr"], "error: --require dockr: unknown check", "did you mean 'docker'?"),
+        (["--sample", "5BT"], "error: --sample 5BT: unknown sample", "10BT, 100BT, 350BT"),
+    ],
+)
+def test_bad_flags_are_one_line_errors(args, message, hint):
+    r = subprocess.run(
+        [sys.executable, "-c", "from zebra.cli.main import main; main()", "doctor", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "300"},
+    )
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert lines[0] == message and hint in lines[1]
+    assert "Traceback" not in r.stderr
+
+
+def test_require_accepts_comma_lists():
+    with pytest.raises(ZebraError, match="--require slrum: unknown check"):
+        run_checks(required=["docker,slrum"])
+
+
+def test_promote_only_turns_named_warnings_into_failures():
+    checks = [warn("docker", "down"), warn("slurm", "down"), ok("gpu", "fine"), fail("torch", "gone")]
+    promoted = promote(checks, ["docker", "gpu"])
+    assert [c.status for c in promoted] == ["fail", "warn", "ok", "fail"]
+
+
+def test_a_crashing_check_becomes_a_failed_row(monkeypatch):
+    monkeypatch.delenv("ZEBRA_DEBUG", raising=False)
+    (row,) = _guarded("disk", lambda: 1 / 0)
+    assert row.status == "fail" and "ZeroDivisionError" in row.detail and "ZEBRA_DEBUG=1" in row.fix
+    monkeypatch.setenv("ZEBRA_DEBUG", "1")
+    with pytest.raises(ZeroDivisionError):
+        _guarded("disk", lambda: 1 / 0)

@@ -1,0 +1,51 @@
+"""HF token (never printed) and free-disk checks."""
+
+from __future__ import annotations
+
+from zebra.doctor.host import check_disk, check_hf_token
+
+SECRET = "hf_zebraTestTokenThatMustNeverBePrinted"
+
+
+def test_token_in_environment_is_ok_and_never_shown(tmp_path):
+    check = check_hf_token({"HF_TOKEN": SECRET, "HF_HOME": str(tmp_path)})
+    assert check.status == "ok"
+    assert "HF_TOKEN is set" in check.detail and "no cached login token" in check.detail
+    assert SECRET not in repr(check)
+
+
+def test_no_token_anywhere_warns(tmp_path):
+    check = check_hf_token({"HF_HOME": str(tmp_path)})
+    assert check.status == "warn"
+    assert "meta-llama" in check.detail
+    assert "HF_TOKEN" in check.fix and "hf auth login" in check.fix
+
+
+def test_cached_login_token_counts_and_is_not_shown(tmp_path):
+    (tmp_path / "token").write_text(SECRET + "\n")
+    check = check_hf_token({"HF_HOME": str(tmp_path)})
+    assert check.status == "ok"
+    assert str(tmp_path / "token") in check.detail
+    assert SECRET not in repr(check)
+
+
+def test_token_path_override_and_empty_file(tmp_path):
+    token = tmp_path / "elsewhere"
+    token.write_text("   \n")
+    assert check_hf_token({"HF_TOKEN_PATH": str(token)}).status == "warn"  # an empty file is no token
+    token.write_text(SECRET)
+    assert check_hf_token({"HF_TOKEN_PATH": str(token)}).status == "ok"
+
+
+def test_disk_with_tiny_and_huge_needs(tmp_path):
+    small = check_disk(tmp_path, 1, "--sample test")
+    assert small.status == "ok" and str(tmp_path) in small.detail
+    huge = check_disk(tmp_path, 10**18, "--sample 10BT")
+    assert huge.status == "warn"
+    assert "--sample 10BT needs about 1,000,000,000 GB" in huge.detail
+    assert "--data-dir" in huge.fix
+
+
+def test_disk_measures_the_nearest_existing_parent(tmp_path):
+    check = check_disk(tmp_path / "not" / "yet", 1, "x")
+    assert check.status == "ok" and f"free at {tmp_path} " in check.detail

@@ -1,0 +1,65 @@
+"""Every built-in recipe loads, validates and builds the model configuration it describes."""
+
+from __future__ import annotations
+
+import pytest
+
+from zebra import arch
+from zebra.recipes import builtin_dir, list_recipes, load_recipe
+
+GUIDE = ("1b-mamba-mla", "1b-kda-mla", "1b-kda-pure", "1b-gdn", "1b-gdn-pure", "3b-mamba-mla", "8b-mamba-mla")
+TINY = ("tiny", "tiny-gdn", "tiny-kda", "tiny-mamba")
+
+
+def test_the_guides_seven_and_the_tiny_recipes_ship():
+    assert set(GUIDE + TINY) <= set(list_recipes())
+    assert all((builtin_dir() / f"{name}.yaml").is_file() for name in list_recipes())
+
+
+@pytest.mark.parametrize("name", list_recipes())
+def test_builtin_loads_and_names_itself(name):
+    recipe = load_recipe(name)
+    assert recipe.name == name
+    assert recipe.description, "every built-in says what it trains"
+    assert recipe.source == str(builtin_dir() / f"{name}.yaml")
+    pattern = arch.resolve_pattern(arch.as_config(recipe.model.flat()))
+    assert len(pattern) == recipe.model.num_layers
+
+
+@pytest.mark.parametrize(
+    ("name", "mixers"),
+    [
+        ("tiny", {"*", "M", "G", "K"}),
+        ("tiny-gdn", {"G"}),
+        ("tiny-kda", {"K"}),
+        ("tiny-mamba", {"M"}),
+        ("1b-gdn-pure", {"G"}),
+        ("1b-kda-pure", {"K"}),
+        ("1b-mamba-mla", {"M", "*"}),
+        ("1b-kda-mla", {"K", "*"}),
+    ],
+)
+def test_mixers_match_the_recipe_name(name, mixers):
+    pattern = arch.resolve_pattern(arch.as_config(load_recipe(name).model.flat()))
+    assert set(pattern) - {"-"} == mixers
+
+
+def test_1b_gdn_pure_has_fla_parameter_count():
+    # FLA's GatedDeltaNetForCausalLM at the 1b-gdn-pure shapes has 1,203,441,152 parameters (reference.md).
+    recipe = load_recipe("1b-gdn-pure")
+    assert arch.param_count(arch.as_config(recipe.model.flat())).total == 1_203_441_152
+
+
+def test_hybrid_attention_ratio_gives_one_mla_per_four_mixers():
+    pattern = arch.resolve_pattern(arch.as_config(load_recipe("1b-mamba-mla").model.flat()))
+    mixers = pattern.replace("-", "")
+    assert mixers.count("*") * 4 == len(mixers)
+
+
+@pytest.mark.parametrize("name", (*TINY, "1b-gdn-pure", "1b-mamba-mla"))
+def test_recipe_builds_a_zebra_config(name):
+    pytest.importorskip("transformers")
+    recipe = load_recipe(name)
+    config = recipe.model.to_config()
+    assert config.num_hidden_layers == recipe.model.num_layers
+    assert config.layer_pattern == arch.resolve_pattern(arch.as_config(recipe.model.flat()))

@@ -1,0 +1,85 @@
+"""`--set KEY=VALUE`: coercion to the field's type, nested keys, null, and one-line errors naming --set."""
+
+from __future__ import annotations
+
+import pytest
+
+from zebra.errors import ZebraError
+from zebra.recipes import load_recipe
+
+
+def load(*overrides):
+    return load_recipe("tiny", overrides=list(overrides))
+
+
+@pytest.mark.parametrize(
+    ("assignment", "get", "value"),
+    [
+        ("train.max_steps=1000", lambda r: r.train.max_steps, 1000),
+        ("train.lr=3e-4", lambda r: r.train.lr, 3e-4),
+        ("train.clip_grad=2", lambda r: r.train.clip_grad, 2.0),
+        ("train.compile=true", lambda r: r.train.compile, True),
+        ("train.compile=off", lambda r: r.train.compile, False),
+        ("train.export=0", lambda r: r.train.export, False),
+        ("data.tokenizer=fla-hub/gla-1.3B-100B", lambda r: r.data.tokenizer, "fla-hub/gla-1.3B-100B"),
+        ("data.paths=a,b:0.5", lambda r: r.data.paths, ["a", "b:0.5"]),
+        ("data.paths=[x, y]", lambda r: r.data.paths, ["x", "y"]),
+        ("data.paths=", lambda r: r.data.paths, []),
+        ("model.mla.num_heads=8", lambda r: r.model.mla.num_heads, 8),
+        ("launch.launcher=slurm", lambda r: r.launch.launcher, "slurm"),
+        ("description=a b = c", lambda r: r.description, "a b = c"),
+    ],
+)
+def test_values_are_coerced_to_the_field_type(assignment, get, value):
+    result = get(load(assignment))
+    assert result == value and type(result) is type(value)
+
+
+def test_later_override_wins():
+    assert load("train.lr=1e-3", "train.lr=2e-3").train.lr == 2e-3
+
+
+def test_null_for_an_optional_field():
+    recipe = load("model.pattern=null", "model.num_layers=4")
+    assert recipe.model.pattern is None
+    assert load("model.pattern=none", "model.num_layers=4").model.pattern is None
+
+
+def test_null_for_a_required_field_is_an_error():
+    with pytest.raises(ZebraError, match=r"^--set: train.max_steps: got 'null' \(expected an integer\)$"):
+        load("train.max_steps=null")
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        ("train.lrr=1", r"--set: train.lrr: unknown key \(did you mean 'lr'\?\)"),
+        ("trian.lr=1", r"--set: trian: unknown key \(did you mean 'train'\?\)"),
+        ("model.mla.num_head=8", r"--set: model.mla.num_head: unknown key \(did you mean 'num_heads'\?\)"),
+        ("train.max_steps=abc", r"--set: train.max_steps: got 'abc' \(expected an integer\)"),
+        ("train.max_steps=1.5", r"--set: train.max_steps: got '1.5' \(expected an integer\)"),
+        ("train.lr=fast", r"--set: train.lr: got 'fast' \(expected a number\)"),
+        ("train.lr=inf", r"--set: train.lr: got inf \(expected a finite number\)"),
+        ("train.compile=maybe", r"--set: train.compile: got 'maybe' \(expected true or false\)"),
+        ("train.lr=2", r"--set: train.lr: 2.0 is above the maximum \(expected <= 1.0\)"),
+        ("train.max_steps=0", r"--set: train.max_steps: 0 is below the minimum \(expected >= 1\)"),
+        (
+            "train.precision=bf15",
+            r"--set: train.precision: got 'bf15' \(expected one of bf16, fp32; did you mean 'bf16'\?\)",
+        ),
+        ("train=3", r"--set: train: got '3' \(expected a mapping\)"),
+        ("train.lr.x=1", r"--set 'train.lr.x=1': lr is not a section"),
+        ("train.lr", r"--set 'train.lr': expected KEY=VALUE"),
+        ("=3", r"--set '=3': expected KEY=VALUE"),
+        ("train..lr=1", r"--set 'train..lr=1': empty part in key"),
+    ],
+)
+def test_bad_overrides_are_one_line_errors_naming_set(assignment, message):
+    with pytest.raises(ZebraError, match=f"^{message}") as err:
+        load(assignment)
+    assert "\n" not in err.value.message
+
+
+def test_override_is_checked_against_cross_field_rules():
+    with pytest.raises(ZebraError, match=r"train.min_lr: 0.5 exceeds train.lr"):
+        load("train.min_lr=0.5")
