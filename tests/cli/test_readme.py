@@ -75,3 +75,18 @@ def test_readme_recipe_commands_run(line, cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = cli(*shlex.split(line)[1:])
     assert result.exit_code == 0, result.output
+
+
+def _leaf_commands(command=None, path=()):
+    command = command or typer.main.get_command(app)
+    for name, sub in getattr(command, "commands", {}).items():
+        if hasattr(sub, "commands"):
+            yield from _leaf_commands(sub, (*path, name))
+        else:
+            yield " ".join((*path, name))
+
+
+@pytest.mark.parametrize("command", sorted(_leaf_commands()))
+def test_the_tour_shows_every_command(command):
+    shown = {" ".join(_resolve(shlex.split(line)[1:])[1]) for line in _zebra_lines()}
+    assert command in shown, f"README.md's tour has no example of `zebra {command}`: add one"
