@@ -15,6 +15,7 @@ from typer.core import TyperGroup
 from zebra import __version__
 from zebra.cli import bench, data, doctor, recipes
 from zebra.cli import chat as chat_cli
+from zebra.cli import convert as convert_cli
 from zebra.cli import eval as eval_cli
 from zebra.cli import generate as generate_cli
 from zebra.cli._output import out
@@ -81,6 +82,8 @@ app.add_typer(recipes.app, name="recipes")
 app.add_typer(data.app, name="data")
 app.command("doctor", epilog=doctor.EPILOG)(doctor.doctor)
 app.add_typer(bench.app, name="bench")
+app.command("convert", epilog=convert_cli.CONVERT_EXAMPLES)(convert_cli.convert)
+app.command("verify", epilog=convert_cli.VERIFY_EXAMPLES)(convert_cli.verify)
 app.command("eval", epilog=eval_cli.EXAMPLES)(eval_cli.eval_command)
 app.command("chat", epilog=chat_cli.EXAMPLES)(chat_cli.chat_command)
 app.command("generate", epilog=generate_cli.EXAMPLES)(generate_cli.generate_command)

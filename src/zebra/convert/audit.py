@@ -18,6 +18,7 @@ class Audit:
     """Result of comparing a checkpoint's tensors with a model's: every list holds names."""
 
     target: str
+    subject: str = ""  # the checkpoint audited
     missing: list[str] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)
     mismatched: list[tuple[str, list[int], list[int]]] = field(default_factory=list)  # name, got, expected
@@ -30,6 +31,7 @@ class Audit:
     def to_dict(self) -> dict[str, Any]:
         return {
             "target": self.target,
+            "subject": self.subject,
             "ok": self.ok,
             "checked": self.checked,
             "missing": self.missing,
@@ -89,9 +91,11 @@ def audit(
     return result
 
 
-def zebra_audit(shapes: dict[str, tuple[int, ...]], config: Any) -> Audit:
+def zebra_audit(shapes: dict[str, tuple[int, ...]], config: Any, subject: str = "") -> Audit:
     """Audit against `ZebraForCausalLM(config)`."""
     from zebra.models import ZebraForCausalLM
 
     expected, tied = expected_shapes(meta_model(ZebraForCausalLM, config))
-    return audit(shapes, expected, tied=tied, target="ZebraForCausalLM")
+    result = audit(shapes, expected, tied=tied, target="ZebraForCausalLM")
+    result.subject = subject
+    return result

@@ -248,3 +248,68 @@ def fla_config(zebra_config: Any, pattern: str) -> dict[str, Any]:
         "pad_token_id": getattr(z, "pad_token_id", None),
         **family.from_zebra(z),
     }
+
+
+def export_fla(
+    checkpoint: Any,
+    output: Path,
+    *,
+    tokenizer: Any = None,
+    dtype: Any = None,
+    force: bool = False,
+    max_shard_bytes: int,
+    progress: bool = False,
+) -> Path:
+    """Write `checkpoint` (a pure GDN or pure KDA model) as an FLA directory that FLA's classes load.
+
+    Args:
+        checkpoint: a `zebra.convert.formats.Checkpoint`.
+        output: the FLA directory (written to a temporary folder, then renamed).
+        tokenizer: a loaded tokenizer or None.
+        dtype: a torch dtype to cast floating tensors to, or None to keep them.
+        force: replace an existing output.
+        max_shard_bytes: safetensors shard limit.
+        progress: per-tensor progress bar.
+    """
+    from zebra import arch
+    from zebra.convert.keymap import plan_keys
+    from zebra.convert.progress import tensor_progress
+    from zebra.convert.sources import ConvertedSource
+    from zebra.convert.writer import TensorSpec, output_dir, write_safetensors
+
+    config = checkpoint.config
+    fields = fla_config(config, arch.resolve_pattern(config))
+    shapes = checkpoint.tensors.shapes()
+    if config.tie_word_embeddings:
+        shapes.pop("lm_head.weight", None)  # saved once, as FLA's tied head expects
+    pieces = plan_keys(ZEBRA_TO_FLA, shapes, {}, origin=checkpoint.tensors.origin, fix="report this as a bug")
+    source = ConvertedSource(checkpoint.tensors, pieces)
+    specs = [
+        TensorSpec(p.name, p.shape, dtype if dtype is not None and p.dtype.is_floating_point else p.dtype)
+        for p in pieces
+    ]
+    if tokenizer is not None:
+        for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            if fields.get(name) is None:
+                fields[name] = getattr(tokenizer, name, None)
+    with output_dir(output, force=force) as tmp:
+        with tensor_progress(specs, "fla", enabled=progress) as advance:
+            write_safetensors(
+                tmp,
+                specs,
+                source.get,
+                max_shard_bytes=max_shard_bytes,
+                on_tensor=advance,
+                origin=source.origin,
+            )
+        if dtype is not None:
+            fields["torch_dtype"] = str(dtype).removeprefix("torch.")
+        (tmp / "config.json").write_text(json.dumps(fields, indent=2) + "\n")
+        from transformers import GenerationConfig
+
+        GenerationConfig(
+            **{k: fields.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+        ).save_pretrained(tmp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+    return output

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import pickle
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -267,7 +268,14 @@ def torch_load(path: Path, *, mmap: bool = True) -> Any:
 
 
 def _unreadable(path: Path, error: Exception) -> ZebraError:
-    first = str(error).strip().splitlines()[0][:160] if str(error).strip() else type(error).__name__
+    text = str(error)
+    blocked = re.search(r"unsupported GLOBAL (\S+) whose module \S+ is blocked", text)
+    if blocked:
+        return ZebraError(
+            f"{path}: refusing to unpickle {blocked.group(1)} (it could run code on this machine)",
+            fix="only load checkpoints from sources you trust; re-save the weights without that object",
+        )
+    first = text.strip().splitlines()[0][:160] if text.strip() else type(error).__name__
     return ZebraError(
         f"{path}: unreadable torch checkpoint ({first})",
         fix="the file is truncated or corrupt; copy it again or use another checkpoint",

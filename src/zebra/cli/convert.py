@@ -1,0 +1,192 @@
+"""`zebra convert` and `zebra verify`: move checkpoints between Zebra, FLA and Primus-Megatron formats, and prove it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from zebra.cli._options import ForceOpt, JsonOpt, YesOpt, examples
+from zebra.cli._output import out
+from zebra.cli._prompt import confirm
+from zebra.errors import ZebraError
+
+CONVERT_EXAMPLES = examples(
+    "zebra convert runs/1b-gdn-pure                       # a run's latest checkpoint -> runs/1b-gdn-pure/export",
+    "zebra convert primus/checkpoints --output zebra-1b   # Primus torch / torch_dist -> Zebra HF export",
+    "zebra convert zebra-1b --to fla --output fla-1b      # pure GDN / KDA -> FLA GatedDeltaNet / KDA",
+    "zebra convert fla-1b --to hf --dtype bf16 --force",
+)
+VERIFY_EXAMPLES = examples(
+    "zebra verify zebra-1b --against primus/checkpoints",
+    "zebra verify fla-1b --against zebra-1b --json",
+    'zebra verify zebra-1b --prompt "Once upon a time" --device cpu',
+)
+
+
+def convert(
+    src: Annotated[
+        Path,
+        typer.Argument(help="Zebra run / checkpoint / export, FLA directory, or Primus-Megatron checkpoint."),
+    ],
+    to: Annotated[
+        str, typer.Option("--to", help="hf (= zebra): a Zebra HF export; fla: FLA's layout.")
+    ] = "hf",
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Output directory (default: <run>/export, or SRC-hf / SRC-fla)."),
+    ] = None,
+    from_: Annotated[
+        str, typer.Option("--from", help="Source format: auto, zebra (run), hf (export), fla, megatron.")
+    ] = "auto",
+    dtype: Annotated[str, typer.Option("--dtype", help="auto (keep), bf16, fp16, fp32.")] = "auto",
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            "--tokenizer", help="Tokenizer to ship (name, path, byte or none); default: the source's."
+        ),
+    ] = None,
+    max_shard_size: Annotated[
+        str, typer.Option("--max-shard-size", help="Largest safetensors shard, e.g. 5GB, 500MB.")
+    ] = "5GB",
+    force: ForceOpt = False,
+    yes: YesOpt = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Convert a checkpoint, streaming one tensor at a time into sharded safetensors."""
+    from zebra.convert.formats import detect_format
+    from zebra.convert.pipeline import TARGETS, default_output
+    from zebra.convert.pipeline import convert as run_convert
+
+    if to not in TARGETS:
+        raise ZebraError(f"--to {to}: unknown target", fix=f"use one of {', '.join(TARGETS)}")
+    fmt = detect_format(src) if from_ == "auto" else from_
+    target = output or default_output(src, to, fmt)
+    if target.exists() and not force:
+        if not confirm(f"{target} exists. Overwrite it?", yes=yes, default=False):
+            raise ZebraError(
+                f"--output {target}: already exists", fix="pass --force (or --yes) to overwrite it"
+            )
+        force = True
+    result = run_convert(
+        src,
+        to,
+        target,
+        fmt=fmt,
+        dtype=dtype,
+        force=force,
+        tokenizer=tokenizer,
+        max_shard_size=max_shard_size,
+        progress=not json_,
+    )
+    if json_:
+        out.json(result.to_dict())
+        return
+    for note in result.notes:
+        out.warn(note)
+    out.result(
+        f"{result.source} ({result.source_format}) -> {result.output} ({result.target}): "
+        f"{result.tensors} tensors, pattern {result.pattern}"
+    )
+    out.hint(f"check it: zebra verify {result.output} --against {result.source}")
+
+
+def verify(
+    directory: Annotated[
+        Path, typer.Argument(help="The converted checkpoint (Zebra export or FLA directory).")
+    ],
+    against: Annotated[
+        Path | None, typer.Option("--against", "-a", help="The source it was converted from (any format).")
+    ] = None,
+    prompts: Annotated[
+        list[str] | None, typer.Option("--prompt", "--prompts", "-p", help="Prompt text (repeatable).")
+    ] = None,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    max_new_tokens: Annotated[
+        int, typer.Option("--max-new-tokens", min=1, max=256, help="Greedy continuation length.")
+    ] = 12,
+    tokenizer: Annotated[
+        str | None, typer.Option("--tokenizer", help="Tokenizer when the directory has none.")
+    ] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Audit names and shapes, compare logits with the source, and show a greedy sample; exit 1 on failure."""
+    from zebra.convert.verify import DEFAULT_PROMPTS
+    from zebra.convert.verify import verify as run_verify
+
+    report = run_verify(
+        directory,
+        against=against,
+        prompts=tuple(prompts) if prompts else DEFAULT_PROMPTS,
+        device=device,
+        max_new_tokens=max_new_tokens,
+        tokenizer=tokenizer,
+    )
+    if json_:
+        out.json(report.to_dict())
+    else:
+        _render(report)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _render(report) -> None:
+    out.text(f"[bold]{report.directory}[/] ({report.format}) on {report.device}: {report.mode}")
+    rows = []
+    for a in report.audits:
+        problems = (
+            [f"missing {n}" for n in a.missing]
+            + [f"unexpected {n}" for n in a.unexpected]
+            + [f"{n}: {g} != {e}" for n, g, e in a.mismatched]
+        )
+        rows.append(
+            [
+                a.subject or report.directory,
+                a.target,
+                a.checked,
+                "[green]ok[/]" if a.ok else "[red]FAIL[/]",
+                "; ".join(problems[:6]) + (f" (+{len(problems) - 6})" if len(problems) > 6 else ""),
+            ]
+        )
+    out.table(
+        ["checkpoint", "class", "tensors", "audit", "problems"],
+        rows,
+        title="Keys and shapes",
+        justify={"tensors": "right"},
+    )
+    if report.parities:
+        out.table(
+            ["reference", "candidate", "max |diff|", "max rel", "cosine", "pass if", "result"],
+            [
+                [
+                    p.reference,
+                    p.candidate,
+                    f"{p.max_abs:.3g}",
+                    f"{p.max_rel:.3g}",
+                    f"{p.cosine:.8f}",
+                    f"rel <= {p.threshold_rel:g}, cos >= {p.threshold_cosine}",
+                    "[green]ok[/]" if p.ok else "[red]FAIL[/]",
+                ]
+                for p in report.parities
+            ],
+            title="Logits parity",
+        )
+    else:
+        out.text("Logits parity: not run (pass --against SRC)")
+    out.table(
+        ["rank", "token", "text", "prob"],
+        [
+            [i + 1, t["id"], repr(t["text"]) if t["text"] is not None else "", f"{t['prob']:.4f}"]
+            for i, t in enumerate(report.top5)
+        ],
+        title=f"Next token after {report.prompt!r}",
+        justify={"prob": "right", "token": "right"},
+    )
+    out.text(f"greedy: {report.prompt!r} -> {report.continuation!r}")
+    for note in report.notes:
+        out.warn(note)
+    if report.ok:
+        out.result("verified")
+    else:
+        out.error("verification failed")

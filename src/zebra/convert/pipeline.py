@@ -1,0 +1,128 @@
+"""`convert`: any supported source -> a Zebra HF export or an FLA directory; `export_run` for training runs.
+
+The flow is the same for every pair: open the source as a `Checkpoint` (config + lazy tensors under Zebra
+names), audit names and shapes against `ZebraForCausalLM` before anything is written, then stream the tensors
+into sharded safetensors inside a temporary folder that is renamed into place at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zebra.convert.formats import open_checkpoint
+from zebra.convert.writer import DEFAULT_MAX_SHARD, parse_size
+from zebra.errors import ZebraError
+
+TARGETS = ("hf", "fla", "zebra")
+
+
+@dataclass
+class ConvertResult:
+    """What `convert` did: where from, what to, how many tensors, and notes for the user."""
+
+    source: Path
+    source_format: str
+    target: str
+    output: Path
+    tensors: int
+    pattern: str
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: str(v) if isinstance(v, Path) else v for k, v in self.__dict__.items()}
+
+
+def default_output(src: Path, to: str, fmt: str) -> Path:
+    """`<run>/export` for training runs, else `<src>-hf` / `<src>-fla` next to the source."""
+    if fmt == "zebra" and to != "fla" and (src / "config.yaml").is_file():
+        return src / "export"
+    base = src.parent / src.stem if src.is_file() else src
+    return base.with_name(f"{base.name}-{'fla' if to == 'fla' else 'hf'}")
+
+
+def convert(
+    src: str | Path,
+    to: str = "hf",
+    output: str | Path | None = None,
+    *,
+    fmt: str = "auto",
+    dtype: str = "auto",
+    force: bool = False,
+    tokenizer: str | None = None,
+    max_shard_size: int | str = DEFAULT_MAX_SHARD,
+    progress: bool = False,
+) -> ConvertResult:
+    """Convert a checkpoint.
+
+    Args:
+        src: a Zebra export / run / checkpoint, an FLA directory or a Primus-Megatron checkpoint.
+        to: "hf" (or its alias "zebra"): a Zebra HF export; "fla": FLA's GatedDeltaNet / KDA layout.
+        output: the output directory (default: see `default_output`).
+        fmt: "auto" or the source format (`hf`, `fla`, `zebra`, `megatron`).
+        dtype: "auto" (keep), "bf16", "fp16", "fp32" or "fp64" for floating tensors.
+        force: replace an existing output.
+        tokenizer: tokenizer to ship (name, hub id, directory, `byte`, or "none"); default: the source's.
+        max_shard_size: largest safetensors shard.
+        progress: per-tensor progress bar on stderr.
+    """
+    from zebra import arch
+    from zebra.convert.audit import zebra_audit
+    from zebra.convert.hf_export import DTYPES, _load_tokenizer, export_hf
+
+    if to not in TARGETS:
+        raise ZebraError(f"--to {to}: unknown target", fix=f"use one of {', '.join(TARGETS)}")
+    if dtype not in DTYPES:
+        raise ZebraError(f"--dtype {dtype}: unknown", fix=f"use one of {', '.join(DTYPES)}")
+    ckpt = open_checkpoint(src, fmt)
+    src = Path(src)
+    out = Path(output) if output is not None else default_output(src, to, ckpt.format)
+    pattern = arch.resolve_pattern(ckpt.config)
+    try:
+        shapes = {k: s for k, (s, _) in ckpt.tensors.shapes().items()}
+        zebra_audit(shapes, ckpt.config).raise_if_failed(str(src))
+        tok_name = tokenizer if tokenizer is not None else ckpt.tokenizer
+        if to == "fla":
+            import torch
+
+            from zebra.convert.fla import export_fla, fla_config
+
+            fla_config(ckpt.config, pattern)  # a hybrid fails here, before the tokenizer or any file
+            export_fla(
+                ckpt,
+                out,
+                tokenizer=_load_tokenizer(tok_name),
+                dtype=getattr(torch, DTYPES[dtype]) if DTYPES[dtype] else None,
+                force=force,
+                max_shard_bytes=parse_size(max_shard_size),
+                progress=progress,
+            )
+        else:
+            export_hf(
+                ckpt.tensors,
+                ckpt.config,
+                out,
+                tokenizer=tok_name if tok_name is not None else "none",
+                recipe=ckpt.recipe,
+                dtype=dtype,
+                force=force,
+                max_shard_size=max_shard_size,
+                source=f"{src} ({ckpt.format})",
+                progress=progress,
+            )
+    finally:
+        ckpt.tensors.close()
+    notes = list(ckpt.notes)
+    if tok_name is None:
+        notes.append(
+            "no tokenizer recorded in the source: the output has no tokenizer files (pass --tokenizer)"
+        )
+    return ConvertResult(src, ckpt.format, to, out, len(shapes), pattern, notes)
+
+
+def export_run(
+    run_dir: str | Path, output: str | Path | None = None, *, force: bool = False, **kwargs: Any
+) -> Path:
+    """Export a training run's latest checkpoint to `<run>/export` (or `output`) in the Zebra HF layout."""
+    return convert(run_dir, "hf", output, fmt="zebra", force=force, **kwargs).output

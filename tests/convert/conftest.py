@@ -1,0 +1,74 @@
+"""Tiny Zebra models with every tensor random (norms included), so a swapped or mis-split tensor changes logits."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+warnings.filterwarnings("ignore", message=".*CPU.*")  # FLA warns that its kernels need a GPU
+
+SHAPES = {  # name -> recipe overrides on top of `tiny` (hidden 64, byte vocab 272)
+    "gdn": ["model.pattern=null", "model.num_layers=4", "model.recurrent=gdn"],
+    "kda": ["model.pattern=null", "model.num_layers=4", "model.recurrent=kda"],
+    "mamba-mla": [
+        "model.pattern=null",
+        "model.num_layers=8",
+        "model.recurrent=mamba2",
+        "model.hybrid_attention_ratio=0.25",
+    ],
+    "hybrid": [],  # *-M-G-K-: every kind at once
+}
+
+
+def build_model(kind: str, *, seed: int = 0, tie: bool = True, extra: tuple[str, ...] = ()):
+    """(recipe, ZebraForCausalLM) with all parameters drawn at random, float32, torch kernels."""
+    import torch
+
+    from zebra.models import ZebraForCausalLM
+    from zebra.recipes import load_recipe
+
+    recipe = load_recipe(
+        "tiny", overrides=[*SHAPES[kind], f"model.tie_embeddings={str(tie).lower()}", *extra]
+    )
+    config = recipe.model.to_config(kernel_backend="torch")
+    torch.manual_seed(seed)
+    model = ZebraForCausalLM(config).eval()
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen) * 0.05
+            if name.endswith(("norm.weight", "q_norm.weight", "kv_norm.weight", "o_norm.weight")):
+                p.copy_(1.0 + noise)  # norms near one, but each different
+            elif name.endswith("A_log"):
+                p.copy_(torch.log(torch.rand(p.shape, generator=gen) * 4 + 1))
+            elif name.endswith("dt_bias"):
+                p.copy_(noise - 2.0)
+            else:
+                p.copy_(noise * 2)
+    return recipe, model
+
+
+def tokens(vocab: int = 259, batch: int = 2, length: int = 12, seed: int = 7):
+    import torch
+
+    return torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def logits(model, ids):
+    import torch
+
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+def load_zebra(directory):
+    """A converted Zebra export loaded with the library's class (torch kernels)."""
+    from zebra.models import ZebraForCausalLM
+
+    return ZebraForCausalLM.from_pretrained(directory, kernel_backend="torch").eval()
+
+
+@pytest.fixture
+def model_factory():
+    return build_model
