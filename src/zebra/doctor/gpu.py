@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,14 +95,16 @@ def gather_gpus() -> GpuInventory:
     driver = _rocm_installed() if backend == "rocm" else _nvidia_driver()
     devices, problem = [], None
     try:
-        available = torch.cuda.is_available()
-        count = torch.cuda.device_count() if available else 0
-        for i in range(count):
+        with warnings.catch_warnings(record=True) as caught:  # e.g. "CUDA initialization: driver too old"
+            warnings.simplefilter("always")
+            available = torch.cuda.is_available()
+        for i in range(torch.cuda.device_count() if available else 0):
             p = torch.cuda.get_device_properties(i)
             arch = p.gcnArchName.split(":")[0] if backend == "rocm" else f"sm_{p.major}{p.minor}"
             devices.append(GpuDevice(p.name, int(p.total_memory), arch))
         if not available:
-            problem = "torch.cuda.is_available() is False"
+            said = [str(w.message).strip().splitlines()[0] for w in caught if str(w.message).strip()]
+            problem = said[0] if said else "torch.cuda.is_available() is False"
     except RuntimeError as e:  # a driver older than the build's runtime raises here
         problem = str(e).strip().splitlines()[0]
     return GpuInventory(backend, torch.__version__, hip or cuda, driver, tuple(devices), problem)

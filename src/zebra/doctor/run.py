@@ -11,7 +11,14 @@ from zebra.doctor.check import Check, fail
 from zebra.doctor.collectives import check_collective_env
 from zebra.doctor.gpu import GpuInventory, check_fla_triton_hopper, check_gpus, gather_gpus, gpu_device_nodes
 from zebra.doctor.host import SAMPLE_DISK_BYTES, check_disk, check_hf_token
-from zebra.doctor.packages import check_packages, check_python, check_torch, declared_spec, installed
+from zebra.doctor.packages import (
+    PACKAGES,
+    check_packages,
+    check_python,
+    check_torch,
+    declared_spec,
+    installed,
+)
 from zebra.doctor.services import check_docker, check_slurm
 from zebra.errors import ZebraError
 
@@ -61,7 +68,7 @@ def _torch_check(inv: GpuInventory) -> Check:
 
 
 def _hopper_check(inv: GpuInventory) -> Check:
-    triton = installed(("triton", "pytorch-triton-rocm", "pytorch-triton", "triton-rocm"))
+    triton = installed(next(p.dists for p in PACKAGES if p.name == "triton"))
     return check_fla_triton_hopper(
         _version("flash-linear-attention"), triton[1] if triton else None, _version("tilelang"), inv.archs
     )
