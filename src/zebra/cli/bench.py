@@ -143,3 +143,83 @@ def _decode_table(report) -> None:
         f"roofline = (weights {report.weight_bytes_per_step / 1e9:.3f} GB + cache bytes per step) / "
         f"{report.bandwidth_gb_s:,.0f} GB/s (device copy measured now); params {report.params:,}; torch {report.torch_version}"
     )
+
+
+@app.command(
+    "data",
+    epilog=examples(
+        "zebra bench data",
+        "zebra bench data --train-bpe 8192",
+        "zebra bench data --corpus my.jsonl --tokenizer meta-llama/Llama-3.2-1B --json",
+    ),
+)
+def data_(
+    corpus: Annotated[
+        str | None,
+        typer.Option("--corpus", help="jsonl file with a 'text' field (default: the sample corpus)."),
+    ] = None,
+    tokenizer: Annotated[
+        str, typer.Option("--tokenizer", "-t", help="HF tokenizer name or path, or 'byte'.")
+    ] = "byte",
+    train_bpe: Annotated[
+        int | None,
+        typer.Option("--train-bpe", help="Train a byte-level BPE of this vocabulary on the corpus."),
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option("--workers", "-w", min=1, help="Processes (default: all cores).")
+    ] = None,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Copies of the sample corpus.")] = 8,
+    rounds: Annotated[
+        int, typer.Option("--rounds", min=1, help="Alternating runs of each; best counts.")
+    ] = 3,
+    json_: JsonOpt = False,
+) -> None:
+    """Tokenization throughput of `zebra data prep` against Megatron's per-document preprocess loop."""
+    from zebra.bench.data import bench_data
+
+    with out.stderr.status("starting") as status:
+        r = bench_data(
+            corpus,
+            tokenizer=tokenizer,
+            train_bpe=train_bpe,
+            workers=workers,
+            repeat=repeat,
+            rounds=rounds,
+            on_phase=lambda msg: status.update(msg),
+        )
+    if json_:
+        out.json(r.to_dict())
+        return
+    cols = ["pipeline", "seconds", "tokens/s", "CPU seconds", "tokens per CPU-second"]
+    out.table(
+        cols,
+        [
+            [
+                "Megatron-style (per-document encode)",
+                f"{r.baseline_seconds:.2f}",
+                f"{r.baseline_tokens_per_s:,.0f}",
+                f"{r.baseline_cpu_seconds:.2f}",
+                f"{r.tokens / r.baseline_cpu_seconds:,.0f}",
+            ],
+            [
+                "zebra data prep (batched)",
+                f"{r.ours_seconds:.2f}",
+                f"{r.ours_tokens_per_s:,.0f}",
+                f"{r.ours_cpu_seconds:.2f}",
+                f"{r.tokens / r.ours_cpu_seconds:,.0f}",
+            ],
+        ],
+        title=f"{r.corpus}: {r.documents:,} documents, {r.tokens:,} tokens, {r.tokenizer}, {r.workers} workers, "
+        f"best of {r.rounds}",
+        justify={c: "right" for c in cols[1:]},
+    )
+    out.text(
+        f"speedup {r.speedup:.2f}x wall, {r.per_core_speedup:.2f}x per core (tokens per CPU-second); "
+        f"outputs {'identical' if r.identical_output else 'DIFFERENT'}"
+    )
+    if not r.identical_output:
+        from zebra.errors import ZebraError
+
+        raise ZebraError(
+            "the two pipelines wrote different tokens", fix="report this as a bug in zebra data prep"
+        )

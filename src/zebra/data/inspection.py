@@ -59,7 +59,7 @@ def inspect_data(
         info = check_prefix(prefix)
         ds = open_dataset(prefix)
         dtype = np.dtype(ds.index.dtype).name
-        lengths.append(np.asarray(ds.sequence_lengths, dtype=np.int64))
+        lengths.append(np.array(ds.sequence_lengths, dtype=np.int64))  # a copy: ds's memory map closes with it
         shard_rows.append({"prefix": prefix.name, "documents": info.documents, "tokens": info.tokens})
         if manifest is not None:
             _compare(prefix, info, manifest.shards[i], checksums, sha256_file)

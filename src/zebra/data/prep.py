@@ -226,6 +226,9 @@ def run_prep(plan: PrepPlan, on_progress: Callable[[PrepProgress], None] | None 
     write_manifest(folder, manifest)
     written = 0
     if not manifest.complete:
+        from zebra.data.indexed import megatron_indexed
+
+        megatron_indexed()  # import megatron-core (seconds) before the workers start, not while they run
         initargs = (plan.tokenizer, plan.dtype.str, manifest.tokenizer["eod_id"])
         if plan.workers == 1:
             pool = _InlinePool(initargs)

@@ -166,3 +166,36 @@ def token_dtype(vocab: int, requested: str = "auto") -> np.dtype:
             fix="use --dtype int32 (or auto)",
         )
     return dtype
+
+
+def train_bpe(texts: list[str], vocab_size: int = 2048) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer (GPT-2 / Llama-3 style: regex split, byte fallback) offline.
+
+    Used by `zebra bench data --train-bpe` and the tests to get a realistic subword tokenizer without the
+    network. Its eos `<|endoftext|>` is the EOD; it adds no bos.
+
+    Args:
+        texts: training corpus.
+        vocab_size: target vocabulary size (>= 259: the 256 bytes and three special tokens).
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(_BYTE_SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    core.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        eos_token="<|endoftext|>",
+        bos_token="<|begin_of_text|>",
+        pad_token="<|pad|>",
+        clean_up_tokenization_spaces=False,
+        model_max_length=1 << 30,
+    )
