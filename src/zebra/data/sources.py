@@ -74,13 +74,7 @@ class Source:
         """Number of rows when it is cheap to know (local files; hub metadata when present), else None."""
         if self.kind == "hub":
             return _hub_rows(self)
-        total = 0
-        for path in self.files:
-            n = _count_file_rows(path)
-            if n is None:
-                return None
-            total += n
-        return total
+        return sum(_count_file_rows(path) for path in self.files)
 
     def batches(self, start_row: int = 0, batch_rows: int = 512) -> Iterator[RawBatch]:
         """Yield the rows from `start_row` on, at most `batch_rows` per batch, in source order."""
@@ -269,7 +263,8 @@ def _arrow_batches(path: Path) -> Iterator[Any]:
     yield from reader
 
 
-def _count_file_rows(path: Path) -> int | None:
+def _count_file_rows(path: Path) -> int:
+    """Rows in one file: parquet/arrow metadata, JSON array length, or lines (a pass over the bytes)."""
     name = path.name
     if name.endswith(".parquet"):
         import pyarrow.parquet as pq
@@ -277,12 +272,12 @@ def _count_file_rows(path: Path) -> int | None:
         return pq.ParquetFile(path).metadata.num_rows
     if name.endswith(".arrow"):
         return sum(rb.num_rows for rb in _arrow_batches(path))
-    if name.endswith(".gz"):
-        return None  # counting would mean decompressing everything once more
+    opener = gzip.open if name.endswith(".gz") else open
     if _is_json_array(path):
-        return None
+        with opener(path, "rb") as f:
+            return len(json.load(f))
     lines, last = 0, b"\n"
-    with open(path, "rb") as f:
+    with opener(path, "rb") as f:
         while chunk := f.read(1 << 22):
             lines += chunk.count(b"\n")
             last = chunk[-1:]

@@ -1,0 +1,165 @@
+"""`zebra data prep` (library): what it writes, megatron-core reads back token for token; sharding, limits, resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from zebra.data.indexed import sha256_file
+from zebra.data.manifest import read_manifest, resolve_prefixes
+from zebra.data.prep import plan_prep, run_prep
+from zebra.data.sources import open_source
+from zebra.errors import ZebraError
+
+from .helpers import expected_ids, read_all, write_jsonl, write_source
+
+
+def prep(source, out, tokenizer="byte", **kw):
+    plan = plan_prep(
+        open_source(str(source), text_field=kw.pop("text_field", "text")), out, tokenizer=tokenizer, **kw
+    )
+    return plan, run_prep(plan)
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "json", "parquet", "arrow"])
+def test_round_trip(kind, tokenizer_name, texts, tmp_path):
+    source = write_source(kind, tmp_path / "src", texts)
+    _, result = prep(source, tmp_path / "out", tokenizer_name, workers=2, shards=3)
+    assert read_all(tmp_path / "out") == expected_ids(tokenizer_name, texts)
+    m = read_manifest(tmp_path / "out")
+    assert m.complete and len(m.shards) == 3 and result.shards_written == 3
+    assert m.documents == len(texts) and m.tokens == sum(map(len, expected_ids(tokenizer_name, texts)))
+    assert [s.first_row for s in m.shards] == [0, m.config["rows_per_shard"], 2 * m.config["rows_per_shard"]]
+    assert m.dtype == "uint16" and m.tokenizer["eod_id"] is not None
+    for s in m.shards:
+        for ext in ("bin", "idx"):
+            assert sha256_file(tmp_path / "out" / f"{s.prefix}.{ext}") == getattr(s, f"{ext}_sha256")
+
+
+def test_inline_and_parallel_workers_write_identical_files(texts, tmp_path):
+    source = write_source("jsonl", tmp_path / "src", texts)
+    prep(source, tmp_path / "one", workers=1, shards=2)
+    prep(source, tmp_path / "two", workers=2, shards=2)
+    one, two = read_manifest(tmp_path / "one"), read_manifest(tmp_path / "two")
+    assert [s.bin_sha256 for s in one.shards] == [s.bin_sha256 for s in two.shards]
+
+
+def test_max_docs_and_max_tokens(texts, tmp_path):
+    source = write_source("jsonl", tmp_path / "src", texts)
+    prep(source, tmp_path / "docs", max_docs=25, workers=2)
+    assert read_all(tmp_path / "docs") == expected_ids("byte", texts[:25])
+    want = expected_ids("byte", texts)
+    budget = sum(map(len, want[:10])) - 5  # reached inside document 10
+    _, result = prep(source, tmp_path / "tokens", max_tokens=budget, workers=2, shards=4)
+    assert read_all(tmp_path / "tokens") == want[:10]
+    assert result.manifest.complete and result.manifest.rows == 10
+
+
+def test_rerun_of_a_complete_folder_changes_nothing(texts, tmp_path):
+    source = write_source("jsonl", tmp_path / "src", texts)
+    prep(source, tmp_path / "out", shards=2)
+    before = (tmp_path / "out" / "manifest.json").read_text()
+    plan, result = prep(source, tmp_path / "out")  # --shards may be left out: the folder's sharding is kept
+    assert plan.resumed and result.shards_written == 0 and result.shards_kept == 2
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text()) == json.loads(before)
+
+
+def test_resume_regenerates_from_a_truncated_shard(texts, tmp_path):
+    source = write_source("jsonl", tmp_path / "src", texts)
+    prep(source, tmp_path / "out", shards=4)
+    m = read_manifest(tmp_path / "out")
+    victim = tmp_path / "out" / f"{m.shards[2].prefix}.bin"
+    victim.write_bytes(victim.read_bytes()[:-7])  # a truncated .bin
+    plan, result = prep(source, tmp_path / "out")
+    assert result.shards_kept == 2 and result.shards_written == 2
+    assert any("truncated" in n and m.shards[2].prefix in n for n in plan.notes)
+    assert read_all(tmp_path / "out") == expected_ids("byte", texts)
+
+
+def test_other_tokenizer_in_output_folder_is_one_line_error(texts, bpe_dir, tmp_path):
+    source = write_source("jsonl", tmp_path / "src", texts)
+    prep(source, tmp_path / "out")
+    with pytest.raises(ZebraError, match=r"holds data tokenized with byte .*not .*bpe") as e:
+        prep(source, tmp_path / "out", str(bpe_dir))
+    assert "--force" in e.value.fix
+    with pytest.raises(ZebraError, match=r"other settings \(config: max_docs was None, now 5\)"):
+        prep(source, tmp_path / "out", max_docs=5)
+    prep(source, tmp_path / "out", str(bpe_dir), force=True)
+    assert read_all(tmp_path / "out") == expected_ids(str(bpe_dir), texts)
+    assert read_manifest(tmp_path / "out").tokenizer["name"] == str(bpe_dir)
+
+
+def test_skipped_rows_are_counted_and_reported(tmp_path):
+    good = ["first document", "second document", "third"]
+    rows = [
+        {"text": good[0]},
+        {"text": ""},
+        {"text": "   \n\t "},
+        {"title": "no text field here"},
+        {"text": None},
+        {"text": good[1]},
+        {"text": 42},
+    ]
+    path = write_jsonl(tmp_path / "docs.jsonl", rows)
+    with open(path, "ab") as f:
+        f.write(b'{"text": "bad \xff\xfe bytes"}\n')  # not UTF-8
+        f.write(b'{"text": "\\ud800 lone surrogate"}\n')  # valid JSON, not encodable as UTF-8
+        f.write(b"{not json\n")
+        f.write(b"\n")  # a blank line is an empty row
+        f.write(b'{"text": "third"}')  # no trailing newline
+    _, result = prep(path, tmp_path / "out", workers=2)
+    m = result.manifest
+    assert read_all(tmp_path / "out") == expected_ids("byte", good)
+    assert m.rows == 12 and m.documents == 3
+    assert m.skipped() == {"empty": 4, "missing_field": 1, "non_utf8": 2, "malformed": 2}
+
+
+def test_resolve_prefixes_forms(texts, tmp_path):
+    source = write_source("jsonl", tmp_path / "src", texts)
+    _, result = prep(source, tmp_path / "out", shards=3)
+    prefixes = resolve_prefixes(str(tmp_path / "out"))
+    assert [p for p, _ in prefixes] == [
+        str((tmp_path / "out" / s.prefix).resolve()) for s in result.manifest.shards
+    ]
+    assert sum(w for _, w in prefixes) == pytest.approx(1.0)
+    assert [w for _, w in prefixes] == pytest.approx(
+        [s.tokens / result.manifest.tokens for s in result.manifest.shards]
+    )
+    weighted = resolve_prefixes(f"{tmp_path / 'out' / 'manifest.json'}:0.25")
+    assert sum(w for _, w in weighted) == pytest.approx(0.25)
+    plain = prefixes[1][0]
+    assert resolve_prefixes(f"{plain}:3") == [(plain, 3.0)]
+    with pytest.raises(ZebraError, match=r"no manifest\.json folder"):
+        resolve_prefixes(str(tmp_path / "nothing"))
+
+
+def test_resolve_prefixes_refuses_unfinished_and_truncated_data(texts, tmp_path):
+    source = write_source("jsonl", tmp_path / "src", texts)
+    _, result = prep(source, tmp_path / "out", shards=2)
+    manifest = (tmp_path / "out" / "manifest.json").read_text()
+    (tmp_path / "out" / "manifest.json").write_text(manifest.replace('"complete": true', '"complete": false'))
+    with pytest.raises(ZebraError, match="did not finish"):
+        resolve_prefixes(str(tmp_path / "out"))
+    (tmp_path / "out" / "manifest.json").write_text(manifest)
+    idx = tmp_path / "out" / f"{result.manifest.shards[1].prefix}.idx"
+    idx.write_bytes(idx.read_bytes()[:40])
+    with pytest.raises(ZebraError, match="truncated"):
+        resolve_prefixes(str(tmp_path / "out"))
+
+
+def test_missing_text_field_is_one_line_error(tmp_path):
+    path = write_jsonl(tmp_path / "docs.jsonl", [{"body": "x"}])
+    with pytest.raises(ZebraError, match=r"--text-field text: not in docs.jsonl \(fields: body\)"):
+        open_source(str(path))
+    parquet = write_source("parquet", tmp_path / "pq", ["a", "b"])
+    with pytest.raises(ZebraError, match=r"--text-field content: not in a.parquet \(fields: id, text\)"):
+        open_source(str(parquet), text_field="content")
+
+
+def test_unknown_source_and_bad_numbers(tmp_path):
+    with pytest.raises(ZebraError, match="no such file or folder"):
+        open_source(str(tmp_path / "missing.jsonl"))
+    source = write_source("jsonl", tmp_path / "src", ["a"])
+    with pytest.raises(ZebraError, match="--max-docs 0: must be at least 1"):
+        prep(source, tmp_path / "out", max_docs=0)
