@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from zebra.cli._options import ForceOpt, JsonOpt, YesOpt, examples
 from zebra.cli._output import out
@@ -94,7 +95,9 @@ def prep(
         nominal_tokens=sample_nominal_tokens(sample) if sample else None,
     )
     if plan.manifest.complete:
-        out.result(f"{plan.folder} is already complete ({plan.manifest.tokens:,} tokens); nothing to do")
+        out.result(
+            escape(f"{plan.folder} is already complete ({plan.manifest.tokens:,} tokens); nothing to do")
+        )
         _prep_summary(plan.folder, plan.manifest, [], json_)
         return
     if src.kind == "hub":
@@ -105,7 +108,7 @@ def prep(
         if not confirm(f"Download and tokenize {what}{size}?", yes=yes, default=True):
             raise ZebraError("cancelled", exit_code=1)
     if plan.resumed:
-        out.text(f"resuming {plan.folder}: {len(plan.manifest.shards)} shard(s) already done")
+        out.text(escape(f"resuming {plan.folder}: {len(plan.manifest.shards)} shard(s) already done"))
     with _PrepBar() as bar:
         result = run_prep(plan, on_progress=bar.update)
     _prep_summary(result.folder, result.manifest, plan.notes, json_, seconds=result.seconds)
@@ -166,7 +169,7 @@ def _prep_summary(
     folder: Path, manifest, notes: list[str], json_: bool, seconds: float | None = None
 ) -> None:
     for note in notes:
-        out.warn(note)
+        out.warn(escape(note))
     skipped = manifest.skipped()
     if json_:
         out.json({"folder": str(folder), **manifest.to_json(), "seconds": seconds})
@@ -193,7 +196,9 @@ def _prep_summary(
             + " documents"
         )
     if seconds is not None:
-        out.result(f"wrote {folder} in {seconds:.1f} s{rate}; train on it with data.paths: [{folder}]")
+        out.result(
+            escape(f"wrote {folder} in {seconds:.1f} s{rate}; train on it with data.paths: [{folder}]")
+        )
 
 
 @app.command(
@@ -229,7 +234,7 @@ def convert_fla(
             on_progress=lambda rows, total, _tokens: bar.update(task, completed=rows, total=total),
         )
     for note in result["notes"]:
-        out.warn(note)
+        out.warn(escape(note))
     manifest = result["manifest"]
     if json_:
         out.json(
@@ -241,8 +246,10 @@ def convert_fla(
         )
         return
     out.result(
-        f"wrote {output}: {manifest.documents:,} chunks, {manifest.tokens:,} tokens ({manifest.dtype}); "
-        f"verified {result['verified_tokens']:,} tokens against the Arrow data"
+        escape(
+            f"wrote {output}: {manifest.documents:,} chunks, {manifest.tokens:,} tokens ({manifest.dtype}); "
+            f"verified {result['verified_tokens']:,} tokens against the Arrow data"
+        )
     )
 
 
@@ -322,6 +329,4 @@ def _render_inspect(r: dict) -> None:
     for s in r["samples"]:
         out.text(f"[bold]document {s['document']}[/] ({s['tokens']} tokens): ids {s['ids']}")
         if "text" in s:
-            from rich.markup import escape
-
             out.text(escape(repr(s["text"])))
