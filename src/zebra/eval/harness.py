@@ -7,8 +7,10 @@ numbers are lm-eval's, with no wrapper model and no patched constructors.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,7 +58,6 @@ def run_eval(req: EvalRequest) -> dict[str, Any]:
     Raises:
         ZebraError: bad model directory, unknown task, dataset not reachable offline, bad flag value.
     """
-    import lm_eval
     from lm_eval.models.huggingface import HFLM
 
     from zebra.eval.tasks import load_tasks, task_manager
@@ -70,13 +71,28 @@ def run_eval(req: EvalRequest) -> dict[str, Any]:
 
     manager = task_manager(req.include_path)
     tasks = load_tasks(req.tasks, manager)
-    lm = HFLM(
-        pretrained=str(model_dir.path),
-        device=device,
-        dtype=DTYPES[req.dtype] or "auto",
-        batch_size=batch_size,
-    )
-    results = lm_eval.simple_evaluate(
+    with contextlib.redirect_stdout(sys.stderr):  # lm-eval prints progress notes; stdout stays the results'
+        lm = HFLM(
+            pretrained=str(model_dir.path),
+            backend="causal",
+            device=device,
+            dtype=DTYPES[req.dtype] or "auto",
+            batch_size=batch_size,
+        )
+        results = _evaluate(lm, tasks, manager, req)
+    results.pop("samples", None)
+    results["zebra"] = {
+        "model": str(model_dir.path),
+        "model_type": model_dir.model_type,
+        "source": model_dir.source,
+    }
+    return results
+
+
+def _evaluate(lm: Any, tasks: list[Any], manager: Any, req: EvalRequest) -> dict[str, Any]:
+    import lm_eval
+
+    return lm_eval.simple_evaluate(
         model=lm,
         tasks=tasks,
         num_fewshot=req.num_fewshot,
@@ -88,13 +104,6 @@ def run_eval(req: EvalRequest) -> dict[str, Any]:
         torch_random_seed=req.seed,
         fewshot_random_seed=req.seed,
     )
-    results.pop("samples", None)
-    results["zebra"] = {
-        "model": str(model_dir.path),
-        "model_type": model_dir.model_type,
-        "source": model_dir.source,
-    }
-    return results
 
 
 def parse_batch_size(value: str) -> int | str:

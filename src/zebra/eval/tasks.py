@@ -8,6 +8,7 @@ that needs the network fails in one line before minutes of model loading.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -49,14 +50,18 @@ def expand_tasks(spec: str) -> list[str]:
 
 
 def task_manager(include_path: list[Path] | None = None) -> Any:
-    """lm-eval's TaskManager over its built-in tasks plus the `include_path` folders."""
-    from lm_eval.tasks import TaskManager
-
+    """lm-eval's TaskManager over its built-in tasks plus the `include_path` folders (indexed once per process)."""
     for folder in include_path or []:
         if not folder.is_dir():
             raise ZebraError(f"--include-path {folder}: not a folder", fix="pass a folder of task YAML files")
-    paths = [str(p) for p in include_path] if include_path else None
-    return TaskManager(include_path=paths)
+    return _indexed(tuple(str(p.resolve()) for p in include_path or ()))
+
+
+@functools.lru_cache(maxsize=4)
+def _indexed(include_path: tuple[str, ...]) -> Any:
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=list(include_path) or None)
 
 
 def load_tasks(names: list[str], manager: Any) -> list[Any]:
@@ -68,10 +73,10 @@ def load_tasks(names: list[str], manager: Any) -> list[Any]:
         ZebraError: an unknown task, an unreadable YAML, or a hub dataset with no network.
     """
     for name in names:
-        is_yaml = name.endswith((".yaml", ".yml"))
-        if is_yaml and not Path(name).is_file():
+        if name.endswith((".yaml", ".yml")) and not Path(name).is_file():
             raise ZebraError(f"--tasks {name}: no such task file", fix="check the path to the task YAML")
-        if not is_yaml and name not in manager.all_tasks:
+    for name in names:
+        if not name.endswith((".yaml", ".yml")) and name not in manager.all_tasks:
             close = [t for t in manager.all_tasks if name.lower() in t.lower()][:5]
             raise ZebraError(
                 f"--tasks {name}: not an lm-eval task, group or tag",

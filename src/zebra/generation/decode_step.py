@@ -55,7 +55,8 @@ class DecodeRunner:
         return DecodeState(cache=cache, batch=state.batch * n, length=state.length, logits=logits)
 
     def cache_bytes(self, state: DecodeState) -> int:
-        return tensor_bytes(state.cache)
+        """Bytes of the cache's layer tensors (HF caches and ZebraCache keep them in `.layers`)."""
+        return tensor_bytes(getattr(state.cache, "layers", state.cache))
 
 
 def tensor_bytes(obj: Any, _seen: set[int] | None = None) -> int:

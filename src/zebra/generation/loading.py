@@ -91,13 +91,9 @@ def _run_export(run: Path) -> ModelDir:
 
 
 def _export_latest_checkpoint(run: Path, export: Path) -> None:
-    try:
-        from zebra.convert import export_run
-    except ImportError:
-        raise ZebraError(
-            f"MODEL {run}: the run has no export/ folder",
-            fix=f"export it first with `zebra convert {run}`",
-        ) from None
+    """Write `<run>/export` from the run's latest checkpoint (atomic, through the converter)."""
+    from zebra.convert import export_run
+
     export_run(run, export)
 
 

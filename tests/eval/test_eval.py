@@ -1,0 +1,100 @@
+"""`zebra eval` gives lm-eval's own numbers, offline, on a real Zebra export and local tasks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from zebra.cli.main import app
+
+LOCAL_TASKS = (
+    "zebra_toy_mc,zebra_toy_ll"  # multiple choice (acc, acc_norm) and loglikelihood (perplexity, acc)
+)
+runner = CliRunner()
+
+
+def test_zebra_eval_equals_lm_eval_run_directly(export, task_dir, tmp_path):
+    out_dir = tmp_path / "zebra"
+    result = runner.invoke(
+        app,
+        [
+            "eval", str(export), "--tasks", LOCAL_TASKS, "--include-path", str(task_dir),
+            "--device", "cpu", "--batch-size", "4", "--output", str(out_dir), "--json",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    ours = json.loads((out_dir / "results.json").read_text())["results"]
+
+    # lm-eval's own CLI in a fresh process: the export loads through its remote code, zebra is never imported
+    direct_dir = tmp_path / "direct"
+    subprocess.run(
+        [
+            sys.executable, "-m", "lm_eval", "--model", "hf",
+            "--model_args", f"pretrained={export},trust_remote_code=True",
+            "--tasks", LOCAL_TASKS, "--include_path", str(task_dir),
+            "--device", "cpu", "--batch_size", "4", "--output_path", str(direct_dir),
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    direct = json.loads(next(direct_dir.rglob("results_*.json")).read_text())["results"]
+
+    for task in ("zebra_toy_mc", "zebra_toy_ll"):
+        metrics = {k: v for k, v in direct[task].items() if "," in k and not k.startswith(("alias", "name"))}
+        assert {k: ours[task][k] for k in metrics} == metrics
+    assert set(ours["zebra_toy_mc"]) >= {"acc,none", "acc_norm,none"}
+    assert set(ours["zebra_toy_ll"]) >= {"perplexity,none", "acc,none"}
+    rows = json.loads(result.stdout)["rows"]
+    assert {(r["task"], r["metric"]) for r in rows} == {
+        ("zebra_toy_mc", "acc"), ("zebra_toy_mc", "acc_norm"), ("zebra_toy_ll", "acc"), ("zebra_toy_ll", "perplexity")
+    }  # fmt: skip
+
+
+def test_table_output_and_limit(export, task_dir):
+    result = runner.invoke(
+        app,
+        ["eval", str(export), "--tasks", "zebra_toy_mc", "--include-path", str(task_dir), "--device", "cpu",
+         "--batch-size", "2", "--limit", "3"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "zebra_toy_mc" in result.stdout and "acc_norm" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--tasks", "no_such_task_xyz"], "--tasks no_such_task_xyz: not an lm-eval task"),
+        (
+            ["--tasks", "arc_easy"],
+            "--tasks arc_easy: its dataset is not cached and the Hugging Face Hub cannot be reached",
+        ),
+        (["--tasks", "zebra_toy_mc", "--batch-size", "zero"], "--batch-size zero"),
+        (["--tasks", "zebra_toy_mc", "--dtype", "int8"], "--dtype int8: unknown"),
+        (["--tasks", "zebra_toy_mc", "--device", "cuda"], "--device cuda: no CUDA device"),
+        (["--tasks", "missing.yaml"], "--tasks missing.yaml: no such task file"),
+    ],
+)
+def test_bad_input_is_one_line(export, task_dir, args, message):
+    result = runner.invoke(
+        app, ["eval", str(export), "--include-path", str(task_dir), "--device", "cpu", *args]
+    )
+    assert result.exit_code == 1
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_bad_model_dir_is_one_line(tmp_path):
+    result = runner.invoke(app, ["eval", str(tmp_path), "--tasks", "zebra_toy_mc"])
+    assert result.exit_code == 1
+    assert "no config.json" in result.stderr
+
+
+def test_preset_expands_to_the_guides_suite():
+    from zebra.eval import ZEBRA_SUITE, expand_tasks
+
+    assert expand_tasks("zebra") == list(ZEBRA_SUITE)
+    assert expand_tasks("piqa,zebra,piqa")[0] == "piqa" and len(expand_tasks("piqa,zebra,piqa")) == 8

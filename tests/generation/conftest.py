@@ -1,0 +1,58 @@
+"""Tiny real Zebra models for the engine tests (random weights; untied and a wide init so greedy tokens vary)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+import torch
+
+
+@functools.cache
+def tiny_model(recipe: str, dtype: torch.dtype = torch.float64, seed: int = 0):
+    from zebra.models import ZebraForCausalLM
+    from zebra.recipes import load_recipe
+
+    torch.manual_seed(seed)
+    config = load_recipe(recipe).model.to_config(
+        tie_word_embeddings=False, initializer_range=0.2, kernel_backend="torch"
+    )
+    return ZebraForCausalLM(config).to(dtype).eval()
+
+
+@pytest.fixture(scope="module")
+def hybrid():
+    """The tiny hybrid `*-M-G-K-`: one sublayer of every mixer kind (float64)."""
+    return tiny_model("tiny")
+
+
+def greedy_by_full_forwards(model, prompt: list[int], n: int) -> list[int]:
+    """The reference: n greedy tokens, each from a full forward over the whole sequence (no cache)."""
+    return list(_greedy(model, tuple(prompt), n))
+
+
+@functools.cache
+def _greedy(model, prompt: tuple[int, ...], n: int) -> tuple[int, ...]:
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        for _ in range(n):
+            logits = model(input_ids=ids, use_cache=False).logits[0, -1]
+            ids = torch.cat([ids, logits.argmax().view(1, 1)], dim=1)
+    return tuple(ids[0, len(prompt) :].tolist())
+
+
+def tiny_export(base: Path) -> Path:
+    """A tiny Zebra HF export (byte tokenizer, remote code) under `base`, built once per test session.
+
+    Random weights with a wide init, so greedy text varies; every test directory that needs an export shares it
+    through pytest's session temp folder.
+    """
+    from zebra.convert import export_hf
+
+    export = base / "tiny-export"
+    if (export / "config.json").is_file():
+        return export
+    model = tiny_model("tiny", dtype=torch.float32, seed=0)
+    export_hf(model.state_dict(), model.config, export, tokenizer="byte")
+    return export
