@@ -146,7 +146,11 @@ class ZebraConfig(PretrainedConfig):
         self.rope_theta = self.rope_parameters["rope_theta"]
         self.layer_pattern = layer_pattern
         self._validate()
-        self.layer_pattern = resolve_pattern(self)
+        try:
+            self.layer_pattern = resolve_pattern(self)
+        except ValueError as error:
+            raise ValueError(f"ZebraConfig: {error}") from None
+        self._validate_mixers()
         super().__init__(
             pad_token_id=pad_token_id,
             bos_token_id=bos_token_id,
@@ -200,11 +204,25 @@ class ZebraConfig(PretrainedConfig):
             )
         if not 0.0 <= self.rms_norm_eps <= 1e-2:
             raise ValueError(f"ZebraConfig: rms_norm_eps={self.rms_norm_eps} is outside [0, 1e-2]")
-        if self.gdn_num_v_heads % self.gdn_num_heads:
+        if self.layer_pattern and len(self.layer_pattern) != self.num_hidden_layers:
+            raise ValueError(
+                f"ZebraConfig: layer_pattern {self.layer_pattern!r} has {len(self.layer_pattern)} sublayers but "
+                f"num_hidden_layers={self.num_hidden_layers}"
+            )
+        if not self.layer_pattern and self.num_hidden_layers % 2:
+            raise ValueError(
+                f"ZebraConfig: num_hidden_layers={self.num_hidden_layers} must be even (each mixer is followed by an MLP)"
+            )
+
+    def _validate_mixers(self) -> None:
+        """Shape checks of the mixers the resolved pattern uses."""
+        if "G" in self.layer_pattern and self.gdn_num_v_heads % self.gdn_num_heads:
             raise ValueError(
                 f"ZebraConfig: gdn_num_v_heads={self.gdn_num_v_heads} must be a multiple of "
                 f"gdn_num_heads={self.gdn_num_heads}"
             )
+        if "M" not in self.layer_pattern:
+            return
         d_inner = self.mamba_expand * self.hidden_size
         if d_inner % self.mamba_head_dim:
             raise ValueError(
@@ -215,15 +233,6 @@ class ZebraConfig(PretrainedConfig):
             raise ValueError(
                 f"ZebraConfig: mamba heads {d_inner // self.mamba_head_dim} are not a multiple of "
                 f"mamba_num_groups={self.mamba_num_groups}"
-            )
-        if self.layer_pattern and len(self.layer_pattern) != self.num_hidden_layers:
-            raise ValueError(
-                f"ZebraConfig: layer_pattern {self.layer_pattern!r} has {len(self.layer_pattern)} sublayers but "
-                f"num_hidden_layers={self.num_hidden_layers}"
-            )
-        if not self.layer_pattern and self.num_hidden_layers % 2:
-            raise ValueError(
-                f"ZebraConfig: num_hidden_layers={self.num_hidden_layers} must be even (each mixer is followed by an MLP)"
             )
 
 

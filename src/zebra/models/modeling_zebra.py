@@ -315,8 +315,9 @@ class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
 
 
 def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross entropy (float32) of `logits[:, t]` against `labels[:, t + 1]`, ignoring -100."""
-    shift_logits = logits[:, :-1].float()  # [B, T-1, V]
+    """Mean cross entropy (float32; float64 for float64 logits) of `logits[:, t]` against `labels[:, t + 1]`,
+    ignoring -100."""
+    shift_logits = logits[:, :-1].to(torch.promote_types(logits.dtype, torch.float32))  # [B, T-1, V]
     shift_labels = labels[:, 1:].to(logits.device)  # [B, T-1]
     return F.cross_entropy(
         shift_logits.reshape(-1, shift_logits.shape[-1]), shift_labels.reshape(-1), ignore_index=-100

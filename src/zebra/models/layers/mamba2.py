@@ -79,7 +79,7 @@ class Mamba2(nn.Module):
         self.in_proj = nn.Linear(hidden_size, 2 * self.d_inner + 2 * gn + self.num_heads, bias=False)
         self.conv1d = depthwise_conv(self.d_inner + 2 * gn, conv_size, bias=True)
         self.A_log = nn.Parameter(log_uniform_a(self.num_heads, 1.0, 16.0))
-        self.D = nn.Parameter(torch.ones(self.num_heads))
+        self.D = nn.Parameter(torch.ones(self.num_heads, dtype=torch.float32))  # float32, as A_log (Megatron)
         self.dt_bias = nn.Parameter(inverse_softplus_dt(self.num_heads))
         for p in (self.A_log, self.D, self.dt_bias):
             p._no_weight_decay = True

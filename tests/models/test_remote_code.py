@@ -1,0 +1,82 @@
+"""HF export: the flat trust_remote_code files load and run in a process where zebra cannot be imported."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import torch
+from tests.models.tiny import tiny_model
+
+from zebra.models.remote_code import REQUIRED_PACKAGES, write_remote_code
+
+LOADER = textwrap.dedent(
+    """
+    import importlib.abc, json, sys
+    sys.path[:] = [p for p in sys.path if not p.startswith(sys.argv[2])]   # no zebra source on the path
+
+    class BlockZebra(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name.split(".")[0] in ("zebra", "zebra_kernels"):
+                raise ImportError("blocked: " + name)
+
+    sys.meta_path.insert(0, BlockZebra())
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True)
+    model = model.double().eval()  # A_log / D are created in float32 (FLA, Megatron) whatever `dtype` asks
+    ids = torch.tensor(json.loads(sys.argv[3]))
+    with torch.no_grad():
+        logits = model(ids).logits
+    generated = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    torch.save({"logits": logits, "generated": generated, "module": type(model).__module__}, sys.argv[4])
+    """
+)
+
+
+def test_export_loads_without_zebra_and_gives_the_same_logits(tmp_path):
+    model = tiny_model("tiny")
+    export = tmp_path / "export"
+    model.config.auto_map = write_remote_code(export)
+    model.save_pretrained(export)
+    assert json.loads((export / "config.json").read_text())["auto_map"]["AutoModelForCausalLM"] == (
+        "modeling_zebra.ZebraForCausalLM"
+    )
+    ids = [[5, 17, 99, 3, 250, 42, 7], [1, 2, 3, 4, 5, 6, 7]]
+    out = tmp_path / "out.pt"
+    src_root = os.path.dirname(os.path.dirname(os.path.dirname(__import__("zebra").__file__)))  # /.../main
+    env = dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1")
+    subprocess.run(
+        [sys.executable, "-c", LOADER, str(export), src_root, json.dumps(ids), str(out)],
+        check=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    result = torch.load(out)
+    assert result["module"].startswith("transformers_modules.")  # the exported code, not zebra's
+    ids_t = torch.tensor(ids)
+    with torch.no_grad():
+        torch.testing.assert_close(result["logits"], model(ids_t).logits, atol=1e-12, rtol=0)
+    expected = model.generate(ids_t, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert torch.equal(result["generated"], expected)
+
+
+def test_exported_files_import_only_torch_transformers_and_the_standard_library(tmp_path):
+    """transformers refuses remote code importing an uninstalled package outside `try` (checked per file for hub
+    repos); optional FLA imports must be guarded."""
+    from transformers.dynamic_module_utils import get_imports, get_relative_imports
+
+    write_remote_code(tmp_path)
+    files = {p.stem: p for p in tmp_path.glob("*.py")}
+    assert {"configuration_zebra", "modeling_zebra", "cache_zebra", "layers_mla", "zebra_kernels"} <= set(
+        files
+    )
+    for stem, path in files.items():
+        outside = {m for m in get_imports(path) if m not in sys.stdlib_module_names} - REQUIRED_PACKAGES
+        assert outside == set(), stem
+        assert set(get_relative_imports(path)) <= set(files), stem  # every relative import is a file here
+    assert "try:" in files["zebra_kernels_gdn_fla"].read_text()  # the FLA backend import is guarded
