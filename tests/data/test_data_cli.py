@@ -1,0 +1,146 @@
+"""`zebra data prep / convert-fla / inspect` and `zebra bench data` through the real CLI (no TTY, offline)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from zebra.cli.main import app
+
+from .helpers import expected_ids, read_all, write_source
+
+
+@pytest.fixture
+def cli():
+    runner = CliRunner()
+
+    def invoke(*args, env=None):
+        return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "200", **(env or {})})
+
+    return invoke
+
+
+def one_line_error(result, text: str) -> None:
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and text in errors[0], result.stderr
+
+
+def test_prep_then_inspect(cli, texts, tmp_path):
+    source = write_source("parquet", tmp_path / "src", texts)
+    out = tmp_path / "my data"
+    r = cli("data", "prep", "--source", source, "-t", "byte", "-o", out, "--shards", "2", "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    assert report["complete"] and report["totals"]["documents"] == len(texts) and len(report["shards"]) == 2
+    assert read_all(out) == expected_ids("byte", texts)
+
+    r = cli("data", "inspect", out, "--json")
+    assert r.exit_code == 0, r.output
+    info = json.loads(r.stdout)
+    assert info["documents"] == len(texts) and info["tokenizer_check"]["status"] == "ok"
+    r = cli("data", "inspect", out)
+    assert r.exit_code == 0 and "document lengths" in r.stdout and "byte: ok" in r.stdout
+
+    again = cli("data", "prep", "--source", source, "-t", "byte", "-o", out)
+    assert again.exit_code == 0 and "already complete" in again.stdout
+
+
+def test_prep_default_output_folder(cli, texts, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    source = write_source("jsonl", tmp_path / "src", texts[:5])
+    r = cli("data", "prep", "--source", source, "-t", "byte")
+    assert r.exit_code == 0, r.output
+    assert len(read_all(tmp_path / "data" / "docs")) == 5
+
+
+def test_inspect_tokenizer_mismatch_fails(cli, texts, bpe_dir, tmp_path):
+    source = write_source("jsonl", tmp_path / "src", texts[:5])
+    assert cli("data", "prep", "--source", source, "-t", "byte", "-o", tmp_path / "out").exit_code == 0
+    one_line_error(
+        cli("data", "inspect", tmp_path / "out", "-t", bpe_dir), "vocabulary differs from the manifest"
+    )
+
+
+def test_prep_without_a_source_and_no_tty(cli):
+    one_line_error(cli("data", "prep", "-t", "byte"), "missing --sample or --source")
+    one_line_error(cli("data", "prep", "--sample", "10BT", "--source", "x.jsonl"), "exclusive")
+
+
+@pytest.mark.parametrize(
+    "args", [["--sample", "10BT"], ["--source", "HuggingFaceFW/fineweb-edu", "--config", "x"]]
+)
+def test_hub_offline_says_use_source(cli, args, tmp_path):
+    r = cli("data", "prep", *args, "-t", "byte", "-o", tmp_path / "out", "--yes", env={"HF_HUB_OFFLINE": "1"})
+    one_line_error(
+        r, "cannot reach the Hugging Face Hub for HuggingFaceFW/fineweb-edu (HF_HUB_OFFLINE is set)"
+    )
+    assert "--source PATH" in r.stderr
+
+
+def test_hub_error_from_datasets_itself_is_one_line(cli, monkeypatch, tmp_path):
+    """Past our quick reachability check, the `datasets` library's own offline failure is mapped too."""
+    from zebra.data import sources
+
+    monkeypatch.setattr(sources, "_hub_reachable", lambda: True)
+    r = cli("data", "prep", "--sample", "10BT", "-t", "byte", "-o", tmp_path / "out", "--yes")
+    one_line_error(r, "cannot reach the Hugging Face Hub for HuggingFaceFW/fineweb-edu")
+
+
+def test_prep_into_another_tokenizers_folder(cli, texts, bpe_dir, tmp_path):
+    source = write_source("jsonl", tmp_path / "src", texts[:5])
+    assert cli("data", "prep", "--source", source, "-t", "byte", "-o", tmp_path / "out").exit_code == 0
+    r = cli("data", "prep", "--source", source, "-t", bpe_dir, "-o", tmp_path / "out")
+    one_line_error(r, "holds data tokenized with byte")
+
+
+def test_prep_dtype_too_small(cli, texts, tmp_path):
+    """A tokenizer whose vocabulary exceeds the requested dtype (a 70,000-word WordLevel tokenizer, uint16)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"w{i}": i for i in range(70_000)} | {"<eos>": 70_000, "<unk>": 70_001}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<eos>", unk_token="<unk>").save_pretrained(
+        tmp_path / "big"
+    )
+    source = write_source("jsonl", tmp_path / "src", ["w1 w69999", "w5"])
+    r = cli(
+        "data",
+        "prep",
+        "--source",
+        source,
+        "-t",
+        tmp_path / "big",
+        "-o",
+        tmp_path / "out",
+        "--dtype",
+        "uint16",
+    )
+    one_line_error(r, "70002 ids exceeds --dtype uint16")
+    r = cli("data", "prep", "--source", source, "-t", tmp_path / "big", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["dtype"] == "int32"
+    assert read_all(tmp_path / "out") == [[1, 69_999, 70_000], [5, 70_000]]
+
+
+def test_convert_fla_cli(cli, tmp_path):
+    import datasets
+
+    chunks = [[i, i + 1, i + 2, i + 3] for i in range(0, 400, 4)]
+    datasets.Dataset.from_dict({"input_ids": chunks}).save_to_disk(str(tmp_path / "fla"))
+    r = cli("data", "convert-fla", tmp_path / "fla", "--output", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert "verified 400 tokens" in r.stdout and read_all(tmp_path / "out") == chunks
+
+
+def test_bench_data_json(cli):
+    r = cli("bench", "data", "--repeat", "1", "--rounds", "1", "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    assert report["identical_output"] is True
+    assert report["documents"] == 3000 and report["tokens"] > report["corpus_bytes"] * 0.9
+    assert report["speedup"] == pytest.approx(report["baseline_seconds"] / report["ours_seconds"])
