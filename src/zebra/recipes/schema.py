@@ -204,11 +204,22 @@ class LaunchSpec:
     launcher: str = spec("local", doc="where to run", choices=("local", "docker", "slurm"))
     gpus: int = spec(0, doc="GPUs per node (0 = all visible, CPU if none)", min=0, max=64)
     nodes: int = spec(1, doc="nodes", min=1)
-    image: str = spec("rocm/primus:v25.10", doc="container image (docker launcher)")
+    image: str = spec("rocm/primus:v25.10", doc="container image (docker launcher, slurm with container)")
+    gpu_vendor: str = spec(
+        "auto",
+        doc="GPUs handed to containers (auto: this machine's, else the image's)",
+        choices=("auto", "amd", "nvidia"),
+    )
+    mounts: list[str] = spec(doc="extra container mounts, each HOST[:CONTAINER][:ro]", factory=list)
+    shm_size: str = spec("64g", doc="container /dev/shm size")
+    container_python: str = spec("python3", doc="Python inside the container (with torch)")
+    container_setup: str = spec("", doc="shell command run in the container before the ranks start")
+    container: bool = spec(False, doc="slurm: run each node's ranks in the container image")
     partition: str = spec("", doc="Slurm partition")
     account: str = spec("", doc="Slurm account")
     qos: str = spec("", doc="Slurm QoS")
-    time: str = spec("", doc="Slurm time limit, e.g. 24:00:00")
+    time: str = spec("", doc="Slurm time limit, e.g. 24:00:00 (empty: the partition's limit)")
+    cpus_per_task: int = spec(0, doc="Slurm CPUs per task (0: the cluster's default)", min=0)
     sbatch_extra: list[str] = spec(doc="extra sbatch flags, e.g. --exclusive", factory=list)
     env: list[str] = spec(doc="environment variables passed through to ranks (names only)", factory=list)
 
