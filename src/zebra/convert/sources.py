@@ -176,15 +176,22 @@ class DCPSource(TensorSource):
 
     def get(self, name: str) -> torch.Tensor:
         import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.api import CheckpointException
 
         shape, dtype = self._meta[name]
         key = self._keys[name]
         out = {key: torch.empty(shape, dtype=dtype)}
         try:
             dcp.load(out, storage_reader=self._reader, no_dist=True)
-        except Exception as e:
+        except (Exception, CheckpointException) as e:  # CheckpointException derives from BaseException
+            if isinstance(e, CheckpointException):  # the first rank's own exception says what went wrong
+                failure = next(iter(e.failures.values()), e)
+                e = getattr(failure, "exception", failure)
+            reason = (
+                f"{type(e).__name__}: {str(e).splitlines()[0][:160]}" if str(e).strip() else type(e).__name__
+            )
             raise ZebraError(
-                f"{self.directory}: cannot read {key} ({type(e).__name__}: {str(e).splitlines()[0][:160]})",
+                f"{self.directory}: cannot read {key} ({reason})",
                 fix="a .distcp file is truncated or missing; use a complete checkpoint",
             ) from None
         return out[key]

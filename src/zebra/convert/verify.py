@@ -28,6 +28,14 @@ THRESHOLDS = {
     "float16": (1e-2, 0.9999),
     "bfloat16": (5e-2, 0.999),
 }
+# Two different implementations (FLA's forward vs ours: other kernels, fused norms, TF32 on some GPUs) agree
+# less tightly than one implementation on two copies of the same weights.
+CROSS_THRESHOLDS = {
+    "float64": (1e-6, 0.99999),
+    "float32": (2e-3, 0.9999),
+    "float16": (2e-2, 0.999),
+    "bfloat16": (5e-2, 0.999),
+}
 _PRECISION_ORDER = ("bfloat16", "float16", "float32", "float64")
 
 
@@ -141,7 +149,9 @@ def verify(
     if ckpt.format == "fla" and on_gpu:
         fla_model = _load_fla(directory, device)
         fla = _logits(fla_model, inputs)
-        report.parities.append(_compare(fla, ours, "FLA forward", "ZebraForCausalLM", precision))
+        report.parities.append(
+            _compare(fla, ours, "FLA forward", "ZebraForCausalLM", precision, thresholds=CROSS_THRESHOLDS)
+        )
         del fla_model
     _sample(model, inputs[0], tok, report, max_new_tokens, prompts[0] if tok is not None else None)
     return report
@@ -233,7 +243,7 @@ def _logits(model: Any, inputs: list[Any]) -> list[Any]:
         return [model(input_ids=ids.to(device)).logits.float().cpu() for ids in inputs]
 
 
-def _compare(ref: list[Any], out: list[Any], ref_name: str, out_name: str, dtype: str) -> Parity:
+def _compare(ref, out, ref_name: str, out_name: str, dtype: str, thresholds=THRESHOLDS) -> Parity:
     import torch
 
     a = torch.cat([r.reshape(-1) for r in ref]).double()
@@ -241,7 +251,7 @@ def _compare(ref: list[Any], out: list[Any], ref_name: str, out_name: str, dtype
     max_abs = float((a - b).abs().max())
     scale = float(a.abs().max()) or 1.0
     cosine = float(torch.nn.functional.cosine_similarity(a, b, dim=0))
-    rel, cos = THRESHOLDS[dtype]
+    rel, cos = thresholds[dtype]
     return Parity(ref_name, out_name, max_abs, max_abs / scale, cosine, rel, cos)
 
 

@@ -1,0 +1,191 @@
+"""`zebra convert` / `zebra verify` through the CLI: results, JSON, and one-line errors that leave nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from megatron_writer import megatron_args, megatron_tensors, write_torch
+from typer.testing import CliRunner
+
+from conftest import build_model
+from zebra.cli.main import app
+from zebra.convert import export_hf
+
+
+def zebra(*args):
+    return CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
+
+
+def listing(path):
+    """Every name under `path`, hidden temporary folders included."""
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+def assert_one_line_error(result, *needles):
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+
+
+@pytest.fixture
+def gdn_export(tmp_path):
+    recipe, model = build_model("gdn")
+    return export_hf(model.state_dict(), recipe, tmp_path / "zebra")
+
+
+def test_convert_and_verify_a_primus_checkpoint(tmp_path):
+    _, model = build_model("mamba-mla")
+    src = write_torch(tmp_path / "primus", model, "*-M-M-M-", te=True)
+
+    r = zebra("convert", src, "--output", tmp_path / "out", "--tokenizer", "byte")
+    assert r.exit_code == 0, r.output
+    assert "megatron-torch" in r.stdout and "*-M-M-M-" in r.stdout
+
+    r = zebra("verify", tmp_path / "out", "--against", src, "--json", "--max-new-tokens", "4")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    assert report["ok"] and all(a["ok"] for a in report["audits"])
+    (parity,) = report["parity"]
+    assert parity["max_abs"] == 0.0 and parity["cosine"] > 0.999999
+    assert len(report["top5"]) == 5 and len(report["continuation_ids"]) == 4
+
+    r = zebra("verify", tmp_path / "out", "--against", src)  # the human view
+    assert r.exit_code == 0, r.output
+    assert "Logits parity" in r.stdout and "rel <= 0.0001" in r.stdout and "verified" in r.stdout
+
+
+def test_verify_fails_with_exit_1_when_logits_differ(tmp_path, gdn_export):
+    _, other = build_model("gdn", seed=5)
+    different = export_hf(other.state_dict(), other.config, tmp_path / "other", tokenizer="byte")
+    r = zebra("verify", different, "--against", gdn_export, "--json")
+    assert r.exit_code == 1
+    report = json.loads(r.stdout)
+    assert report["audits"][0]["ok"] and not report["parity"][0]["ok"]
+
+
+def test_verify_names_missing_tensors(tmp_path, gdn_export):
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(gdn_export / "model.safetensors")
+    del tensors["model.layers.2.mixer.o_norm.weight"]
+    save_file(tensors, gdn_export / "model.safetensors", metadata={"format": "pt"})
+    r = zebra("verify", gdn_export, "--json")
+    assert r.exit_code != 0
+    assert "model.layers.2.mixer.o_norm.weight" in r.output
+
+
+def test_verify_fla_dir_on_cpu_audits_fla_classes_and_says_how_logits_ran(tmp_path, gdn_export):
+    assert zebra("convert", gdn_export, "--to", "fla", "-o", tmp_path / "fla").exit_code == 0
+    r = zebra("verify", tmp_path / "fla", "--against", gdn_export, "--json", "--device", "cpu")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    assert report["audits"][0]["target"] == "GatedDeltaNetForCausalLM (FLA)"
+    assert "CPU: FLA classes used for the audit only" in report["mode"]
+    assert report["parity"][0]["max_abs"] == 0.0
+
+
+def test_truncated_safetensors(tmp_path, gdn_export):
+    shard = gdn_export / "model.safetensors"
+    with open(shard, "r+b") as f:
+        f.truncate(os.path.getsize(shard) - 1000)
+    r = zebra("convert", gdn_export, "--to", "fla", "-o", tmp_path / "out")
+    assert_one_line_error(r, "model.safetensors: unreadable safetensors file", "truncated")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["zebra"]
+
+
+def test_truncated_torch_checkpoint(tmp_path):
+    _, model = build_model("gdn")
+    root = write_torch(tmp_path / "primus", model, "G-G-", te=False)
+    pt = root / "iter_0000100" / "mp_rank_00" / "model_optim_rng.pt"
+    with open(pt, "r+b") as f:
+        f.truncate(os.path.getsize(pt) // 2)
+    r = zebra("convert", root, "-o", tmp_path / "out")
+    assert_one_line_error(r, "model_optim_rng.pt: unreadable torch checkpoint")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["primus"]
+
+
+def test_unknown_architecture(tmp_path):
+    """A GPT layer (fused linear_qkv attention) is not a layer kind zebra knows."""
+    _, model = build_model("mamba-mla")
+    tensors = megatron_tensors(model, "*-M-M-M-", te=True)
+    tensors["decoder.layers.0.self_attention.linear_qkv.weight"] = torch.zeros(192, 64)
+    d = tmp_path / "gpt" / "iter_0000001" / "mp_rank_00"
+    d.mkdir(parents=True)
+    torch.save(
+        {"model": tensors, "args": megatron_args(model, "*-M-M-M-"), "iteration": 1}, d / "model_optim_rng.pt"
+    )
+    r = zebra("convert", d.parent, "-o", tmp_path / "out")
+    assert_one_line_error(r, "unexpected tensor decoder.layers.0.self_attention.linear_qkv.weight", "Primus")
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_format(tmp_path):
+    (tmp_path / "weird").mkdir()
+    (tmp_path / "weird" / "weights.npz").write_bytes(b"x")
+    assert_one_line_error(zebra("convert", tmp_path / "weird"), "unknown checkpoint format")
+    (tmp_path / "llama").mkdir()
+    (tmp_path / "llama" / "config.json").write_text('{"model_type": "llama"}')
+    assert_one_line_error(zebra("convert", tmp_path / "llama"), "model_type 'llama'")
+
+
+def test_tensor_shape_conflict(tmp_path):
+    _, model = build_model("gdn")
+    tensors = megatron_tensors(model, "G-G-", te=True)
+    key = "decoder.layers.0.mixer.in_proj.weight"
+    tensors[key] = torch.cat([tensors[key], torch.zeros(8, 64)])
+    d = tmp_path / "p" / "iter_0000001" / "mp_rank_00"
+    d.mkdir(parents=True)
+    torch.save(
+        {"model": tensors, "args": megatron_args(model, "G-G-"), "iteration": 1}, d / "model_optim_rng.pt"
+    )
+    r = zebra("convert", d.parent, "-o", tmp_path / "out")
+    assert_one_line_error(r, f"{key} has shape [208, 64]", "gdn_key=32")
+    assert not (tmp_path / "out").exists()
+
+
+def test_hybrid_to_fla(tmp_path):
+    recipe, model = build_model("hybrid")
+    src = export_hf(model.state_dict(), recipe, tmp_path / "zebra")
+    r = zebra("convert", src, "--to", "fla", "-o", tmp_path / "fla")
+    assert_one_line_error(r, "'*-M-G-K-' is a hybrid", "--to hf")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["zebra"]
+
+
+def test_existing_output_needs_force(tmp_path, gdn_export):
+    out = tmp_path / "fla"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    r = zebra("convert", gdn_export, "--to", "fla", "-o", out)
+    assert_one_line_error(r, "already exists", "--force")
+    assert listing(out) == ["keep.txt"]
+    r = zebra("convert", gdn_export, "--to", "fla", "-o", out, "--force")
+    assert r.exit_code == 0, r.output
+    assert not (out / "keep.txt").exists() and (out / "config.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fla", "zebra"]
+
+
+def test_convert_json(tmp_path, gdn_export):
+    r = zebra("convert", gdn_export, "--to", "fla", "-o", tmp_path / "fla", "--json")
+    assert r.exit_code == 0, r.output
+    result = json.loads(r.stdout)
+    assert result["source_format"] == "hf" and result["target"] == "fla" and result["pattern"] == "G-G-"
+
+
+def test_truncated_distcp_fails_mid_write_and_leaves_nothing(tmp_path):
+    """The tensor data is read while the output is being written: the temporary folder must go too."""
+    from megatron_writer import write_torch_dist
+
+    _, model = build_model("kda")
+    root = write_torch_dist(tmp_path / "primus", model, "K-K-", te=True)
+    for data in (root / "iter_0000100").glob("*.distcp"):
+        with open(data, "r+b") as f:
+            f.truncate(os.path.getsize(data) // 3)
+    r = zebra("convert", root, "-o", tmp_path / "out", "--tokenizer", "none")
+    assert_one_line_error(r, "iter_0000100: cannot read")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["primus"]
