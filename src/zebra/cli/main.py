@@ -18,6 +18,7 @@ from zebra.cli import chat as chat_cli
 from zebra.cli import convert as convert_cli
 from zebra.cli import eval as eval_cli
 from zebra.cli import generate as generate_cli
+from zebra.cli import train as train_cli
 from zebra.cli._output import out
 from zebra.errors import ZebraError
 
@@ -79,6 +80,8 @@ def _root(
 
 
 app.add_typer(recipes.app, name="recipes")
+app.command("train", epilog=train_cli.TRAIN_EXAMPLES)(train_cli.train)
+app.command("plot", epilog=train_cli.PLOT_EXAMPLES)(train_cli.plot)
 app.add_typer(data.app, name="data")
 app.command("doctor", epilog=doctor.EPILOG)(doctor.doctor)
 app.add_typer(bench.app, name="bench")

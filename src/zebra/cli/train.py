@@ -1,0 +1,195 @@
+"""`zebra train` and `zebra plot`: start, resume and inspect training runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from zebra.cli._options import JsonOpt, SetOpt, YesOpt, examples
+from zebra.cli._output import out
+from zebra.errors import ZebraError
+
+TRAIN_EXAMPLES = examples(
+    "zebra train tiny",
+    "zebra train tiny-gdn --max-steps 50 --run gdn-try",
+    "zebra train 1b-gdn-pure --gpus 8 --data /data/fineweb_text_document",
+    "zebra train 1b-gdn-pure --data a_text_document:0.7 --data b_text_document:0.3 --set train.lr=3e-4",
+    "zebra train 1b-gdn-pure --mock-data --max-steps 20 --dry-run",
+    "zebra train tiny --nproc 2              # two CPU ranks (gloo)",
+    "zebra train tiny --resume never --yes   # start the run over",
+)
+
+
+def train(
+    recipe: Annotated[
+        str | None,
+        typer.Argument(help="Recipe name (`zebra recipes list`) or YAML path.", show_default=False),
+    ] = None,
+    gpus: Annotated[
+        int | None,
+        typer.Option("--gpus", min=1, help="GPU ranks per node (default: the recipe's, 0 = all visible)."),
+    ] = None,
+    nodes: Annotated[int | None, typer.Option("--nodes", min=1, help="Nodes (with --rdzv-endpoint).")] = None,
+    nproc: Annotated[
+        int | None, typer.Option("--nproc", min=1, help="CPU ranks on this machine (gloo), instead of GPUs.")
+    ] = None,
+    data: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--data",
+            help="Megatron prefix, prep folder or @sample, optionally :weight (repeat to blend).",
+            metavar="PREFIX[:W]",
+        ),
+    ] = None,
+    mock_data: Annotated[bool, typer.Option("--mock-data", help="Train on megatron's mock dataset.")] = False,
+    set_: SetOpt = None,
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", min=1, help="Override train.max_steps.")
+    ] = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Folder holding run directories.")] = Path(
+        "runs"
+    ),
+    run: Annotated[str | None, typer.Option("--run", help="Run name (default: the recipe's name).")] = None,
+    resume: Annotated[
+        str,
+        typer.Option(
+            "--resume", help="auto (continue the run's newest checkpoint), never, or a checkpoint PATH."
+        ),
+    ] = "auto",
+    rdzv_endpoint: Annotated[
+        str | None, typer.Option("--rdzv-endpoint", help="HOST:PORT every node meets at (multi-node).")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved plan and exit.")] = False,
+    json_: JsonOpt = False,
+    yes: YesOpt = False,
+) -> None:
+    """Train a recipe: checkpoints, metrics.jsonl, a loss curve and an HF export land in OUTPUT/RUN."""
+    from zebra.cli._prompt import choose, confirm
+    from zebra.recipes import list_recipes
+    from zebra.train.plan import has_outputs, make_plan, prepare_run
+
+    name = recipe or choose("Which recipe?", list_recipes(), yes=yes, flag="RECIPE")
+    plan = make_plan(
+        name,
+        overrides=set_ or [],
+        data=data,
+        mock_data=mock_data,
+        max_steps=max_steps,
+        output=output,
+        run=run,
+        resume=resume,
+        gpus=gpus,
+        nodes=nodes,
+        nproc=nproc,
+        rdzv_endpoint=rdzv_endpoint,
+    )
+    if dry_run:
+        _show_plan(plan, json_)
+        return
+    if plan.changed:
+        out.warn(f"{plan.run_dir}/config.yaml changes on resume: {', '.join(plan.changed[:8])}")
+    start_over = resume == "never" and has_outputs(plan.run_dir)
+    if start_over and not confirm(f"{plan.run_dir} holds an earlier run: delete it and start over?", yes=yes):
+        raise ZebraError(
+            f"{plan.run_dir}: holds an earlier run",
+            fix="pass --yes to start over, or --run NAME for a new run",
+        )
+    prepare_run(plan, start_over=start_over)
+    if plan.in_process:
+        from zebra.train.trainer import train_rank
+
+        result = train_rank(plan.run_dir, resume=resume, device=plan.device)
+        stopped_by = result.stopped_by
+    else:
+        from zebra.train.launch import launch_local
+
+        stopped_by = launch_local(
+            plan.run_dir,
+            nproc_per_node=plan.procs_per_node,
+            nnodes=plan.nodes,
+            rdzv_endpoint=plan.rdzv_endpoint,
+            resume=resume,
+            device=plan.device,
+        ).stopped_by
+    _show_result(plan, stopped_by, json_)
+
+
+def _show_plan(plan, json_: bool) -> None:
+    info = plan.summary()
+    if json_:
+        out.json(info)
+        return
+    data = info["data"]
+    rows = [
+        ["recipe", f"{info['recipe']} ({info['source']})"],
+        ["run directory", info["run_dir"]],
+        [
+            "ranks",
+            f"{info['nodes']} node(s) x {info['ranks_per_node']} {info['device']} rank(s) = {info['world_size']}",
+        ],
+        [
+            "batch",
+            f"{info['micro_batch']} micro x {info['world_size']} rank(s) x {info['accumulation']} accumulation = "
+            f"{info['global_batch']} sequences x {info['seq_len']} tokens",
+        ],
+        ["steps", f"{info['max_steps']:,} ({info['tokens_per_step'] * info['max_steps']:,} tokens)"],
+        ["data", data if isinstance(data, str) else "\n".join(data)],
+        ["tokenizer", info["tokenizer"]],
+        [
+            "resume",
+            info["resume"]
+            + (
+                f" (checkpoint at step {info['checkpoint_step']})"
+                if info["checkpoint_step"] is not None
+                else ""
+            ),
+        ],
+    ]
+    if info["rdzv_endpoint"]:
+        rows.append(["rendezvous", info["rdzv_endpoint"]])
+    out.table(["", "plan"], rows, title="zebra train --dry-run")
+
+
+def _show_result(plan, stopped_by: str | None, json_: bool) -> None:
+    from zebra.train.summary import summarize_run
+
+    summary = summarize_run(plan.run_dir)
+    summary["stopped_by"] = stopped_by
+    if json_:
+        out.json(summary)
+        return
+    loss = f"loss {summary['loss']:.4f}" if summary["loss"] is not None else "no loss logged"
+    if summary["val_loss"] is not None:
+        loss += f", validation {summary['val_loss']:.4f}"
+    if stopped_by:
+        out.result(
+            f"stopped by {stopped_by} at step {summary['step']} ({loss}); checkpoint {summary['checkpoint']}"
+        )
+        out.hint(f"continue with the same command and --resume auto (run {plan.run_dir})")
+        return
+    out.result(f"trained {plan.recipe.name} for {summary['step']} steps: {loss}")
+    if summary["export"]:
+        out.result(f"HF export: {summary['export']}")
+    out.result(f"metrics: {plan.run_dir / 'metrics.jsonl'}, loss curve: {plan.run_dir / 'loss.png'}")
+
+
+PLOT_EXAMPLES = examples(
+    "zebra plot runs/tiny", "zebra plot runs/tiny-gdn runs/tiny-kda -o compare.png --log"
+)
+
+
+def plot(
+    runs: Annotated[list[Path], typer.Argument(help="Run directories (each with metrics.jsonl).")],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="PNG to write (default: RUN/loss.png, or ./loss.png)."),
+    ] = None,
+    log: Annotated[bool, typer.Option("--log", help="Logarithmic loss axis.")] = False,
+) -> None:
+    """Draw (or compare) the loss curves of training runs."""
+    from zebra.train.plot import plot_runs
+
+    target = output or (runs[0] / "loss.png" if len(runs) == 1 else Path("loss.png"))
+    out.result(f"wrote {plot_runs(runs, target, log_y=log)}")

@@ -1,0 +1,222 @@
+"""Training data: Megatron `.bin/.idx` prefixes through megatron-core's GPTDataset (blends, train/valid split,
+EOD handling), or megatron-core's MockGPTDataset, cut into per-rank micro-batches in a fixed order.
+
+The order is a pure function of the seed: global step `s` reads samples `[s*G, (s+1)*G)` of the (already
+shuffled) dataset, so the data position is just `consumed_samples` and a resumed run reads exactly what an
+uninterrupted one would. Within a step, micro-batch `a` of rank `r` holds samples
+`s*G + a*m*W + r*m + [0, m)` (G global batch, m micro batch, W ranks): any world size sees the same global batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from zebra.errors import ZebraError
+
+if TYPE_CHECKING:
+    import torch
+
+    from zebra.recipes import Recipe
+    from zebra.train.dist import DistEnv
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """What megatron's GPT datasets read from a tokenizer: the vocabulary size and the end-of-document id.
+
+    No `pad` attribute: megatron then pads a partial sequence with -1, which no real token collides with.
+    """
+
+    name: str
+    vocab_size: int
+    eod: int
+
+    @property
+    def unique_identifiers(self) -> dict[str, Any]:  # part of megatron's dataset cache key
+        return {"class": "zebra.TokenizerInfo", "name": self.name, "vocab_size": self.vocab_size}
+
+
+def tokenizer_info(recipe: Recipe) -> TokenizerInfo:
+    """The recipe's tokenizer as megatron needs it; mock data needs no tokenizer (EOD 0, the model's vocab)."""
+    if recipe.data.mock:
+        return TokenizerInfo(name="mock", vocab_size=recipe.model.vocab_size, eod=0)
+    from zebra.data.tokenizers import load_tokenizer
+
+    tok = load_tokenizer(recipe.data.tokenizer)
+    eod = tok.eos_token_id
+    if eod is None:
+        raise ZebraError(
+            f"data.tokenizer {recipe.data.tokenizer!r} has no end-of-text token",
+            fix="use a tokenizer with an eos token (documents are separated by it)",
+        )
+    return TokenizerInfo(name=recipe.data.tokenizer, vocab_size=len(tok), eod=int(eod))
+
+
+def parse_blend(paths: list[str]) -> list[tuple[str, float]]:
+    """`["a:2", "b"]` -> `[("a", 2.0), ("b", 1.0)]` (a weight is the part after the last ':' when numeric)."""
+    blend = []
+    for p in paths:
+        prefix, sep, weight = p.rpartition(":")
+        try:
+            blend.append((prefix, float(weight)) if sep else (p, 1.0))
+        except ValueError:
+            blend.append((p, 1.0))
+    return blend
+
+
+@contextlib.contextmanager
+def _quiet_megatron():
+    """megatron-core warns about missing Transformer Engine / Apex on import and logs every index it builds."""
+    logging.getLogger("megatron").setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module="megatron")
+        warnings.filterwarnings("ignore", message=".*Transformer Engine.*")
+        yield
+
+
+def build_datasets(
+    recipe: Recipe, *, train_samples: int, valid_samples: int, cache_dir: Path
+) -> tuple[torch.utils.data.Dataset, torch.utils.data.Dataset | None]:
+    """The train and validation datasets (megatron GPTDataset / BlendedDataset / MockGPTDataset).
+
+    Collective when a process group exists: rank 0 builds the index files in `cache_dir`, the others read them.
+
+    Args:
+        train_samples: sequences the run will read (max_steps x global batch).
+        valid_samples: sequences one validation pass reads (0: no validation set).
+    """
+    with _quiet_megatron():
+        from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+        from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
+
+        info = tokenizer_info(recipe)
+        blend = None
+        if not recipe.data.mock:
+            pairs = parse_blend(recipe.data.paths)
+            if not pairs:
+                raise ZebraError(
+                    "no training data (data.paths is empty)", fix="pass --data PREFIX or --mock-data"
+                )
+            for prefix, _ in pairs:
+                for ext in (".bin", ".idx"):
+                    if not Path(prefix + ext).is_file():
+                        raise ZebraError(
+                            f"data.paths: {prefix}{ext} not found",
+                            fix="pass a Megatron prefix (PREFIX.bin + PREFIX.idx) made by `zebra data prep`",
+                        )
+            weights = [w for _, w in pairs]
+            blend = ([p for p, _ in pairs], weights if len(pairs) > 1 else None)
+        config = GPTDatasetConfig(
+            random_seed=recipe.train.seed,
+            sequence_length=recipe.data.seq_len,
+            blend=blend,
+            split=None if recipe.data.mock else recipe.data.split,
+            path_to_cache=str(cache_dir),
+            tokenizer=info,
+            reset_position_ids=False,
+            reset_attention_mask=False,
+            eod_mask_loss=False,
+            create_attention_mask=False,
+        )
+        cls = MockGPTDataset if recipe.data.mock else GPTDataset
+        sizes = [train_samples, max(valid_samples, 1), 1]  # a weighted blend needs a size for every split
+        try:
+            train, valid, _ = BlendedMegatronDatasetBuilder(cls, sizes, lambda: True, config).build()
+        except (AssertionError, ValueError, IndexError) as e:
+            raise ZebraError(
+                f"megatron could not build the dataset from {recipe.data.paths}: {e or type(e).__name__}",
+                fix="check data.split and that each prefix holds enough tokens for one sequence",
+            ) from None
+    if train is None or len(train) < train_samples:
+        raise ZebraError(
+            f"the training split has {0 if train is None else len(train)} sequences of {recipe.data.seq_len} tokens "
+            f"(need {train_samples})",
+            fix="add data, or lower train.max_steps / train.global_batch_size / data.seq_len",
+        )
+    if valid is not None and (valid_samples == 0 or len(valid) == 0):
+        valid = None
+    return train, valid
+
+
+def batch_plan(global_batch: int, micro_batch: int, world_size: int) -> tuple[int, int]:
+    """(micro batch, accumulation steps) with micro x ranks x accumulation = global batch.
+
+    The micro batch is the recipe's, or the largest smaller one that divides a rank's share of the global
+    batch (a smaller micro batch never needs more memory). Raises ZebraError when the ranks cannot share it.
+    """
+    if global_batch % world_size:
+        raise ZebraError(
+            f"train.global_batch_size {global_batch} does not split over {world_size} ranks",
+            fix=f"use a multiple of {world_size} (e.g. --set train.global_batch_size="
+            f"{max(world_size, global_batch // world_size * world_size)}) or another rank count",
+        )
+    per_rank = global_batch // world_size
+    micro = next(d for d in range(min(micro_batch, per_rank), 0, -1) if per_rank % d == 0)
+    return micro, per_rank // micro
+
+
+class RankBatchSampler:
+    """Index lists of this rank's micro-batches from global sample `start` on, step after step."""
+
+    def __init__(self, *, start: int, stop: int, global_batch: int, micro_batch: int, rank: int, world: int):
+        self.start, self.stop = start, stop
+        self.global_batch, self.micro_batch, self.rank, self.world = global_batch, micro_batch, rank, world
+
+    def __iter__(self) -> Iterator[list[int]]:
+        m, w = self.micro_batch, self.world
+        for step_start in range(self.start, self.stop - self.global_batch + 1, self.global_batch):
+            for pass_start in range(step_start, step_start + self.global_batch, m * w):
+                first = pass_start + self.rank * m
+                yield list(range(first, first + m))
+
+    def __len__(self) -> int:
+        steps = max(0, (self.stop - self.start) // self.global_batch)
+        return steps * self.global_batch // (self.micro_batch * self.world)
+
+
+def _collate(samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    import torch
+
+    return {
+        "tokens": torch.stack([s["tokens"] for s in samples]),  # [m, T]
+        "labels": torch.stack([s["labels"] for s in samples]),  # [m, T] next tokens
+        "loss_mask": torch.stack([s["loss_mask"] for s in samples]),  # [m, T] 0 on padding
+    }
+
+
+def micro_batches(
+    dataset: torch.utils.data.Dataset,
+    *,
+    start: int,
+    stop: int,
+    global_batch: int,
+    micro_batch: int,
+    env: DistEnv,
+    num_workers: int,
+) -> Iterator[dict[str, torch.Tensor]]:
+    """This rank's micro-batches (`tokens`, `labels`, `loss_mask`, each [m, T]) for samples [start, stop)."""
+    import torch
+
+    sampler = RankBatchSampler(
+        start=start,
+        stop=stop,
+        global_batch=global_batch,
+        micro_batch=micro_batch,
+        rank=env.rank,
+        world=env.world_size,
+    )
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_sampler=sampler,
+        num_workers=num_workers,
+        collate_fn=_collate,
+        pin_memory=env.device.type == "cuda",
+        prefetch_factor=4 if num_workers else None,
+    )
+    return iter(loader)

@@ -1,0 +1,169 @@
+"""Throughput, model FLOPs utilisation (MFU) and the metric sinks: metrics.jsonl, TensorBoard, Weights & Biases.
+
+MFU = train_flops_per_token x tokens/s / (ranks x peak dense bf16 FLOP/s of one device), where
+train_flops_per_token = 6 N + causal MLA attention (`zebra.arch.train_flops_per_token`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import sys
+from pathlib import Path
+from typing import Any
+
+# Peak dense bf16 FLOP/s per device (vendor datasheets, no sparsity). First substring match of the device name wins.
+PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
+    ("GB200", 2.5e15),
+    ("B200", 2.25e15),
+    ("H100 PCIe", 756e12),
+    ("H100 NVL", 835e12),
+    ("H100", 989e12),
+    ("H200", 989e12),
+    ("H800", 989e12),
+    ("H20", 148e12),
+    ("GH200", 989e12),
+    ("A100", 312e12),
+    ("A800", 312e12),
+    ("L40S", 362e12),
+    ("A10G", 70e12),
+    ("MI355X", 2.5e15),
+    ("MI350X", 2.3e15),
+    ("MI325X", 1307e12),
+    ("MI300X", 1307e12),
+    ("MI300A", 981e12),
+    ("MI250X", 383e12),
+    ("MI250", 362e12),
+    ("MI210", 181e12),
+)
+
+
+def peak_flops(device_name: str) -> float | None:
+    """Peak dense bf16 FLOP/s of a device by its name (`torch.cuda.get_device_name`), None when unknown."""
+    for key, flops in PEAK_BF16_FLOPS:
+        if key.lower() in device_name.lower():
+            return flops
+    return None
+
+
+def device_peak_flops(device) -> float | None:
+    """Peak of a torch device; None on CPU or for an unknown GPU (`ZEBRA_PEAK_FLOPS` overrides)."""
+    if os.environ.get("ZEBRA_PEAK_FLOPS"):
+        return float(os.environ["ZEBRA_PEAK_FLOPS"])
+    if device.type != "cuda":
+        return None
+    import torch
+
+    return peak_flops(torch.cuda.get_device_name(device))
+
+
+def mfu(flops_per_token: float, tokens_per_s: float, n_devices: int, peak: float | None) -> float | None:
+    """Model FLOPs utilisation in [0, 1], or None without a known peak."""
+    if not peak or tokens_per_s <= 0:
+        return None
+    return flops_per_token * tokens_per_s / (n_devices * peak)
+
+
+def peak_memory_gb(device) -> float:
+    """Peak memory of this rank: CUDA allocator peak on GPUs, max resident set size of the process on CPU."""
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 2**30
+
+
+def clean(record: dict[str, Any]) -> dict[str, Any]:
+    """Floats rounded for the log; NaN / inf written as strings (JSON has no literal for them)."""
+    out: dict[str, Any] = {}
+    for k, v in record.items():
+        if isinstance(v, float):
+            v = str(v) if not math.isfinite(v) else float(f"{v:.6g}")
+        out[k] = v
+    return out
+
+
+class MetricsLog:
+    """Rank 0's metric sinks. `metrics.jsonl` always; TensorBoard when installed (`<run>/tensorboard`, turn off
+    with ZEBRA_TENSORBOARD=0); Weights & Biases when installed and WANDB_PROJECT is set (its key is read by
+    wandb from the environment, never by zebra)."""
+
+    def __init__(self, run_dir: Path, *, resume_step: int, config: dict[str, Any], run_name: str):
+        self.path = run_dir / "metrics.jsonl"
+        truncate_after(self.path, resume_step)
+        self._file = self.path.open("a")
+        self._tb = self._open_tensorboard(run_dir)
+        self._wandb = self._open_wandb(run_dir, config, run_name)
+
+    @staticmethod
+    def _open_tensorboard(run_dir: Path):
+        if os.environ.get("ZEBRA_TENSORBOARD", "1") == "0":
+            return None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            return None
+        return SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+
+    @staticmethod
+    def _open_wandb(run_dir: Path, config: dict[str, Any], run_name: str):
+        if not os.environ.get("WANDB_PROJECT"):
+            return None
+        try:
+            import wandb
+        except ImportError:
+            return None
+        return wandb.init(
+            project=os.environ["WANDB_PROJECT"],
+            name=run_name,
+            id=run_name,
+            resume="allow",
+            dir=str(run_dir),
+            config=config,
+        )
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record (it must carry `step`) to every sink."""
+        record = clean(record)
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        step = record["step"]
+        scalars = {k: v for k, v in record.items() if k != "step" and isinstance(v, int | float)}
+        if self._tb is not None:
+            for k, v in scalars.items():
+                self._tb.add_scalar(f"{'val' if k.startswith('val_') else 'train'}/{k}", v, step)
+        if self._wandb is not None:
+            self._wandb.log(scalars, step=step)
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Records of a metrics.jsonl (a torn last line from a crash is skipped)."""
+    records = []
+    if not path.is_file():
+        return records
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def truncate_after(path: Path, step: int) -> None:
+    """Drop records past `step` (written after the checkpoint a resumed run restarts from), atomically."""
+    if not path.is_file():
+        return
+    keep = [r for r in read_metrics(path) if r.get("step", 0) <= step]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
+    tmp.replace(path)

@@ -1,0 +1,51 @@
+"""Loss curves from runs' metrics.jsonl: training loss per logged step and validation loss points."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from zebra.errors import ZebraError
+from zebra.train.metrics import read_metrics
+
+
+def plot_runs(run_dirs: list[Path], output: Path, *, log_y: bool = False) -> Path:
+    """Draw the loss curves of `run_dirs` (one colour per run) into the PNG `output`, written atomically.
+
+    Raises:
+        ZebraError: a run has no metrics.jsonl or no logged loss.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
+    for i, run in enumerate(run_dirs):
+        records = read_metrics(run / "metrics.jsonl")
+        train = [(r["step"], r["loss"]) for r in records if isinstance(r.get("loss"), int | float)]
+        if not train:
+            raise ZebraError(
+                f"{run}: no training loss logged (metrics.jsonl missing or empty)",
+                fix="pass run directories written by `zebra train`",
+            )
+        valid = [(r["step"], r["val_loss"]) for r in records if isinstance(r.get("val_loss"), int | float)]
+        color = f"C{i % 10}"
+        label = run.name if len(run_dirs) > 1 else "train"
+        ax.plot(*zip(*train, strict=True), color=color, label=label, linewidth=1.4)
+        if valid:
+            vlabel = f"{run.name} valid" if len(run_dirs) > 1 else "valid"
+            ax.plot(*zip(*valid, strict=True), "o--", color=color, label=vlabel, markersize=4, alpha=0.8)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats/token)")
+    if log_y:
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title(run_dirs[0].name if len(run_dirs) == 1 else "loss")
+    fig.tight_layout()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(f".{output.stem}.tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    tmp.replace(output)
+    return output

@@ -1,0 +1,119 @@
+"""One optimizer step, shared by the trainer and `zebra bench train`.
+
+The loss of a step is the mean next-token cross-entropy over every unmasked token of the global batch: each
+micro-batch contributes `sum(CE) * ranks / tokens_in_global_batch` to backward, so gradient accumulation and
+any number of ranks (whose gradients DDP / FSDP average) give the gradient of that one mean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from zebra.train.dist import DistEnv, all_reduce_sum
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass
+class StepResult:
+    loss: float  # mean CE over the global batch (every rank holds the same value)
+    grad_norm: float  # total gradient norm before clipping
+    tokens: int  # unmasked tokens in the global batch
+    applied: bool  # False when the step was skipped for a non-finite loss or gradient
+    flags: list[float]  # the `flags` passed to the step, summed over ranks
+
+
+def loss_sum(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """Summed next-token cross-entropy in fp32. logits [B, T, V]; labels, loss_mask [B, T]."""
+    import torch.nn.functional as F
+
+    labels = labels.masked_fill(loss_mask == 0, -100)
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100, reduction="sum")
+
+
+class TrainStep:
+    """Forward/backward over a step's micro-batches, gradient clipping, the non-finite check, optimizer step.
+
+    Args:
+        model: the (wrapped) model; called as `model(input_ids=tokens).logits`.
+        autocast_bf16: run forward in bf16 autocast (DDP / single device; FSDP2 casts its own parameters).
+        clip_grad: max gradient norm (0 = no clipping; the norm is still measured).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+        env: DistEnv,
+        *,
+        autocast_bf16: bool,
+        clip_grad: float,
+    ):
+        self.model, self.optimizer, self.scheduler, self.env = model, optimizer, scheduler, env
+        self.autocast_bf16 = autocast_bf16
+        self.clip_grad = clip_grad
+        self.params = [p for p in model.parameters() if p.requires_grad]
+
+    def autocast(self):
+        import torch
+
+        if not self.autocast_bf16:
+            return contextlib.nullcontext()
+        return torch.autocast(self.env.device.type, dtype=torch.bfloat16)
+
+    def _no_sync(self, last: bool):
+        """DDP: all-reduce gradients only on the last micro-batch of a step."""
+        if last or not hasattr(self.model, "no_sync"):
+            return contextlib.nullcontext()
+        return self.model.no_sync()
+
+    def __call__(
+        self, micro_batches: list[dict[str, torch.Tensor]], *, flags: tuple[float, ...] = ()
+    ) -> StepResult:
+        """Run one step over this rank's `micro_batches` (each `tokens`, `labels`, `loss_mask` [m, T]).
+
+        `flags` are summed over ranks with the loss (one collective). A non-finite loss or gradient norm
+        skips the optimizer update (`applied=False`); the learning-rate schedule advances either way.
+        """
+        import torch
+
+        dev = self.env.device
+        local_tokens = sum(int(b["loss_mask"].sum()) for b in micro_batches)
+        total = all_reduce_sum(torch.tensor([float(local_tokens)], device=dev), self.env)
+        scale = self.env.world_size / max(total.item(), 1.0)
+        loss_acc = torch.zeros((), device=dev)
+        for i, batch in enumerate(micro_batches):
+            tokens = batch["tokens"].to(dev, non_blocking=True)  # [m, T]
+            labels = batch["labels"].to(dev, non_blocking=True)  # [m, T]
+            mask = batch["loss_mask"].to(dev, non_blocking=True)  # [m, T]
+            with self._no_sync(i == len(micro_batches) - 1):
+                with self.autocast():
+                    logits = self.model(input_ids=tokens, use_cache=False).logits  # [m, T, V]
+                ce = loss_sum(logits, labels, mask)
+                del logits
+                (ce * scale).backward()
+            loss_acc += ce.detach()
+        stats = all_reduce_sum(
+            torch.stack([loss_acc, *[torch.tensor(float(f), device=dev) for f in flags]]), self.env
+        )
+        norm = torch.nn.utils.clip_grad_norm_(
+            self.params, self.clip_grad if self.clip_grad > 0 else math.inf, foreach=dev.type != "cpu"
+        )
+        if hasattr(norm, "full_tensor"):  # FSDP2: a replicated DTensor
+            norm = norm.full_tensor()
+        stats = torch.cat([stats, norm.reshape(1).float()]).tolist()  # one device -> host sync per step
+        loss, grad_norm = stats[0] / max(total.item(), 1.0), stats[-1]
+        applied = math.isfinite(loss) and math.isfinite(grad_norm)
+        if applied:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scheduler is not None:
+            self.scheduler.step()
+        return StepResult(
+            loss=loss, grad_norm=grad_norm, tokens=int(total.item()), applied=applied, flags=stats[1:-1]
+        )

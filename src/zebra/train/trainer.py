@@ -1,0 +1,440 @@
+"""The training loop of one rank: build, restore, step, log, evaluate, checkpoint, export.
+
+recipe (RUN/config.yaml) -> ZebraForCausalLM -> AC / compile / DDP or FSDP2 -> AdamW + schedule
+-> restore latest checkpoint -> for each step: micro-batches -> TrainStep -> log / eval / save
+-> final checkpoint, HF export (RUN/export), loss curve (RUN/loss.png)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from zebra.errors import ZebraError
+from zebra.train import checkpoint as ckpt
+from zebra.train.dist import DistEnv, all_reduce_sum, barrier
+
+if TYPE_CHECKING:
+    import torch
+
+    from zebra.recipes import Recipe
+
+STOP_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
+EXIT_NONFINITE = 3  # exit code when non-finite losses stop a run
+
+
+@dataclass
+class Progress:
+    """How far the run is: saved in every checkpoint (DCP Stateful)."""
+
+    step: int = 0  # optimizer steps done
+    consumed_samples: int = 0  # the data position: sequences read so far, over all ranks
+    tokens: int = 0  # unmasked tokens trained on
+    skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient
+
+    def state_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        for k, v in state.items():
+            setattr(self, k, int(v))
+
+
+class ModelState:
+    """The model's weights under ZebraForCausalLM's own parameter names, whatever the wrapper."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+
+    def state_dict(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        return get_model_state_dict(self.model)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+        set_model_state_dict(self.model, state)
+
+
+class OptimizerState:
+    """AdamW moments keyed by parameter name (so checkpoints reshard between world sizes)."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
+        self.model, self.optimizer = model, optimizer
+
+    def state_dict(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        return get_optimizer_state_dict(self.model, self.optimizer)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+        set_optimizer_state_dict(self.model, self.optimizer, state)
+
+
+class StopSignals:
+    """SIGTERM / SIGUSR1 (Slurm pre-emption) / SIGINT ask the loop to save and stop after the current step.
+
+    A second SIGINT more than a second after the first interrupts at once (Ctrl-C twice).
+    """
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._first_at = 0.0
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, _frame) -> None:
+        name = signal.Signals(signum).name
+        if name == "SIGINT" and self.received == "SIGINT" and time.monotonic() - self._first_at > 1.0:
+            raise KeyboardInterrupt
+        if self.received is None:
+            self.received, self._first_at = name, time.monotonic()
+
+    def __enter__(self) -> StopSignals:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for name in STOP_SIGNALS:
+                sig = getattr(signal, name)
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    step: int
+    max_steps: int
+    loss: float | None  # the last logged training loss
+    val_loss: float | None
+    stopped_by: str | None  # the signal that stopped the run early, None when it ran to max_steps
+    checkpoint: Path | None
+    export_dir: Path | None
+
+
+def build_model(recipe: Recipe, device: torch.device) -> torch.nn.Module:
+    """A freshly initialised ZebraForCausalLM (fp32 master weights) on `device`, seeded by train.seed."""
+    import torch
+
+    from zebra.models import ZebraForCausalLM
+
+    torch.manual_seed(recipe.train.seed)
+    with torch.device(device):
+        model = ZebraForCausalLM(recipe.model.to_config())
+    return model.train()
+
+
+class Trainer:
+    """One rank's share of a run described by `recipe`, writing into `run_dir`."""
+
+    def __init__(self, recipe: Recipe, run_dir: Path, env: DistEnv):
+        import torch
+
+        from zebra import arch
+        from zebra.train.data import batch_plan
+        from zebra.train.metrics import device_peak_flops
+        from zebra.train.optim import build_optimizer, build_scheduler
+        from zebra.train.parallelize import choose_parallel, parallelize
+        from zebra.train.step import TrainStep
+
+        self.recipe, self.run_dir, self.env = recipe, run_dir, env
+        t = recipe.train
+        self.micro_batch, self.accumulation = batch_plan(
+            t.global_batch_size, t.micro_batch_size, env.world_size
+        )
+        torch.manual_seed(t.seed)
+        self.model_core = build_model(recipe, env.device)
+        self.num_params = sum(p.numel() for p in {id(p): p for p in self.model_core.parameters()}.values())
+        self.parallel = choose_parallel(t.parallel, self.num_params, env.world_size)
+        bf16 = t.precision == "bf16"
+        self.model = parallelize(
+            self.model_core,
+            env,
+            mode=self.parallel,
+            bf16=bf16,
+            activation_checkpointing=t.activation_checkpointing,
+            compile=t.compile,
+        )
+        self.optimizer = build_optimizer(self.model, t, env.device)
+        self.scheduler = build_scheduler(self.optimizer, t)
+        self.step_fn = TrainStep(
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            env,
+            autocast_bf16=bf16 and self.parallel != "fsdp",
+            clip_grad=t.clip_grad,
+        )
+        self.progress = Progress()
+        self.checkpointer = ckpt.Checkpointer(run_dir, keep_last=t.keep_last, env=env)
+        cfg = arch.as_config(recipe.model.flat())
+        self.flops_per_token = arch.train_flops_per_token(cfg, recipe.data.seq_len)
+        self.peak_flops = device_peak_flops(env.device)
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint holds (DCP Stateful objects under their top-level keys)."""
+        return {
+            "model": ModelState(self.model),
+            "optimizer": OptimizerState(self.model, self.optimizer),
+            "scheduler": self.scheduler,
+            "progress": self.progress,
+        }
+
+    def save(self) -> Path:
+        meta = {
+            "consumed_samples": self.progress.consumed_samples,
+            "recipe": self.recipe.name,
+            "parallel": self.parallel,
+        }
+        return self.checkpointer.save(self.progress.step, self.state(), meta)
+
+    def restore(self, resume: str, warn) -> Path | None:
+        """Load the checkpoint `resume` names (`auto`: this run's newest readable one; `never`: none)."""
+        if resume == "never":
+            return None
+        found = self.checkpointer.restore(
+            ckpt.find_checkpoints(resume, self.run_dir), self.state(), warn=warn
+        )
+        return None if found is None else found[0]
+
+    def evaluate(self, valid, global_batch: int) -> float:
+        """Mean validation loss over `eval_steps` fixed global batches (the same ones every time)."""
+        import torch
+
+        from zebra.train.data import micro_batches
+        from zebra.train.step import loss_sum
+
+        t = self.recipe.train
+        stop = t.eval_steps * global_batch
+        batches = micro_batches(
+            valid,
+            start=0,
+            stop=stop,
+            global_batch=global_batch,
+            micro_batch=self.micro_batch,
+            env=self.env,
+            num_workers=0,
+        )
+        totals = torch.zeros(2, device=self.env.device)  # [CE sum, tokens]
+        self.model.eval()
+        with torch.no_grad():
+            for batch in batches:
+                tokens = batch["tokens"].to(self.env.device)  # [m, T]
+                mask = batch["loss_mask"].to(self.env.device)  # [m, T]
+                with self.step_fn.autocast():
+                    logits = self.model(input_ids=tokens, use_cache=False).logits  # [m, T, V]
+                totals[0] += loss_sum(logits, batch["labels"].to(self.env.device), mask)
+                totals[1] += mask.sum()
+        self.model.train()
+        all_reduce_sum(totals, self.env)
+        return (totals[0] / totals[1].clamp(min=1)).item()
+
+    def fit(self, resume: str = "auto") -> TrainResult:
+        """Train to `train.max_steps` (or until a stop signal), saving, evaluating and exporting on the way."""
+        from zebra.train.data import build_datasets, micro_batches
+        from zebra.train.display import TrainView
+        from zebra.train.metrics import MetricsLog, mfu, peak_memory_gb
+
+        r, t, env = self.recipe, self.recipe.train, self.env
+        G = t.global_batch_size
+        view = TrainView(total_steps=t.max_steps, start_step=0, enabled=env.is_main)
+        restored = self.restore(resume, view.warn)
+        p = self.progress
+        view.start = p.step
+        if restored is not None:
+            view.note(f"resumed from {restored} (step {p.step}, {p.consumed_samples:,} samples read)")
+        train_ds, valid_ds = build_datasets(
+            r,
+            train_samples=t.max_steps * G,
+            valid_samples=t.eval_steps * G if t.eval_interval else 0,
+            cache_dir=self.run_dir / "data_cache",
+        )
+        metrics = (
+            MetricsLog(self.run_dir, resume_step=p.step, config=r.to_dict(), run_name=self.run_dir.name)
+            if env.is_main
+            else None
+        )
+        batches = micro_batches(
+            train_ds,
+            start=p.consumed_samples,
+            stop=t.max_steps * G,
+            global_batch=G,
+            micro_batch=self.micro_batch,
+            env=env,
+            num_workers=r.data.num_workers,
+        )
+        view.note(self.describe())
+        last_saved = p.step if restored is not None else None
+        loss = val_loss = None
+        stopped_by = None
+        window = {"loss": 0.0, "steps": 0, "tokens": 0, "t0": time.perf_counter()}
+        consecutive_skips = 0
+        with StopSignals() as signals, view:
+            while p.step < t.max_steps:
+                step_batches = [next(batches) for _ in range(self.accumulation)]
+                lr = self.scheduler.get_last_lr()[0]
+                res = self.step_fn(step_batches, flags=(1.0 if signals.received else 0.0,))
+                p.step += 1
+                p.consumed_samples += G
+                p.tokens += res.tokens
+                if not res.applied:
+                    p.skipped_steps += 1
+                    consecutive_skips += 1
+                    problem = f"non-finite loss or gradient at step {p.step} (loss {res.loss}, grad norm {res.grad_norm})"
+                    if t.nonfinite == "stop" or consecutive_skips > t.max_nonfinite_skips:
+                        why = "" if t.nonfinite == "stop" else f" ({consecutive_skips} steps in a row)"
+                        raise ZebraError(
+                            problem + why,
+                            fix="lower train.lr or raise train.warmup_steps, then continue from the last good "
+                            "checkpoint with --resume auto",
+                            exit_code=EXIT_NONFINITE,
+                        )
+                    view.warn(problem + ": step skipped")
+                else:
+                    consecutive_skips = 0
+                    window["loss"] += res.loss
+                    window["steps"] += 1
+                window["tokens"] += res.tokens
+                if p.step % t.log_interval == 0 or p.step == t.max_steps:
+                    elapsed = time.perf_counter() - window["t0"]
+                    tok_s = window["tokens"] / elapsed if elapsed > 0 else 0.0
+                    loss = window["loss"] / window["steps"] if window["steps"] else float("nan")
+                    record = {
+                        "step": p.step,
+                        "loss": loss,
+                        "lr": lr,
+                        "grad_norm": res.grad_norm,
+                        "tokens_per_s": tok_s,
+                        "mfu": mfu(self.flops_per_token, tok_s, env.world_size, self.peak_flops),
+                        "memory_gb": peak_memory_gb(env.device),
+                        "tokens": p.tokens,
+                        "skipped_steps": p.skipped_steps,
+                        "elapsed_s": elapsed,
+                    }
+                    if metrics:
+                        metrics.write(record)
+                    view.log(record)
+                    window = {"loss": 0.0, "steps": 0, "tokens": 0, "t0": time.perf_counter()}
+                if (
+                    valid_ds is not None
+                    and t.eval_interval
+                    and (p.step % t.eval_interval == 0 or p.step == t.max_steps)
+                ):
+                    val_loss = self.evaluate(valid_ds, G)
+                    if metrics:
+                        metrics.write({"step": p.step, "val_loss": val_loss})
+                    view.note(f"step {p.step}: validation loss {val_loss:.4f}")
+                    window["t0"] = time.perf_counter()
+                if res.flags[0] > 0:
+                    stopped_by = signals.received or "signal"
+                    break
+                if t.save_interval and p.step % t.save_interval == 0 and p.step < t.max_steps:
+                    view.note(f"saved {self.save()}")
+                    last_saved = p.step
+                    window["t0"] = time.perf_counter()
+        saved = None
+        if last_saved != p.step:
+            saved = self.save()
+            view.note(f"saved {saved}")
+        else:
+            saved = self.run_dir / "checkpoints" / ckpt.step_name(p.step)
+        if metrics:
+            metrics.close()
+        export_dir = None
+        if stopped_by is None:
+            export_dir = self.finish(view)
+        elif env.is_main:
+            view.note(f"stopped by {stopped_by} at step {p.step}; continue with --resume auto")
+        return TrainResult(
+            run_dir=self.run_dir,
+            step=p.step,
+            max_steps=t.max_steps,
+            loss=loss,
+            val_loss=val_loss,
+            stopped_by=stopped_by,
+            checkpoint=saved,
+            export_dir=export_dir,
+        )
+
+    def finish(self, view) -> Path | None:
+        """The end of a completed run: HF export (unless `train.export: false`) and the loss curve."""
+        from zebra.train.plot import plot_runs
+
+        export_dir = None
+        if self.recipe.train.export:
+            export_dir = self.export(view.warn)
+            view.note(f"exported {export_dir}")
+        if self.env.is_main:
+            png = plot_runs([self.run_dir], self.run_dir / "loss.png")
+            view.note(f"loss curve {png}")
+        barrier(self.env)
+        return export_dir
+
+    def export(self, warn) -> Path:
+        """Write `<run>/export` (HF layout) from the final weights; collective (FSDP gathers the full weights).
+
+        bf16 runs export bf16 weights, fp32 runs fp32. Without a loadable tokenizer (mock data offline)
+        the export has no tokenizer files.
+        """
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        from zebra.convert.hf_export import export_hf
+        from zebra.data import load_tokenizer
+
+        full = get_model_state_dict(
+            self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
+        out_dir = self.run_dir / "export"
+        if self.env.is_main:
+            try:
+                tokenizer = load_tokenizer(self.recipe.data.tokenizer)
+            except ZebraError as e:
+                warn(f"export without tokenizer files: {e.message}")
+                tokenizer = "none"
+            export_hf(
+                full,
+                self.recipe,
+                out_dir,
+                tokenizer=tokenizer,
+                dtype="bf16" if self.recipe.train.precision == "bf16" else "auto",
+                force=True,
+                source=f"zebra train {self.run_dir.name}, step {self.progress.step}",
+            )
+        barrier(self.env)
+        return out_dir
+
+    def describe(self) -> str:
+        """One line saying what is trained where."""
+        r, t, env = self.recipe, self.recipe.train, self.env
+        dev = env.device.type if env.device.type == "cpu" else f"{env.world_size} x {env.device.type}"
+        return (
+            f"{r.name}: {self.num_params / 1e6:.2f}M parameters, {env.world_size} rank(s) on {dev} "
+            f"({self.parallel}), {self.micro_batch} x {env.world_size} x {self.accumulation} = "
+            f"{t.global_batch_size} sequences x {r.data.seq_len} tokens per step, {t.max_steps} steps"
+        )
+
+
+def train_rank(run_dir: Path, *, resume: str = "auto", device: str = "auto") -> TrainResult:
+    """Everything one rank does for the run in `run_dir` (its `config.yaml` is the resolved recipe)."""
+    from zebra.recipes import load_recipe
+    from zebra.train.dist import destroy_distributed, init_distributed
+
+    config = run_dir / "config.yaml"
+    if not config.is_file():
+        raise ZebraError(f"{config}: not found", fix="start runs with `zebra train RECIPE`, which writes it")
+    recipe = load_recipe(config)
+    env = init_distributed(device)
+    try:
+        return Trainer(recipe, run_dir, env).fit(resume)
+    finally:
+        destroy_distributed()
