@@ -163,3 +163,12 @@ def test_unknown_source_and_bad_numbers(tmp_path):
     source = write_source("jsonl", tmp_path / "src", ["a"])
     with pytest.raises(ZebraError, match="--max-docs 0: must be at least 1"):
         prep(source, tmp_path / "out", max_docs=0)
+
+
+def test_resolve_prefixes_leaves_out_empty_shards(tmp_path):
+    path = write_jsonl(tmp_path / "docs.jsonl", [{"text": "a"}, {"text": "b"}, {"text": ""}, {"text": " "}])
+    _, result = prep(path, tmp_path / "out", shards=2)
+    assert [s.documents for s in result.manifest.shards] == [2, 0]
+    assert resolve_prefixes(str(tmp_path / "out")) == [
+        (str((tmp_path / "out" / result.manifest.shards[0].prefix).resolve()), 1.0)
+    ]

@@ -175,6 +175,7 @@ def resolve_prefixes(path: str, *, tokenizer: str = "byte") -> list[tuple[str, f
         return [
             (str(prefix), weight * s.tokens / total)
             for prefix, s in zip(prefixes, manifest.shards, strict=True)
+            if s.tokens  # a shard whose rows were all skipped holds nothing to sample
         ]
     if Path(str(p) + ".bin").exists() or Path(str(p) + ".idx").exists():
         check_prefix(p)
