@@ -13,7 +13,7 @@ import typer
 from typer.core import TyperGroup
 
 from zebra import __version__
-from zebra.cli import bench, data, doctor, recipes
+from zebra.cli import bench, data, doctor, jobs, recipes
 from zebra.cli import chat as chat_cli
 from zebra.cli import convert as convert_cli
 from zebra.cli import eval as eval_cli
@@ -82,6 +82,7 @@ def _root(
 app.add_typer(recipes.app, name="recipes")
 app.command("train", epilog=train_cli.TRAIN_EXAMPLES)(train_cli.train)
 app.command("plot", epilog=train_cli.PLOT_EXAMPLES)(train_cli.plot)
+app.add_typer(jobs.app, name="jobs")
 app.add_typer(data.app, name="data")
 app.command("doctor", epilog=doctor.EPILOG)(doctor.doctor)
 app.add_typer(bench.app, name="bench")

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from zebra.cli import _launch as L
 from zebra.cli._options import JsonOpt, SetOpt, YesOpt, examples
 from zebra.cli._output import out
 from zebra.errors import ZebraError
@@ -19,6 +20,8 @@ TRAIN_EXAMPLES = examples(
     "zebra train 1b-gdn-pure --mock-data --max-steps 20 --dry-run",
     "zebra train tiny --nproc 2              # two CPU ranks (gloo)",
     "zebra train tiny --resume never --yes   # start the run over",
+    "zebra train 1b-gdn-pure --launcher docker --gpus 8 --data /data/fineweb_text_document",
+    "zebra train 1b-gdn-pure --launcher slurm --nodes 2 --gpus 8 --partition mi300x --time 24:00:00 --follow",
 )
 
 
@@ -64,16 +67,40 @@ def train(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved plan and exit.")] = False,
     json_: JsonOpt = False,
     yes: YesOpt = False,
+    launcher: L.LauncherOpt = None,
+    image: L.ImageOpt = None,
+    mount: L.MountOpt = None,
+    env: L.EnvOpt = None,
+    partition: L.PartitionOpt = None,
+    account: L.AccountOpt = None,
+    qos: L.QosOpt = None,
+    time_limit: L.TimeOpt = None,
+    sbatch_extra: L.SbatchExtraOpt = None,
+    container: L.ContainerOpt = False,
+    follow: L.FollowOpt = False,
 ) -> None:
     """Train a recipe: checkpoints, metrics.jsonl, a loss curve and an HF export land in OUTPUT/RUN."""
     from zebra.cli._prompt import choose, confirm
+    from zebra.launch import build_launch_plan, launch_overrides, plan_run
     from zebra.recipes import list_recipes
-    from zebra.train.plan import has_outputs, make_plan, prepare_run
+    from zebra.train.plan import has_outputs, prepare_run
 
     name = recipe or choose("Which recipe?", list_recipes(), yes=yes, flag="RECIPE")
-    plan = make_plan(
+    launch_sets = launch_overrides(
+        image=image,
+        partition=partition,
+        account=account,
+        qos=qos,
+        time=time_limit,
+        container=container or None,
+    )
+    plan = plan_run(
         name,
-        overrides=set_ or [],
+        launcher=launcher.value if launcher else None,
+        mounts=mount or [],
+        sbatch_extra=sbatch_extra or [],
+        env=env or [],
+        overrides=[*(set_ or []), *launch_sets],
         data=data,
         mock_data=mock_data,
         max_steps=max_steps,
@@ -85,8 +112,9 @@ def train(
         nproc=nproc,
         rdzv_endpoint=rdzv_endpoint,
     )
+    launch = build_launch_plan(plan)
     if dry_run:
-        _show_plan(plan, json_)
+        _show_plan(plan, json_, launch)
         return
     if plan.changed:
         out.warn(f"{plan.run_dir}/config.yaml changes on resume: {', '.join(plan.changed[:8])}")
@@ -97,7 +125,20 @@ def train(
             fix="pass --yes to start over, or --run NAME for a new run",
         )
     prepare_run(plan, start_over=start_over)
-    if plan.in_process:
+    if launch.launcher == "docker":
+        from zebra.launch.run import run_docker
+
+        stopped_by = run_docker(launch, log=out.text)
+    elif launch.launcher == "slurm":
+        from zebra.launch.run import check_finished, submit_slurm
+
+        job = submit_slurm(launch)
+        L.show_job(job)
+        if not follow:
+            return
+        check_finished(job, L.follow_job(job))
+        stopped_by = None
+    elif plan.in_process:
         from zebra.train.trainer import train_rank
 
         result = train_rank(plan.run_dir, resume=resume, device=plan.device)
@@ -116,10 +157,10 @@ def train(
     _show_result(plan, stopped_by, json_)
 
 
-def _show_plan(plan, json_: bool) -> None:
+def _show_plan(plan, json_: bool, launch) -> None:
     info = plan.summary()
     if json_:
-        out.json(info)
+        out.json({**info, "launch": launch.describe()})
         return
     data = info["data"]
     rows = [
@@ -150,6 +191,7 @@ def _show_plan(plan, json_: bool) -> None:
     if info["rdzv_endpoint"]:
         rows.append(["rendezvous", info["rdzv_endpoint"]])
     out.table(["", "plan"], rows, title="zebra train --dry-run")
+    L.show_launch_plan(launch)
 
 
 def _show_result(plan, stopped_by: str | None, json_: bool) -> None:

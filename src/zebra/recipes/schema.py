@@ -214,6 +214,9 @@ class LaunchSpec:
     shm_size: str = spec("64g", doc="container /dev/shm size")
     container_python: str = spec("python3", doc="Python inside the container (with torch)")
     container_setup: str = spec("", doc="shell command run in the container before the ranks start")
+    container_init: bool = spec(
+        True, doc="run an init (docker --init) as the container's PID 1: it forwards signals"
+    )
     container: bool = spec(False, doc="slurm: run each node's ranks in the container image")
     partition: str = spec("", doc="Slurm partition")
     account: str = spec("", doc="Slurm account")

@@ -1,0 +1,107 @@
+"""Which environment variables reach the ranks a launcher starts, and how they are shown.
+
+A container starts with an empty environment, so the Docker launcher passes an allow-list: the variables that
+configure the collectives, the GPU runtime, Hugging Face and Weights & Biases, plus the names a recipe's
+`launch.env` (or `--env NAME`) adds. Secrets (tokens, keys, passwords) are passed but never shown: every plan,
+table, log line and file zebra writes carries `******` in their place. Slurm jobs inherit the submitting
+shell's environment through sbatch itself, so their plan lists the same names for information.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+MASK = "******"
+
+# Passed to the ranks when set in the launching shell (shell-style patterns).
+ALLOWED = (
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "HF_HOME",
+    "HF_HUB_CACHE",
+    "HF_HUB_OFFLINE",
+    "HF_DATASETS_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "WANDB_*",
+    "ZEBRA_*",
+    "NCCL_*",
+    "RCCL_*",
+    "GLOO_*",
+    "TORCH_*",
+    "PYTORCH_*",
+    "TORCHINDUCTOR_*",
+    "TRITON_*",
+    "HSA_*",
+    "HIP_*",
+    "ROCR_*",
+    "ROCM_*",
+    "MIOPEN_*",
+    "CUDA_*",
+    "NVIDIA_*",
+    "UCX_*",
+    "FI_*",
+    "OMP_NUM_THREADS",
+    "TOKENIZERS_PARALLELISM",
+)
+
+# Never passed (they describe the launching shell, not the ranks), even when a pattern above matches.
+BLOCKED = ("CUDA_HOME", "CUDA_PATH")
+
+_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
+
+
+def is_secret(name: str) -> bool:
+    """True for names that hold credentials (HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY, ...)."""
+    return bool(_SECRET_NAME.search(name))
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One variable for the ranks. `value` None: read from the environment where the rank starts."""
+
+    name: str
+    value: str | None
+    secret: bool = False
+
+    def shown(self) -> str:
+        """The value as plans and logs may show it."""
+        if self.secret:
+            return MASK
+        return "(from the job's environment)" if self.value is None else self.value
+
+    def without_secret(self) -> EnvVar:
+        """This variable with a secret value dropped (to be read again where the rank starts)."""
+        return EnvVar(self.name, None, True) if self.secret else self
+
+
+def allowed(name: str, extra: Iterable[str] = ()) -> bool:
+    if name in BLOCKED:
+        return False
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in (*ALLOWED, *extra))
+
+
+def passthrough(environ: Mapping[str, str] | None = None, extra: Iterable[str] = ()) -> list[EnvVar]:
+    """The allow-listed variables (plus the names in `extra`) set in `environ`, sorted by name."""
+    environ = os.environ if environ is None else environ
+    extra = tuple(extra)
+    return [EnvVar(k, environ[k], is_secret(k)) for k in sorted(environ) if allowed(k, extra)]
+
+
+def resolve(variables: Iterable[EnvVar], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Real values for a container: variables without a value are read from `environ` (skipped if unset)."""
+    environ = os.environ if environ is None else environ
+    values = {}
+    for var in variables:
+        value = var.value if var.value is not None else environ.get(var.name)
+        if value is not None:
+            values[var.name] = value
+    return values
+
+
+def masked(variables: Iterable[EnvVar]) -> dict[str, str]:
+    """`{name: shown value}`: what a plan prints."""
+    return {var.name: var.shown() for var in variables}
