@@ -55,7 +55,7 @@ def test_convert_and_verify_a_primus_checkpoint(tmp_path):
     assert parity["max_abs"] == 0.0 and parity["cosine"] > 0.999999
     assert len(report["top5"]) == 5 and len(report["continuation_ids"]) == 4
 
-    r = zebra("verify", tmp_path / "out", "--against", src)  # the human view
+    r = zebra("verify", tmp_path / "out", "--against", src, "-p", "Hi", "--max-new-tokens", "1")  # human view
     assert r.exit_code == 0, r.output
     assert "Logits parity" in r.stdout and "rel <= 0.0001" in r.stdout and "verified" in r.stdout
 

@@ -135,3 +135,14 @@ def _write_state(root, tensors, model, pattern):
         {"model": tensors, "args": megatron_args(model, pattern), "iteration": 1}, d / "model_optim_rng.pt"
     )
     (root / "latest_checkpointed_iteration.txt").write_text("1")
+
+
+def test_a_layer_without_pre_norm_is_refused(tmp_path):
+    """Primus' mamba_hybrid_stack_spec_no_te builds Mamba layers with no norm at all: not a Zebra model."""
+    _, model = build_model("mamba-mla")
+    pattern = arch.resolve_pattern(model.config)
+    tensors = megatron_tensors(model, pattern, te=True)
+    del tensors["decoder.layers.2.mixer.in_proj.layer_norm_weight"]
+    _write_state(tmp_path / "p", tensors, model, pattern)
+    with pytest.raises(ZebraError, match=r"decoder\.layers\.2 has no pre-norm"):
+        open_checkpoint(tmp_path / "p")

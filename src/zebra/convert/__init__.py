@@ -19,7 +19,7 @@ _EXPORTS = {
     "convert": "zebra.convert.pipeline",
     "open_checkpoint": "zebra.convert.formats",
     "detect_format": "zebra.convert.formats",
-    "verify": "zebra.convert.verify",
+    "verify": "zebra.convert.verifier",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -372,6 +372,26 @@ def _fold_double_latent_norms(raw: TensorSource, shapes: Shapes, notes: list[str
     return out
 
 
+_PRE_NORMS = {  # where each sublayer kind keeps its pre-norm, TE-fused or as its own module
+    "G": ("mixer.in_proj.layer_norm_weight", "norm.weight"),
+    "K": ("mixer.in_proj.layer_norm_weight", "norm.weight"),
+    "M": ("mixer.in_proj.layer_norm_weight", "norm.weight"),
+    "*": ("input_layernorm.weight",),
+    "-": ("mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"),
+}
+
+
+def _check_pre_norms(pattern: str, shapes: Shapes, origin: str) -> None:
+    """Every Zebra sublayer is pre-norm; a Megatron layer built without one cannot be represented."""
+    for i, kind in enumerate(pattern):
+        if not any(f"decoder.layers.{i}.{name}" in shapes for name in _PRE_NORMS[kind]):
+            raise ZebraError(
+                f"{origin}: decoder.layers.{i} has no pre-norm ({' or '.join(_PRE_NORMS[kind])}); every Zebra "
+                "sublayer normalises its input",
+                fix="this layer spec (e.g. Primus' mamba_hybrid_stack_spec_no_te) has no Zebra equivalent",
+            )
+
+
 def read_megatron(path: Path) -> tuple[dict[str, Any], TensorSource, dict[str, Any]]:
     """Open a Primus/Megatron checkpoint as Zebra config kwargs + a source under Zebra names + info.
 
@@ -385,6 +405,7 @@ def read_megatron(path: Path) -> tuple[dict[str, Any], TensorSource, dict[str, A
     shapes = raw.shapes()
     pattern = layer_kinds(shapes, origin)
     kw = zebra_config_kwargs(args, shapes, pattern, origin)
+    _check_pre_norms(pattern, shapes, origin)
     notes: list[str] = []
     if "*" in pattern:
         shapes = _fold_double_latent_norms(raw, shapes, notes)
