@@ -30,11 +30,9 @@ def decode(model, ids, cache, chunks) -> torch.Tensor:
     return torch.cat(out, dim=1)
 
 
-# the hybrid has every mixer; 70 > 64 tokens make the full forward span two chunks of the chunked kernels
-@pytest.mark.parametrize(
-    ("name", "T"), [("tiny", 70), ("tiny-gdn", 24), ("tiny-kda", 24), ("tiny-mamba", 24)]
-)
-def test_token_by_token_decode_equals_full_forward(name, T):
+@pytest.mark.parametrize("name", TINY_RECIPES)
+def test_token_by_token_decode_equals_full_forward(name):
+    T = 24
     model = tiny_model(name)
     ids = torch.randint(0, model.config.vocab_size, (2, T), generator=torch.Generator().manual_seed(1))
     full = full_logits(model, ids)
@@ -44,25 +42,24 @@ def test_token_by_token_decode_equals_full_forward(name, T):
     assert cache.get_seq_length() == T
 
 
-@pytest.mark.parametrize("name", TINY_RECIPES)
-def test_prefill_then_decode_and_chunks_equal_full_forward(name):
-    model = tiny_model(name, seed=3)
+def test_prefill_then_decode_and_chunks_equal_full_forward():
+    model = tiny_model("tiny", seed=3)  # the hybrid: every mixer kind
     ids = torch.randint(0, model.config.vocab_size, (2, 80), generator=torch.Generator().manual_seed(2))
-    full = full_logits(model, ids)
-    # chunked prefill (66, then 3 with a non-empty cache), single tokens, then a 70-token continuation (chunk form)
+    full = full_logits(model, ids)  # 80 > 64 tokens: the chunked kernels span two chunks
+    # chunked prefill (66 tokens), 3 more with a non-empty cache, single tokens, then 9 at once
     got = decode(model, ids, ZebraCache(model.config), [66, 3, 1, 1, 9])
     torch.testing.assert_close(got, full, atol=ATOL, rtol=0)
 
 
 def test_static_cache_equals_dynamic_cache():
     model = tiny_model("tiny", seed=4)
-    ids = torch.randint(0, model.config.vocab_size, (3, 30), generator=torch.Generator().manual_seed(3))
-    dynamic = decode(model, ids, ZebraCache(model.config), [12, 1, 1, 16])
-    static = ZebraCache(model.config, batch_size=3, max_length=40, dtype=torch.float64)
+    ids = torch.randint(0, model.config.vocab_size, (3, 16), generator=torch.Generator().manual_seed(3))
+    dynamic = decode(model, ids, ZebraCache(model.config), [8, 1, 1, 6])
+    static = ZebraCache(model.config, batch_size=3, max_length=26, dtype=torch.float64)
     buffers = [t.data_ptr() for layer in static.layers if layer is not None for t in layer.tensors().values()]
-    got = decode(model, ids, static, [12, 1, 1, 16])
+    got = decode(model, ids, static, [8, 1, 1, 6])
     torch.testing.assert_close(got, dynamic, atol=ATOL, rtol=0)
-    assert static.get_seq_length() == 30 and int(static.offset_tensor) == 30
+    assert static.get_seq_length() == 16 and int(static.offset_tensor) == 16
     # updated in place: the same buffers, so a captured CUDA graph would see the new values
     assert buffers == [
         t.data_ptr() for layer in static.layers if layer is not None for t in layer.tensors().values()
