@@ -59,7 +59,8 @@ def inspect_data(
         info = check_prefix(prefix)
         ds = open_dataset(prefix)
         dtype = np.dtype(ds.index.dtype).name
-        lengths.append(np.array(ds.sequence_lengths, dtype=np.int64))  # a copy: ds's memory map closes with it
+        # a copy: the dataset's memory map closes with it
+        lengths.append(np.array(ds.sequence_lengths, dtype=np.int64))
         shard_rows.append({"prefix": prefix.name, "documents": info.documents, "tokens": info.tokens})
         if manifest is not None:
             _compare(prefix, info, manifest.shards[i], checksums, sha256_file)
