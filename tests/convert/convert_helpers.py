@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import warnings
 
-import pytest
-
 warnings.filterwarnings("ignore", message=".*CPU.*")  # FLA warns that its kernels need a GPU
 
 SHAPES = {  # name -> recipe overrides on top of `tiny` (hidden 64, byte vocab 272)
@@ -67,8 +65,3 @@ def load_zebra(directory):
     from zebra.models import ZebraForCausalLM
 
     return ZebraForCausalLM.from_pretrained(directory, kernel_backend="torch").eval()
-
-
-@pytest.fixture
-def model_factory():
-    return build_model

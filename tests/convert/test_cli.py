@@ -7,10 +7,10 @@ import os
 
 import pytest
 import torch
+from convert_helpers import build_model
 from megatron_writer import megatron_args, megatron_tensors, write_torch
 from typer.testing import CliRunner
 
-from conftest import build_model
 from zebra.cli.main import app
 from zebra.convert import export_hf
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 import torch
+from convert_helpers import build_model, load_zebra, logits, tokens
 from safetensors.torch import load_file
 
-from conftest import build_model, load_zebra, logits, tokens
 from zebra.convert import convert, open_checkpoint
 from zebra.convert.fla import FLA_TO_ZEBRA, ZEBRA_TO_FLA
 from zebra.errors import ZebraError

@@ -10,9 +10,9 @@ import textwrap
 
 import pytest
 import torch
+from convert_helpers import build_model, load_zebra, logits, tokens
 from safetensors.torch import load_file
 
-from conftest import build_model, load_zebra, logits, tokens
 from zebra.convert import convert, export_hf, export_run
 from zebra.errors import ZebraError
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from convert_helpers import build_model, load_zebra, logits, tokens
 from megatron_writer import megatron_tensors, write_torch, write_torch_dist
 
-from conftest import build_model, load_zebra, logits, tokens
 from zebra import arch
 from zebra.convert import convert, open_checkpoint
 from zebra.errors import ZebraError

@@ -275,7 +275,7 @@ def export_fla(
     from zebra.convert.keymap import plan_keys
     from zebra.convert.progress import tensor_progress
     from zebra.convert.sources import ConvertedSource
-    from zebra.convert.writer import TensorSpec, output_dir, write_safetensors
+    from zebra.convert.writer import TensorSpec, output_dir, stored_dtype, write_safetensors
 
     config = checkpoint.config
     fields = fla_config(config, arch.resolve_pattern(config))
@@ -302,8 +302,7 @@ def export_fla(
                 on_tensor=advance,
                 origin=source.origin,
             )
-        if dtype is not None:
-            fields["torch_dtype"] = str(dtype).removeprefix("torch.")
+        fields["dtype"] = stored_dtype(specs)
         (tmp / "config.json").write_text(json.dumps(fields, indent=2) + "\n")
         from transformers import GenerationConfig
 

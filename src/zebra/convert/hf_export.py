@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any
 from zebra.convert.audit import zebra_audit
 from zebra.convert.progress import tensor_progress
 from zebra.convert.sources import StateDictSource, TensorSource
-from zebra.convert.writer import DEFAULT_MAX_SHARD, TensorSpec, output_dir, parse_size, write_safetensors
+from zebra.convert.writer import (
+    DEFAULT_MAX_SHARD,
+    TensorSpec,
+    output_dir,
+    parse_size,
+    stored_dtype,
+    write_safetensors,
+)
 from zebra.errors import ZebraError
 
 if TYPE_CHECKING:
@@ -95,8 +102,7 @@ def export_hf(
 
         config.auto_map = write_remote_code(tmp)
         config.architectures = ["ZebraForCausalLM"]
-        if cast is not None:
-            config.dtype = DTYPES[dtype]
+        config.dtype = stored_dtype(specs)
         with tensor_progress(specs, "export", enabled=progress) as advance:
             write_safetensors(
                 tmp,

@@ -66,6 +66,16 @@ def parse_size(size: int | str) -> int:
     return int(float(m.group(1)) * base**power)
 
 
+def stored_dtype(specs: list[TensorSpec]) -> str:
+    """The floating dtype holding most bytes (config.json's `dtype`, what `from_pretrained` loads by default)."""
+    by_dtype: dict[str, int] = {}
+    for spec in specs:
+        if spec.dtype.is_floating_point:
+            name = str(spec.dtype).removeprefix("torch.")
+            by_dtype[name] = by_dtype.get(name, 0) + spec.nbytes
+    return max(by_dtype, key=by_dtype.__getitem__) if by_dtype else "float32"
+
+
 def plan_shards(specs: list[TensorSpec], max_shard_bytes: int) -> list[list[TensorSpec]]:
     """Greedy, in order: a new shard starts when the next tensor would push the current one past the limit."""
     shards: list[list[TensorSpec]] = [[]]

@@ -1,0 +1,77 @@
+"""The sharded safetensors writer and the temp-then-rename output folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from zebra.convert.writer import TensorSpec, output_dir, parse_size, plan_shards, write_safetensors
+from zebra.errors import ZebraError
+
+
+def test_parse_size():
+    assert parse_size("5GB") == 5_000_000_000
+    assert parse_size("2GiB") == 2 * 1024**3
+    assert parse_size("500 MB") == 500_000_000
+    assert parse_size(123) == 123
+    with pytest.raises(ZebraError, match="not a size"):
+        parse_size("big")
+
+
+def test_shards_respect_the_limit_and_keep_order():
+    specs = [TensorSpec(f"t{i}", (10,), torch.float32) for i in range(7)]  # 40 bytes each
+    shards = plan_shards(specs, 100)
+    assert [[s.name for s in shard] for shard in shards] == [["t0", "t1"], ["t2", "t3"], ["t4", "t5"], ["t6"]]
+    assert plan_shards([TensorSpec("huge", (1000,), torch.float32)], 100)[0][0].name == "huge"
+
+
+def test_written_files_load_with_safetensors_and_cast_dtypes(tmp_path):
+    tensors = {
+        "a": torch.randn(3, 5),
+        "b": torch.arange(7, dtype=torch.int64),
+        "c": torch.randn(2, 2, dtype=torch.float64),
+        "flag": torch.tensor([True, False]),
+        "scalar": torch.tensor(2.5),
+    }
+    specs = [
+        TensorSpec(k, tuple(v.shape), torch.bfloat16 if k == "a" else v.dtype) for k, v in tensors.items()
+    ]
+    names = write_safetensors(tmp_path, specs, tensors.__getitem__, max_shard_bytes=40)
+    loaded = {}
+    for name in names:
+        loaded.update(load_file(tmp_path / name))
+    assert loaded.keys() == tensors.keys()
+    assert torch.equal(loaded["a"], tensors["a"].to(torch.bfloat16))
+    for k in ("b", "c", "flag", "scalar"):
+        assert loaded[k].dtype == tensors[k].dtype and torch.equal(loaded[k], tensors[k])
+    assert (tmp_path / "model.safetensors.index.json").is_file()
+
+
+def test_output_dir_removes_its_temp_folder_on_error_and_keeps_the_old_output(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError), output_dir(out, force=True) as tmp:
+        (tmp / "half.bin").write_bytes(b"x")
+        raise RuntimeError("disk full")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert (out / "old.txt").read_text() == "old"
+
+
+def test_output_dir_cleans_folders_left_by_killed_runs(tmp_path):
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    stale = tmp_path / f".out.tmp-{int(dead.stdout)}"
+    stale.mkdir()
+    live = tmp_path / f".out.tmp-{os.getppid()}"  # a running process's folder is left alone
+    live.mkdir()
+    with output_dir(tmp_path / "out", force=False) as tmp:
+        (tmp / "done").write_text("1")
+    assert not stale.exists() and live.exists()
+    assert (tmp_path / "out" / "done").is_file()
