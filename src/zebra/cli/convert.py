@@ -112,8 +112,8 @@ def verify(
     json_: JsonOpt = False,
 ) -> None:
     """Audit names and shapes, compare logits with the source, and show a greedy sample; exit 1 on failure."""
-    from zebra.convert.verify import DEFAULT_PROMPTS
-    from zebra.convert.verify import verify as run_verify
+    from zebra.convert.verifier import DEFAULT_PROMPTS
+    from zebra.convert.verifier import verify as run_verify
 
     report = run_verify(
         directory,
