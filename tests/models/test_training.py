@@ -65,3 +65,33 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
     for name, g in grads[0].items():
         torch.testing.assert_close(grads[1][name], g, atol=1e-12, rtol=0, msg=name)
+
+
+def test_initialisation_follows_fla_and_megatron():
+    from zebra.models import ZebraForCausalLM
+    from zebra.recipes import load_recipe
+
+    torch.manual_seed(0)
+    config = load_recipe("tiny").model.to_config(hidden_size=256, intermediate_size=512)  # enough samples
+    model = ZebraForCausalLM(config)
+    layers, std = model.model.layers, config.initializer_range
+    out_std = std / (2 * config.num_hidden_layers) ** 0.5
+    assert layers[1].mixer.up_proj.weight.std().item() == pytest.approx(std, rel=0.05)
+    assert layers[1].mixer.down_proj.weight.std().item() == pytest.approx(out_std, rel=0.05)
+    assert layers[0].mixer.o_proj.weight.std().item() == pytest.approx(out_std, rel=0.1)
+    mamba, gdn, kda = layers[2].mixer, layers[4].mixer, layers[6].mixer
+    assert mamba.out_proj.weight.std().item() == pytest.approx(out_std, rel=0.05)
+    for mixer, low in ((gdn, 0.0), (kda, 1.0), (mamba, 1.0)):
+        A = mixer.A_log.exp()
+        assert A.dtype == torch.float32 and bool(A.gt(low).all()) and bool(A.lt(16).all())
+        dt = F.softplus(mixer.dt_bias)
+        assert (dt >= 1e-3 - 1e-7).all() and (dt <= 0.1 + 1e-7).all()
+    assert torch.equal(mamba.D, torch.ones_like(mamba.D))
+    bound = 1 / mamba.conv1d.weight.shape[-1] ** 0.5  # kaiming_uniform(a=sqrt(5)) over fan_in = W
+    assert mamba.conv1d.weight.abs().max() <= bound and mamba.conv1d.weight.std() > bound / 2
+    assert gdn.q_conv1d.weight.std().item() == pytest.approx(std, rel=0.2)  # FLA: convs ~ N(0, std)
+    assert all(
+        torch.equal(m.weight, torch.ones_like(m.weight))
+        for m in model.modules()
+        if "Norm" in type(m).__name__
+    )
