@@ -172,3 +172,22 @@ def test_resolve_prefixes_leaves_out_empty_shards(tmp_path):
     assert resolve_prefixes(str(tmp_path / "out")) == [
         (str((tmp_path / "out" / result.manifest.shards[0].prefix).resolve()), 1.0)
     ]
+
+
+def test_tokenizer_class_that_changes_text_before_its_backend(texts, bpe_dir, tmp_path):
+    """The batched fast path is confirmed per worker; a class whose __call__ differs gets its own output."""
+    from transformers import PreTrainedTokenizerFast
+
+    class Lowercasing(PreTrainedTokenizerFast):
+        def _encode_plus(self, text, *args, **kwargs):
+            text = [t.lower() for t in text] if isinstance(text, list) else text.lower()
+            return super()._encode_plus(text, *args, **kwargs)
+
+    tok = Lowercasing(tokenizer_file=str(bpe_dir / "tokenizer.json"), eos_token="<|endoftext|>")
+    source = write_source("jsonl", tmp_path / "src", texts)
+    plan = plan_prep(open_source(str(source)), tmp_path / "out", tokenizer=str(bpe_dir), workers=2)
+    plan.tokenizer = tok
+    run_prep(plan)
+    want = [tok(t)["input_ids"] + [tok.eos_token_id] for t in texts]
+    assert want != expected_ids(str(bpe_dir), texts)
+    assert read_all(tmp_path / "out") == want

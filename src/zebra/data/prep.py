@@ -416,27 +416,34 @@ class _Encoded:
 
 
 _WORKER: dict[str, Any] = {}
+_CHECK_DOCS = 8  # documents of the first batch encoded both ways to confirm the fast path
 
 
 def _init_worker(tokenizer: Any, dtype: str, eod: int, subprocess: bool = True) -> None:
     if subprocess:
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core already
-    backend = tokenizer.backend_tokenizer
-    backend.no_truncation()
-    backend.no_padding()
-    _WORKER.update(backend=backend, dtype=dtype, eod=eod)
+    tokenizer.backend_tokenizer.no_truncation()
+    tokenizer.backend_tokenizer.no_padding()
+    _WORKER.update(tokenizer=tokenizer, dtype=dtype, eod=eod, fast=None)
 
 
-def encode_texts(backend: Any, texts: list[str], eod: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
-    """Batched encode (no offsets) + EOD: returns `tokens` [N] and `lengths` [D].
+def encode_ids(tokenizer: Any, texts: list[str], fast: bool = True) -> list[list[int]]:
+    """Token ids of each text, as `tokenizer(text)["input_ids"]` gives them.
 
-    Equal, document for document, to `tokenizer(text)["input_ids"] + [eod]`.
+    `fast` calls the Rust backend's batched encoder without offset tracking (`encode_batch_fast`); otherwise
+    the tokenizer's own `__call__`, for tokenizer classes that change the text before their backend.
     """
+    if fast:
+        return [e.ids for e in tokenizer.backend_tokenizer.encode_batch_fast(texts, add_special_tokens=True)]
+    return tokenizer(texts, add_special_tokens=True)["input_ids"]
+
+
+def pack(ids: list[list[int]], eod: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """Documents + EOD back to back: `tokens` [N] in `dtype` and `lengths` [D]."""
     from itertools import chain
 
     import numpy as np
 
-    ids = [e.ids for e in backend.encode_batch_fast(texts, add_special_tokens=True)]
     lengths = np.fromiter((len(x) + 1 for x in ids), dtype=np.int64, count=len(ids))
     for x in ids:
         x.append(eod)
@@ -444,12 +451,22 @@ def encode_texts(backend: Any, texts: list[str], eod: int, dtype: str) -> tuple[
     return tokens, lengths
 
 
+def _worker_ids(texts: list[str]) -> list[list[int]]:
+    """Fast path, confirmed once per worker on the first documents against the tokenizer's own output."""
+    w = _WORKER
+    if w["fast"] is None and texts:
+        head = texts[:_CHECK_DOCS]
+        w["fast"] = encode_ids(w["tokenizer"], head, fast=True) == encode_ids(
+            w["tokenizer"], head, fast=False
+        )
+    return encode_ids(w["tokenizer"], texts, fast=w["fast"] is not False)
+
+
 def _encode(batch: RawBatch) -> _Encoded:
     import numpy as np
 
     texts, status, sizes = decode_texts(batch)
-    w = _WORKER
-    tokens, lengths = encode_texts(w["backend"], texts, w["eod"], w["dtype"])
+    tokens, lengths = pack(_worker_ids(texts), _WORKER["eod"], _WORKER["dtype"])
     status_arr = np.array(status, dtype=np.uint8)
     doc_rows = np.flatnonzero(status_arr == 0).astype(np.int64)
     return _Encoded(tokens, lengths, doc_rows, np.array(sizes, dtype=np.int64), status_arr)
