@@ -146,3 +146,13 @@ def test_a_layer_without_pre_norm_is_refused(tmp_path):
     _write_state(tmp_path / "p", tensors, model, pattern)
     with pytest.raises(ZebraError, match=r"decoder\.layers\.2 has no pre-norm"):
         open_checkpoint(tmp_path / "p")
+
+
+def test_a_root_without_tracker_file_uses_the_newest_iteration(tmp_path):
+    _, old = build_model("gdn", seed=1)
+    _, new = build_model("gdn", seed=2)
+    root = write_torch(tmp_path / "p", old, "G-G-", te=True, iteration=50)
+    write_torch(root, new, "G-G-", te=True, iteration=150)
+    (root / "latest_checkpointed_iteration.txt").unlink()
+    ckpt = open_checkpoint(root)
+    assert torch.equal(ckpt.tensors.get("model.norm.weight"), new.state_dict()["model.norm.weight"])

@@ -43,11 +43,12 @@ _UNKNOWN_FIX = "zebra reads Primus GDN / KDA / Mamba2 + MLA hybrids with SwiGLU 
 
 
 def resolve_iteration_dir(path: Path) -> Path:
-    """A checkpoint root (with latest_checkpointed_iteration.txt) -> its newest iteration directory."""
+    """A checkpoint root -> the iteration its latest_checkpointed_iteration.txt names (or its newest iter_*)."""
     path = Path(path)
     tracker = path / "latest_checkpointed_iteration.txt"
     if not tracker.is_file():
-        return path
+        iterations = sorted(p for p in path.glob("iter_*") if p.is_dir() and p.name[5:].isdigit())
+        return iterations[-1] if iterations and path.is_dir() else path
     text = tracker.read_text().strip()
     name = "release" if text == "release" else f"iter_{int(text):07d}" if text.isdigit() else None
     if name is None or not (path / name).is_dir():

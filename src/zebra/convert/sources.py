@@ -87,7 +87,6 @@ class SafetensorsSource(TensorSource):
         self.origin = str(path)
         if path.is_file():
             files = {path.name: path}
-            self._file_of: dict[str, str] = {}
         else:
             index = path / "model.safetensors.index.json"
             if index.is_file():
@@ -104,8 +103,8 @@ class SafetensorsSource(TensorSource):
                 raise ZebraError(
                     f"{path}: no model.safetensors", fix="point at a directory with safetensors weights"
                 )
-        self._handles = {}
-        self._file_of = {}
+        self._handles: dict[str, Any] = {}
+        self._file_of: dict[str, str] = {}  # tensor name -> shard file name
         for name, file in files.items():
             if not file.is_file():
                 raise ZebraError(f"{file}: missing shard", fix="copy the complete checkpoint directory")
