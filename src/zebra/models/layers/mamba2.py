@@ -40,7 +40,7 @@ class Mamba2(nn.Module):
         out     = out_proj(RMSNorm_groups(y * SiLU(z)) * weight)     (RMS over Di / G channels, eps 1e-5)
 
     Parameters: D*(2*Di + 2*G*N + Hm) + (Di + 2*G*N)*(W + 1) + 3*Hm + Di + Di*D
-    (1B, D=Di=2048, P=64, G=8, N=64: 8.52M + 0.02M + 4.19M = 12,733,536 per layer).
+    (1B, D=Di=2048, P=64, G=8, N=64: in_proj 10.55M + out_proj 4.19M + conv/A/D/dt/norm 0.02M = 14,763,104).
 
     Args:
         hidden_size: model width D.

@@ -30,7 +30,7 @@ class MultiLatentAttention(nn.Module):
 
     Parameters (q_lora_rank Rq > 0, kv_lora_rank Rkv, H heads):
         D*Rq + Rq + Rq*H*(dn+dr)  +  D*(Rkv+dr) + Rkv + Rkv*H*(dn+dv)  +  H*dv*D
-    (1B: 2.75M + 0.33M + 0.39M + 4.19M = 7.67M per layer).
+    (1B: q 5.51M + kv_down 0.33M + kv_up 0.39M + o 4.19M + norms = 10,421,696).
 
     Decode cache per token: Rkv + dr values (the normalised latent and the roped shared key), never the
     expanded keys/values. Two equivalent attention forms:
