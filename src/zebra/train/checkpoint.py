@@ -135,6 +135,15 @@ def _set_rng_states(states: dict[str, Any], device) -> None:
         torch.cuda.set_rng_state(states["cuda"], device)
 
 
+def _reason(error: BaseException) -> str:
+    """One line on why a checkpoint did not load (DCP wraps each rank's error in a CheckpointException)."""
+    failures = getattr(error, "failures", None)
+    if failures:
+        error = next(iter(failures.values()))[0]
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {text[:160]}" if text else type(error).__name__
+
+
 class Checkpointer:
     """Saves and restores one run's checkpoints; every rank calls `save` / `restore` (they are collective)."""
 
@@ -189,6 +198,7 @@ class Checkpointer:
         """
         import torch
         import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.api import CheckpointException
 
         failures = []
         for path in candidates:
@@ -199,10 +209,8 @@ class Checkpointer:
                         "ignore", message=".*assuming the intent is to load in a single.*"
                     )
                     dcp.load(state, checkpoint_id=str(path))
-            except (
-                Exception
-            ) as e:  # a torn or corrupted checkpoint: any read error means "try the previous one"
-                reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            except (Exception, CheckpointException) as e:  # torn or corrupted: try the previous one
+                reason = _reason(e)
                 failures.append(f"{path.name}: {reason}")
                 nxt = candidates[len(failures)] if len(failures) < len(candidates) else None
                 warn(

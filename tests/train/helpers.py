@@ -1,0 +1,73 @@
+"""Helpers of the training tests: fast overrides for the tiny recipes and ways to watch a real `zebra train`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+# Small enough for a few seconds per run on 2 CPU cores: 8 sequences x 32 tokens per step, a log line per step.
+FAST = [
+    "data.seq_len=32",
+    "train.global_batch_size=8",
+    "train.micro_batch_size=8",
+    "train.warmup_steps=2",
+    "train.log_interval=1",
+    "train.eval_interval=0",
+    "train.save_interval=0",
+    "train.export=false",
+    "train.lr=5e-3",
+    "train.min_lr=5e-4",
+]
+ENTRY = "import sys; sys.argv[0] = 'zebra'; from zebra.cli.main import main; main()"
+
+
+def sets(*overrides: str) -> list[str]:
+    """`--set` flags for FAST plus `overrides` (later ones win)."""
+    return [arg for o in (*FAST, *overrides) for arg in ("--set", o)]
+
+
+def zebra_process(*args: str, **popen) -> subprocess.Popen:
+    """A real `zebra ...` process (signals reach it as they would from Slurm or a terminal)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", ENTRY, *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        **popen,
+    )
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    """Training loss per logged step of a run."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in records if "loss" in r}
+
+
+def wait_for(predicate, proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Poll `predicate()` until true; fail if the process ends first or time runs out."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"process ended early with {proc.returncode}:\n{out[-3000:]}\n{err[-3000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("timed out waiting for the run")
+        time.sleep(0.02)
+
+
+def logged_step(run_dir: Path) -> int:
+    """The last step in metrics.jsonl (0 before the first log line)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return 0
+    steps = [json.loads(line)["step"] for line in path.read_text().splitlines() if line.endswith("}")]
+    return max(steps, default=0)

@@ -1,0 +1,100 @@
+"""Interrupted runs: SIGKILL mid-run then `--resume auto` reproduces the uninterrupted run step for step; SIGTERM
+saves a checkpoint and exits 0; a corrupted newest checkpoint falls back to the previous one."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from zebra.train.checkpoint import committed, read_meta
+
+from .helpers import logged_step, losses, sets, wait_for, zebra_process
+
+
+def _args(recipe: str, data: str, out, run: str, steps: int, *overrides: str) -> list[str]:
+    return ["train", recipe, "--data", data, "--max-steps", str(steps), "--output", str(out), "--run", run,
+            *sets(*overrides)]  # fmt: skip
+
+
+def test_sigkill_then_resume_reproduces_the_uninterrupted_run(cli, tmp_path, sample_prefix):
+    steps = 16
+    ref = cli(*_args("tiny-gdn", sample_prefix, tmp_path, "ref", steps, "train.save_interval=3"))
+    assert ref.exit_code == 0, ref.output
+
+    run = tmp_path / "killed"
+    proc = zebra_process(
+        *_args("tiny-gdn", sample_prefix, tmp_path, "killed", steps, "train.save_interval=3")
+    )
+    wait_for(lambda: logged_step(run) >= 5, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = logged_step(run)
+    assert killed_at < steps and not (run / "checkpoints" / f"step_{steps:07d}").exists()
+
+    resumed = cli(*_args("tiny-gdn", sample_prefix, tmp_path, "killed", steps, "train.save_interval=3"))
+    assert resumed.exit_code == 0, resumed.output
+    start = int(resumed.output.split("(step ")[1].split(",")[0])
+    assert 3 <= start <= killed_at and start % 3 == 0
+    expected, got = losses(tmp_path / "ref"), losses(run)
+    assert sorted(got) == list(range(1, steps + 1))
+    for step in range(start + 1, steps + 1):
+        assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6), step
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_zero(cli, tmp_path, sample_prefix):
+    run = tmp_path / "term"
+    proc = zebra_process(*_args("tiny-mamba", sample_prefix, tmp_path, "term", 500))
+    wait_for(lambda: logged_step(run) >= 2, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "stopped by SIGTERM" in out and "Traceback" not in err
+    (newest,) = committed(run / "checkpoints")
+    step = read_meta(newest)["step"]
+    assert 2 <= step < 500 and logged_step(run) == step
+    assert not list((run / "checkpoints").glob("*.partial"))
+
+    more = cli(*_args("tiny-mamba", sample_prefix, tmp_path, "term", step + 2))
+    assert more.exit_code == 0, more.output
+    assert f"resumed from {newest}" in more.output.replace("\n", "")
+    assert sorted(losses(run)) == list(range(1, step + 3))
+
+
+def test_corrupted_newest_checkpoint_falls_back_to_the_previous_one(cli, tmp_path, sample_prefix):
+    args = _args("tiny-mamba", sample_prefix, tmp_path, "c", 6, "train.save_interval=2", "train.keep_last=3")
+    first = cli(*args)
+    assert first.exit_code == 0, first.output
+    run = tmp_path / "c"
+    before = losses(run)
+    assert [p.name for p in committed(run / "checkpoints")] == [
+        "step_0000006",
+        "step_0000004",
+        "step_0000002",
+    ]
+    shard = run / "checkpoints" / "step_0000006" / "__0_0.distcp"
+    os.truncate(shard, shard.stat().st_size // 2)
+
+    again = cli(*args)
+    assert again.exit_code == 0, again.output
+    text = again.output.replace("\n", " ")
+    assert "step_0000006 could not be loaded" in text and "falling back to step_0000004" in text
+    after = losses(run)
+    assert after[5] == pytest.approx(before[5], rel=1e-5) and after[6] == pytest.approx(before[6], rel=1e-5)
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step_0000006"
+    assert read_meta(run / "checkpoints" / "step_0000006")["step"] == 6
+
+
+def test_incomplete_checkpoints_are_never_candidates(tmp_path):
+    """A save that died before commit (a .partial folder, or no metadata) is not a checkpoint."""
+    ck = tmp_path / "checkpoints"
+    for name, files in {
+        "step_0000002": [".metadata", "meta.json"],
+        "step_0000004": ["meta.json"],
+        "step_0000006.partial": [".metadata", "meta.json"],
+    }.items():
+        (ck / name).mkdir(parents=True)
+        for f in files:
+            (ck / name / f).write_text("{}")
+    assert [p.name for p in committed(ck)] == ["step_0000002"]
