@@ -1,4 +1,4 @@
-"""Depthwise causal conv1d, torch reference (one `F.conv1d` over [state | x]).
+"""Depthwise causal conv1d, torch reference (W shifted multiply-adds over [state | x]).
 
 The state is FLA's ShortConvolution cache: the last W inputs of the sequence, `[N, C, W]`, oldest first
 (column W-1 is the newest input), raw (before the conv and activation). With an initial state the conv reads
@@ -35,12 +35,11 @@ def torch_causal_conv1d(
     W = weight.shape[1]
     history = x.new_zeros(B, C, W) if initial_state is None else initial_state.to(x.dtype)
     timeline = torch.cat([history, x.transpose(1, 2)], dim=-1)  # [B, C, W + T]: x_t sits at W + t
-    y = F.conv1d(
-        timeline[..., 1:],
-        weight.to(x.dtype)[:, None, :],
-        None if bias is None else bias.to(x.dtype),
-        groups=C,
-    )
+    # W shifted multiply-adds: far faster on CPU than a grouped F.conv1d for the short widths used here (W <= 8)
+    w = weight.to(x.dtype)
+    y = sum(timeline[..., 1 + i : 1 + i + T] * w[:, i, None] for i in range(W))  # [B, C, T]
+    if bias is not None:
+        y = y + bias.to(x.dtype)[:, None]
     if activation in ("silu", "swish"):
         y = F.silu(y)
     if lengths is None:
