@@ -124,6 +124,10 @@ def train(
             f"{plan.run_dir}: holds an earlier run",
             fix="pass --yes to start over, or --run NAME for a new run",
         )
+    if launch.launcher != "local":
+        from zebra.launch.run import check_launcher
+
+        check_launcher(launch, log=out.text)
     prepare_run(plan, start_over=start_over)
     if launch.launcher == "docker":
         from zebra.launch.run import run_docker

@@ -51,12 +51,13 @@ ALLOWED = (
 # Never passed (they describe the launching shell, not the ranks), even when a pattern above matches.
 BLOCKED = ("CUDA_HOME", "CUDA_PATH")
 
-_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
+SECRET_WORDS = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "CREDENTIALS", "AUTH"}
 
 
 def is_secret(name: str) -> bool:
-    """True for names that hold credentials (HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY, ...)."""
-    return bool(_SECRET_NAME.search(name))
+    """True for names that hold credentials (HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY, ...): one of
+    their `_`-separated words is TOKEN, SECRET, PASSWORD, KEY, ... (TOKENIZERS_PARALLELISM is not)."""
+    return any(word in SECRET_WORDS for word in re.split(r"[_\W]+", name.upper()))
 
 
 @dataclass(frozen=True)

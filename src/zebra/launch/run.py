@@ -10,6 +10,23 @@ from zebra.launch.jobs import JobRecord, JobStatus, add_job
 from zebra.launch.plan import LaunchPlan
 
 
+def check_launcher(plan: LaunchPlan, log: Callable[[str], None] = print) -> None:
+    """Fail early, before the run directory is written: the Docker engine and the image are there (pulled
+    if needed), or the Slurm client commands are."""
+    if plan.launcher == "docker":
+        from zebra.launch.container import docker_client, ensure_image
+
+        client = docker_client()
+        try:
+            ensure_image(client, plan.image or "", log)
+        finally:
+            client.close()
+    elif plan.launcher == "slurm":
+        from zebra.launch.slurm import require_slurm
+
+        require_slurm()
+
+
 def run_docker(plan: LaunchPlan, log: Callable[[str], None] = print) -> str | None:
     """Run the plan's container in the foreground; the signal that stopped it early (it saved), or None.
 

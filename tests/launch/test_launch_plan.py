@@ -1,0 +1,195 @@
+"""`zebra train --dry-run` for each launcher: the complete plan (sbatch parameters, container spec, torchrun
+arguments), with secret values masked everywhere and nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from zebra.launch import build_launch_plan, plan_run
+from zebra.launch.environment import MASK, EnvVar, is_secret, passthrough, resolve
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SECRETS = {"HF_TOKEN": "hf_fakeSecretValue0123456789", "WANDB_API_KEY": "wandb-fake-secret-abcdef"}
+ENV = {**SECRETS, "NCCL_DEBUG": "INFO", "HSA_ENABLE_SDMA": "0", "SOME_OTHER_VAR": "not-passed"}
+
+
+def dry_run(cli, tmp_path, *args: str) -> dict:
+    result = cli("train", *args, "--mock-data", "--dry-run", "--json", "-o", str(tmp_path / "runs"), env=ENV)
+    assert result.exit_code == 0, result.output
+    for value in SECRETS.values():
+        assert value not in result.output
+    assert not (tmp_path / "runs").exists()  # a dry run writes nothing
+    return json.loads(result.stdout)
+
+
+def test_slurm_plan_two_nodes_of_eight_gpus(cli, tmp_path):
+    info = dry_run(
+        cli, tmp_path, "1b-gdn-pure", "--launcher", "slurm", "--nodes", "2", "--gpus", "8",
+        "--partition", "mi300x", "--account", "proj42", "--qos", "high", "--time", "1-12:00:00",
+        "--sbatch-extra=--exclusive", "--sbatch-extra=--mem=0",
+    )  # fmt: skip
+    assert (info["world_size"], info["micro_batch"] * 16 * info["accumulation"]) == (16, info["global_batch"])
+    launch = info["launch"]
+    assert (launch["launcher"], launch["nodes"], launch["ranks_per_node"], launch["world_size"]) == (
+        "slurm",
+        2,
+        8,
+        16,
+    )
+    sbatch = launch["slurm"]["sbatch"]
+    assert sbatch["nodes"] == 2 and sbatch["ntasks-per-node"] == 8 and sbatch["gpus-per-node"] == 8
+    assert (sbatch["partition"], sbatch["account"], sbatch["qos"], sbatch["time"]) == (
+        "mi300x",
+        "proj42",
+        "high",
+        "1-12:00:00",
+    )
+    assert sbatch["exclusive"] is True and sbatch["mem"] == "0"
+    run_dir = str(tmp_path / "runs" / "1b-gdn-pure")
+    assert sbatch["output"] == f"{run_dir}/slurm/%j_%t_log.out" and sbatch["signal"].startswith("USR2@")
+    assert launch["slurm"]["tasks"] == 16
+    assert "torchrun" not in launch  # each task is one rank
+    assert launch["rank_command"].split()[1:] == [
+        "-m", "zebra.train.entry", run_dir, "--resume", "auto", "--device", "cuda",
+    ]  # fmt: skip
+    assert launch["env"]["HF_TOKEN"] == MASK and launch["env"]["WANDB_API_KEY"] == MASK
+    assert launch["env"]["NCCL_DEBUG"] == "INFO" and "SOME_OTHER_VAR" not in launch["env"]
+
+
+def test_human_dry_run_masks_secrets_too(cli, tmp_path):
+    args = [
+        "1b-gdn-pure",
+        "--launcher",
+        "slurm",
+        "--gpus",
+        "8",
+        "--mock-data",
+        "--dry-run",
+        "-o",
+        str(tmp_path),
+    ]
+    result = cli("train", *args, env=ENV)
+    assert result.exit_code == 0, result.output
+    assert f"HF_TOKEN={MASK}" in result.stdout and "--gpus-per-node" in result.stdout
+    assert not any(value in result.output for value in SECRETS.values())
+
+
+def test_rocm_container_plan(cli, tmp_path):
+    info = dry_run(
+        cli, tmp_path, "1b-gdn-pure", "--launcher", "docker", "--gpus", "8", "--set", "launch.gpu_vendor=amd"
+    )
+    launch = info["launch"]
+    c = launch["container"]
+    assert c["image"] == "rocm/primus:v25.10" and c["gpu_vendor"] == "amd"
+    assert {"/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"} <= set(c["devices"]) and c["group_add"]
+    assert (c["ipc_mode"], c["network_mode"], c["security_opt"], c["cap_add"]) == (
+        "host", "host", ["seccomp=unconfined"], ["SYS_PTRACE"],
+    )  # fmt: skip
+    assert c["device_requests"] == [] and c["shm_size"] and c["init"] is True
+    run_dir = str(tmp_path / "runs" / "1b-gdn-pure")
+    assert f"{REPO_ROOT}:{REPO_ROOT}:ro" in c["mounts"] and f"{run_dir}:{run_dir}:rw" in c["mounts"]
+    assert c["env"]["HF_TOKEN"] == MASK and c["env"]["HSA_ENABLE_SDMA"] == "0"
+    assert c["env"]["PYTHONPATH"].split(":")[0] == str(REPO_ROOT / "src")
+    assert launch["torchrun"][:3] == ["--nproc-per-node=8", "--nnodes=1", "--standalone"]
+    assert launch["torchrun"][3:6] == ["-m", "zebra.train.entry", run_dir]
+    assert c["command"].startswith("python3 -m torch.distributed.run --nproc-per-node=8")
+
+
+def test_nvidia_container_plan(cli, tmp_path):
+    info = dry_run(
+        cli, tmp_path, "1b-gdn-pure", "--launcher", "docker", "--gpus", "4",
+        "--image", "nvcr.io/nvidia/pytorch:25.01-py3", "--set", "launch.gpu_vendor=nvidia",
+    )  # fmt: skip
+    c = info["launch"]["container"]
+    assert c["device_requests"] == [{"driver": "nvidia", "count": 4, "capabilities": [["gpu"]]}]
+    assert c["devices"] == [] and c["security_opt"] == [] and c["image"].startswith("nvcr.io/")
+    assert c["env"]["WANDB_API_KEY"] == MASK and "--nproc-per-node=4" in c["command"]
+
+
+def test_slurm_with_container_runs_one_container_per_node(cli, tmp_path):
+    info = dry_run(
+        cli, tmp_path, "1b-gdn-pure", "--launcher", "slurm", "--container", "--nodes", "2", "--gpus", "8",
+        "--set", "launch.gpu_vendor=amd",
+    )  # fmt: skip
+    launch = info["launch"]
+    assert (
+        launch["slurm"]["sbatch"]["ntasks-per-node"] == 1 and launch["slurm"]["sbatch"]["gpus-per-node"] == 8
+    )
+    assert launch["slurm"]["tasks"] == 2 and "container" in launch["slurm"]["task_runs"]
+    assert launch["torchrun"][:4] == [
+        "--nproc-per-node=8",
+        "--nnodes=2",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=FIRST_NODE:PORT",
+    ]
+    assert launch["container"]["gpu_vendor"] == "amd" and launch["container"]["env"]["HF_TOKEN"] == MASK
+
+
+def test_local_plan_shows_torchrun(cli, tmp_path):
+    info = dry_run(cli, tmp_path, "tiny", "--nproc", "2")
+    assert info["launch"]["launcher"] == "local" and "container" not in info["launch"]
+    assert info["launch"]["torchrun"][:3] == ["--nproc-per-node=2", "--nnodes=1", "--standalone"]
+
+
+def test_container_mounts_data_tokenizer_and_user_mounts(tmp_path, monkeypatch):
+    data, tokenizer, extra = tmp_path / "data", tmp_path / "tok", tmp_path / "extra"
+    for d in (data, tokenizer, extra):
+        d.mkdir()
+    run = plan_run(
+        "tiny", launcher="docker", mock_data=True, output=tmp_path / "runs", mounts=[f"{extra}:/extra:ro"]
+    )
+    run.recipe.data.mock = False
+    run.recipe.data.paths = [f"{data}/a_text_document:0.5", f"{data}/b_text_document:0.5"]
+    run.recipe.data.tokenizer = str(tokenizer)
+    mounts = {m.target: m for m in build_launch_plan(run).mounts}
+    assert mounts[str(data)].read_only and mounts[str(data)].purpose == "data"  # one mount for both prefixes
+    assert mounts[str(tokenizer)].purpose == "tokenizer"
+    assert mounts["/extra"].source == str(extra) and mounts["/extra"].read_only
+    assert not mounts[str(run.run_dir.resolve())].read_only
+
+
+def test_the_secret_check_names_credentials():
+    assert all(map(is_secret, ["HF_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY", "MY_PASSWORD"]))
+    assert not any(map(is_secret, ["NCCL_DEBUG", "HF_HOME", "TOKENIZERS_PARALLELISM"]))
+
+
+def test_passthrough_is_an_allow_list_with_extra_names():
+    env = {
+        "HF_TOKEN": "t",
+        "NCCL_IB_HCA": "mlx5",
+        "CUDA_HOME": "/usr/local/cuda",
+        "PATH": "/bin",
+        "MY_FLAG": "1",
+    }
+    names = [v.name for v in passthrough(env)]
+    assert names == ["HF_TOKEN", "NCCL_IB_HCA"]  # CUDA_HOME is blocked, PATH and MY_FLAG not allowed
+    assert [v.name for v in passthrough(env, extra=["MY_FLAG"])] == ["HF_TOKEN", "MY_FLAG", "NCCL_IB_HCA"]
+
+
+def test_secret_values_are_read_again_where_the_rank_starts():
+    var = EnvVar("HF_TOKEN", "hf_abc", secret=True)
+    kept = var.without_secret()
+    assert kept.value is None and kept.shown() == MASK
+    assert resolve([kept], {"HF_TOKEN": "hf_from_the_job"}) == {"HF_TOKEN": "hf_from_the_job"}
+    assert resolve([kept], {}) == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "minutes"),
+    [
+        ("90", 90),
+        ("30:30", 31),
+        ("24:00:00", 1440),
+        ("2-00", 2880),
+        ("1-12:30", 2190),
+        ("1-0:0:1", 1441),
+        ("infinite", None),
+    ],
+)
+def test_slurm_time_formats(text, minutes):
+    from zebra.launch.slurm import parse_time
+
+    assert parse_time(text) == minutes

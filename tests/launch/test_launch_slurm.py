@@ -1,0 +1,109 @@
+"""The slurm launcher against a real single-node Slurm (munged, slurmctld, slurmd started by .ci/run): a job
+of two CPU tasks (gloo) trains exactly like two local ranks, and a job pre-empted through submitit's signal
+saves, is requeued and resumes from its checkpoint to the same losses."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from .helpers import SETS, STEPS, TINY, losses
+
+pytestmark = pytest.mark.infra
+
+SLURM_TASKS = [*TINY, "--launcher", "slurm", "--nproc", "2"]
+
+
+@pytest.fixture(scope="module")
+def local_two_ranks(tmp_path_factory) -> list[tuple[int, float]]:
+    """The reference: the same run on two local ranks through the elastic agent."""
+    from zebra.launch import plan_run
+    from zebra.train.launch import launch_local
+    from zebra.train.plan import prepare_run
+
+    output = tmp_path_factory.mktemp("local")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ZEBRA_TENSORBOARD", "0")
+        run = plan_run(
+            "tiny", launcher="local", overrides=SETS, mock_data=True, max_steps=STEPS, nproc=2, output=output
+        )
+        prepare_run(run)
+        launch_local(run.run_dir, nproc_per_node=2, device="cpu")
+    return losses(run.run_dir)
+
+
+@pytest.fixture
+def cancel_jobs_left(zebra_env):
+    """scancel whatever job a failed test left behind."""
+    yield
+    registry = Path(zebra_env["ZEBRA_CACHE"]) / "jobs.json"
+    for job in json.loads(registry.read_text()) if registry.is_file() else []:
+        subprocess.run(["scancel", job["id"]], capture_output=True)
+
+
+def assert_same_losses(run_dir: Path, reference: list[tuple[int, float]]) -> None:
+    got = losses(run_dir)
+    assert [s for s, _ in got] == [s for s, _ in reference] == list(range(1, STEPS + 1))
+    for (step, a), (_, b) in zip(got, reference, strict=True):
+        assert math.isclose(a, b, rel_tol=1e-5), f"step {step}: slurm {a} vs local {b}"
+
+
+def test_two_tasks_train_like_two_local_ranks(
+    zebra, slurm_cluster, local_two_ranks, tmp_path, cancel_jobs_left
+):
+    result = zebra("train", *SLURM_TASKS, "--partition", slurm_cluster, "-o", str(tmp_path), "--follow")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (
+        "submitted Slurm job" in result.stdout and f"step {STEPS}/{STEPS}" in result.stdout
+    )  # task 0's log, followed
+    run_dir = tmp_path / "tiny"
+    assert_same_losses(run_dir, local_two_ranks)
+    job_id = result.stdout.split("submitted Slurm job ")[1].split(":")[0]
+    exits = sorted(
+        json.loads(p.read_text())["exit_code"] for p in (run_dir / "slurm").glob(f"{job_id}_*_exit.json")
+    )
+    assert exits == [0, 0]
+    listed = json.loads(zebra("jobs", "list", "--json").stdout)
+    assert [(j["id"], j["state"], j["exit_code"]) for j in listed] == [(job_id, "COMPLETED", 0)]
+
+
+def wait_for(condition, what: str, timeout: float = 300, poll: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(poll)
+    return value
+
+
+def squeue_state(job_id: str) -> str:
+    r = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], capture_output=True, text=True
+    )
+    return r.stdout.strip()
+
+
+def test_preempted_job_is_requeued_and_resumes(
+    zebra, slurm_cluster, local_two_ranks, tmp_path, cancel_jobs_left
+):
+    submitted = zebra("train", *SLURM_TASKS, "--partition", slurm_cluster, "-o", str(tmp_path))
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    job_id = submitted.stdout.split("submitted Slurm job ")[1].split(":")[0]
+    run_dir = tmp_path / "tiny"
+    wait_for(lambda: (run_dir / "checkpoints" / "latest").is_file(), "the first checkpoint")
+    # What Slurm sends before a time limit and submitit's pre-emption test sends: USR2 to every task.
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
+    wait_for(lambda: squeue_state(job_id) == "PENDING", "the requeue")
+    # Slurm holds a requeued job back for two minutes (BeginTime); let it start now.
+    subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True)
+    followed = zebra("jobs", "logs", job_id, "--follow")
+    assert followed.returncode == 0, followed.stdout + followed.stderr
+    log = (run_dir / "slurm" / f"{job_id}_0_log.out").read_text()
+    assert "saving a checkpoint before the requeue" in log and "(restart 1)" in log
+    resumed_at = int(log.split("resumed from ")[1].split("step ")[1].split(",")[0])
+    assert 2 <= resumed_at < STEPS
+    assert_same_losses(run_dir, local_two_ranks)  # the resumed run read the same data in the same order
