@@ -71,13 +71,16 @@ def test_prep_without_a_source_and_no_tty(cli):
 
 
 @pytest.mark.parametrize(
-    "args", [["--sample", "10BT"], ["--source", "HuggingFaceFW/fineweb-edu", "--config", "x"]]
+    ("args", "what"),
+    [
+        (["--sample", "10BT"], "HuggingFaceFW/fineweb-edu sample-10BT"),
+        (["--source", "HuggingFaceFW/fineweb-edu", "--config", "x"], "HuggingFaceFW/fineweb-edu x"),
+        (["--source", "someone/corpus"], "someone/corpus"),
+    ],
 )
-def test_hub_offline_says_use_source(cli, args, tmp_path):
+def test_hub_offline_says_use_source(cli, args, what, tmp_path):
     r = cli("data", "prep", *args, "-t", "byte", "-o", tmp_path / "out", "--yes", env={"HF_HUB_OFFLINE": "1"})
-    one_line_error(
-        r, "cannot reach the Hugging Face Hub for HuggingFaceFW/fineweb-edu (HF_HUB_OFFLINE is set)"
-    )
+    one_line_error(r, f"cannot reach the Hugging Face Hub for {what} (HF_HUB_OFFLINE is set)")
     assert "--source PATH" in r.stderr
 
 
@@ -144,3 +147,28 @@ def test_bench_data_json(cli):
     assert report["identical_output"] is True
     assert report["documents"] == 3000 and report["tokens"] > report["corpus_bytes"] * 0.9
     assert report["speedup"] == pytest.approx(report["baseline_seconds"] / report["ours_seconds"])
+
+
+def test_terminal_asks_which_sample(tmp_path):
+    """On a TTY with neither --sample nor --source, prep asks (questionary); the choice goes to the hub."""
+    import os
+    import sys
+
+    import pexpect
+
+    code = "import sys; sys.argv[0] = 'zebra'; from zebra.cli.main import main; main()"
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "COLUMNS": "200", "TERM": "xterm"}
+    env.pop("ZEBRA_YES", None)
+    child = pexpect.spawn(
+        sys.executable,
+        ["-c", code, "data", "prep", "-t", "byte", "-o", str(tmp_path / "o")],
+        env=env,
+        timeout=120,
+    )
+    child.expect("Which FineWeb-Edu sample")
+    child.send("\x1b[B")  # arrow down: 100BT
+    child.send("\r")
+    child.expect("cannot reach the Hugging Face Hub for HuggingFaceFW/fineweb-edu sample-100BT")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 1

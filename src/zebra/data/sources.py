@@ -331,8 +331,9 @@ def _hub_error(src: Source, error: BaseException | None = None) -> ZebraError:
             f"{src.name} on the Hugging Face Hub is gated and access was refused",
             fix="accept its terms on huggingface.co and set HF_TOKEN",
         )
+    what = f"{src.name} {src.config}" if src.config else src.name
     return ZebraError(
-        f"cannot reach the Hugging Face Hub for {src.name} ({why})",
+        f"cannot reach the Hugging Face Hub for {what} ({why})",
         fix="download the data elsewhere and pass local jsonl/json/parquet/arrow files with --source PATH",
     )
 
