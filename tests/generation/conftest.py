@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,15 +44,37 @@ def _greedy(model, prompt: tuple[int, ...], n: int) -> tuple[int, ...]:
     return tuple(ids[0, len(prompt) :].tolist())
 
 
-def tiny_export(base: Path) -> Path:
-    """A tiny Zebra HF export (byte tokenizer, remote code) under `base`, built once per test session.
+def trained_tiny_run(base: Path) -> Path:
+    """A run of `zebra train tiny` for a few small steps (byte tokenizer, bundled corpus), made once per session.
 
-    Random weights with a wide init, so greedy text varies; every test directory that needs an export shares it
-    through pytest's session temp folder.
+    Returns the run directory; its `export/` is the HF export the trainer writes. Every test directory that needs
+    a trained model shares it through pytest's session temp folder.
     """
+    run = base / "runs" / "tiny"
+    if (run / "export" / "config.json").is_file():
+        return run
+    overrides = {
+        "train.global_batch_size": 4,
+        "train.micro_batch_size": 4,
+        "data.seq_len": 64,
+        "train.warmup_steps": 4,
+        "train.eval_interval": 40,
+        "train.save_interval": 40,
+    }
+    cmd = [sys.executable, "-m", "zebra.cli.main", "train", "tiny", "--max-steps", "40", "--yes"]
+    cmd += ["--output", str(base / "runs")]
+    for key, value in overrides.items():
+        cmd += ["--set", f"{key}={value}"]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=base)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return run
+
+
+def tiny_export(base: Path) -> Path:
+    """A tiny Zebra HF export with random weights (wide init, so greedy text varies), made once per session."""
     from zebra.convert import export_hf
 
-    export = base / "tiny-export"
+    export = base / "random-export"
     if (export / "config.json").is_file():
         return export
     model = tiny_model("tiny", dtype=torch.float32, seed=0)

@@ -138,8 +138,10 @@ class ChatSession:
         t.messages.append({"role": "user", "content": user_text})
         if self.templated:
             full = self.tokenizer.apply_chat_template(t.messages, tokenize=False, add_generation_prompt=True)
+        elif not t.text:  # plain continuation: the system prompt, if any, opens the text
+            full = f"{self.settings.system}\n{user_text}" if self.settings.system else user_text
         else:
-            sep = "\n" if t.text and not t.text.endswith(("\n", " ")) else ""
+            sep = "" if t.text.endswith(("\n", " ")) else "\n"
             full = t.text + sep + user_text
         if full.startswith(t.text):
             delta = full[len(t.text) :]

@@ -144,8 +144,11 @@ def load_model(model: str | Path, *, device: str | None = None, dtype: str = "au
         dtype: `auto` (the checkpoint's), `bf16`, `fp16`, `fp32`, `fp64`.
     """
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
     from zebra.data.tokenizers import load_tokenizer
+
+    hf_logging.disable_progress_bar()  # a per-tensor bar for a load that takes seconds is noise
 
     model_dir = resolve_model_dir(model)
     register_model_types(model_dir)

@@ -1,0 +1,138 @@
+"""The chat session keeps the history in the cache: each turn feeds only its new tokens."""
+
+from __future__ import annotations
+
+import torch
+
+from zebra.chat.session import ChatSession, ChatSettings
+from zebra.chat.text_stream import TextStream
+from zebra.generation import Engine
+
+TEMPLATE = (
+    "{% for m in messages %}<|begin_of_text|>{{ m.role }}\n{{ m.content }}<|endoftext|>{% endfor %}"
+    "{% if add_generation_prompt %}<|begin_of_text|>assistant\n{% endif %}"
+)
+
+
+class FeedLog:
+    """Wraps an engine's `prefill` to record every token fed in one call (the test's view of the cache)."""
+
+    def __init__(self, engine: Engine):
+        self.calls: list[list[int]] = []
+        inner = engine.prefill
+
+        def prefill(state, ids):
+            self.calls.append(ids[0].tolist())
+            return inner(state, ids)
+
+        engine.prefill = prefill
+
+
+def greedy(model, ids: list[int], n: int, stop: set[int]) -> list[int]:
+    out: list[int] = []
+    seq = torch.tensor([ids])
+    with torch.no_grad():
+        for _ in range(n):
+            token = int(model(input_ids=seq, use_cache=False).logits[0, -1].argmax())
+            out.append(token)
+            if token in stop:
+                break
+            seq = torch.cat([seq, torch.tensor([[token]])], dim=1)
+    return out
+
+
+def run_turn(session: ChatSession, text: str) -> tuple[str, list[int]]:
+    pieces = list(session.send(text))
+    return "".join(pieces), pieces
+
+
+def test_second_turn_feeds_only_new_tokens_and_continues_the_state(loaded):
+    model, tokenizer = loaded
+    engine = Engine(model)
+    log = FeedLog(engine)
+    session = ChatSession(engine, tokenizer, ChatSettings(temperature=0.0, max_new_tokens=12))
+    stop = session.stop_ids
+    assert not session.templated
+    run_turn(session, "The zebra")
+    reply1 = greedy(model, log.calls[0], 12, stop)
+    assert session.transcript.messages[1]["content"] == _text(tokenizer, reply1, stop)
+
+    run_turn(session, "It ran")
+    pending = [] if reply1[-1] in stop else [reply1[-1]]  # the last reply token was never fed
+    so_far = "The zebra" + tokenizer.decode([t for t in reply1 if t not in stop])
+    sep = "" if so_far.endswith(("\n", " ")) else "\n"
+    assert log.calls[1] == pending + tokenizer(sep + "It ran", add_special_tokens=False)["input_ids"]
+    assert session.last.prefill_tokens == len(log.calls[1])
+    # the reply continues the live state exactly as a full forward over the whole history would
+    history = log.calls[0] + reply1[:-1] + log.calls[1]
+    assert session.transcript.messages[-1]["content"] == _text(
+        tokenizer, greedy(model, history, 12, stop), stop
+    )
+
+
+def _text(tokenizer, ids: list[int], stop: set[int]) -> str:
+    return tokenizer.decode([t for t in ids if t not in stop], skip_special_tokens=True)
+
+
+def test_reply_streams_before_generation_ends(loaded):
+    model, tokenizer = loaded
+    engine = Engine(model)
+    steps = []
+    inner = engine.step
+    engine.step = lambda state, tokens: (steps.append(1), inner(state, tokens))[1]
+    session = ChatSession(engine, tokenizer, ChatSettings(temperature=0.0, max_new_tokens=30))
+    stream = session.send("Once upon a time")
+    next(stream)
+    assert len(steps) < 29  # the first piece arrived while most tokens were still to come
+    list(stream)
+    assert session.last.new_tokens >= 1
+
+
+def test_chat_template_is_used_and_turns_are_incremental(loaded):
+    model, tokenizer = loaded
+    tokenizer = type(tokenizer).from_pretrained(tokenizer.name_or_path)
+    tokenizer.chat_template = TEMPLATE
+    engine = Engine(model)
+    log = FeedLog(engine)
+    session = ChatSession(
+        engine, tokenizer, ChatSettings(temperature=0.0, max_new_tokens=8, system="Be brief.")
+    )
+    assert session.templated
+    run_turn(session, "Hi")
+    first = tokenizer.apply_chat_template(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    assert log.calls[0] == tokenizer(first, add_special_tokens=False)["input_ids"]
+    run_turn(session, "More")
+    if not session.last.reprefilled:
+        assert len(log.calls[1]) < len(
+            tokenizer(session.transcript.text, add_special_tokens=False)["input_ids"]
+        )
+        assert (
+            log.calls[1][-len(tokenizer("<|begin_of_text|>assistant\n")["input_ids"]) :]
+            == tokenizer("<|begin_of_text|>assistant\n")["input_ids"]
+        )
+
+
+def test_reset_and_system_start_a_fresh_cache(loaded):
+    model, tokenizer = loaded
+    session = ChatSession(Engine(model), tokenizer, ChatSettings(temperature=0.0, max_new_tokens=4))
+    run_turn(session, "abc")
+    assert session.context_tokens > 0
+    session.reset()
+    assert session.context_tokens == 0 and session.transcript.messages == []
+    session.set_system("You are a zebra.")
+    assert session.transcript.messages == [{"role": "system", "content": "You are a zebra."}]
+    run_turn(session, "x")
+    assert session.last.prefill_tokens == len(tokenizer("You are a zebra.\nx")["input_ids"])
+
+
+def test_text_stream_holds_back_split_characters(loaded):
+    _, tokenizer = loaded
+    stream = TextStream(tokenizer)
+    ids = tokenizer("zébra\n→ok")["input_ids"]
+    pieces = [stream.push(i) for i in ids] + [stream.flush()]
+    assert "".join(pieces) == "zébra\n→ok"
+    assert "\ufffd" not in "".join(pieces)

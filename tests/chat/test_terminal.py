@@ -1,0 +1,138 @@
+"""`zebra chat` in a real terminal (pexpect pty): streams, obeys its commands, exits cleanly."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pexpect
+import pytest
+
+PROMPT = ">>> "
+
+
+def spawn_chat(export, *args: str) -> pexpect.spawn:
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "zebra.cli.main", "chat", str(export), "--device", "cpu", *args],
+        encoding="utf-8",
+        codec_errors="replace",
+        timeout=180,
+        dimensions=(50, 250),
+    )
+    child.expect("zebra chat: plain continuation")
+    child.expect_exact(PROMPT)
+    return child
+
+
+def generate(export, prompt: str, max_new: int) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "zebra.cli.main", "generate", str(export), "--prompt", prompt,
+         "--max-new", str(max_new), "--temperature", "0", "--device", "cpu"],
+        capture_output=True, text=True, errors="replace", check=True,
+    )  # fmt: skip
+    return done.stdout
+
+
+def reply_of(child: pexpect.spawn) -> str:
+    child.expect_exact(PROMPT)
+    return child.before
+
+
+def test_chat_streams_obeys_commands_and_quits(trained_export):
+    expected = generate(trained_export, "The zebra", 12)
+    child = spawn_chat(trained_export, "--temperature", "0", "--max-new", "12")
+    child.sendline("The zebra")
+    child.expect_exact("The zebra")  # the echoed input line
+    assert _clean(reply_of(child)) == _clean(expected)  # the same greedy text `zebra generate` writes
+
+    child.sendline("/stats")
+    stats = reply_of(child)
+    assert "prefill 9 tok" in stats and "cache " in stats and "bytes" in stats and "tok/s" in stats
+
+    child.sendline("/temp 0.8")
+    assert "[temperature 0.8]" in reply_of(child)
+    child.sendline("/temp -1")
+    assert "usage: /temp" in reply_of(child)
+    child.sendline("/max 3")
+    assert "[max 3 new tokens]" in reply_of(child)
+    child.sendline("hello")
+    reply_of(child)
+    child.sendline("/stats")
+    decoded = int(re.search(r"decode (\d+) tok", reply_of(child)).group(1))
+    assert 1 <= decoded <= 3  # /max 3 (fewer only when an end-of-text token came first)
+
+    child.sendline("/system You are a zebra.")
+    assert "[system prompt set; conversation reset]" in reply_of(child)
+    child.sendline("/reset")
+    assert "[conversation reset]" in reply_of(child)
+    child.sendline("/stats")
+    assert "context 0 tok" in reply_of(child)
+    child.sendline("/nope")
+    assert "unknown command /nope" in reply_of(child)
+    child.sendline("/quit")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_ctrl_d_exits_cleanly(trained_export):
+    child = spawn_chat(trained_export)
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert "Traceback" not in (child.before or "")
+
+
+def test_ctrl_c_stops_the_reply_not_the_program(random_export):
+    """Random weights at temperature 0 ramble on (no end-of-text token in the first thousands), so Ctrl-C lands
+    mid-reply; an early end would fail the `[stopped]` expectation, not pass silently."""
+    child = spawn_chat(random_export, "--temperature", "0", "--max-new", "100000")
+    child.sendline("Tell me everything")
+    child.expect_exact("Tell me everything")
+    child.expect(r"\S{20}")  # the reply is streaming
+    child.sendintr()
+    child.expect_exact("[stopped]")
+    child.expect_exact(PROMPT)
+    child.sendline("/stats")
+    stats = reply_of(child)
+    assert "decode" in stats and "max 100000" in stats
+    child.sendintr()  # Ctrl-C at the prompt only clears the line
+    child.expect_exact("/quit or Ctrl-D")
+    child.sendline("/quit")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_no_model_without_a_terminal_is_one_line():
+    done = subprocess.run(
+        [sys.executable, "-m", "zebra.cli.main", "chat"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 1
+    assert "missing MODEL" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prompt", "a", "--file", "b"], "exactly one of --prompt and --file"),
+        ([], "exactly one of --prompt"),
+    ],
+)
+def test_generate_flag_errors(random_export, args, message):
+    done = subprocess.run(
+        [sys.executable, "-m", "zebra.cli.main", "generate", str(random_export), *args],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1 and message in done.stderr
+
+
+def _clean(text: str) -> str:
+    return text.replace("\r", "").strip()
