@@ -1,4 +1,4 @@
-"""A tiny Zebra export and the local task YAMLs (data paths made absolute) for the eval tests."""
+"""A tiny trained Zebra model and the local task YAMLs (data paths made absolute) for the eval tests."""
 
 from __future__ import annotations
 
@@ -6,14 +6,20 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.generation.conftest import tiny_export
+from tests.generation.conftest import trained_tiny_run
 
 TASKS = Path(__file__).parent / "tasks"
 
 
 @pytest.fixture(scope="session")
-def export(tmp_path_factory) -> Path:
-    return tiny_export(tmp_path_factory.getbasetemp())
+def run_dir(tmp_path_factory) -> Path:
+    """A tiny model trained by `zebra train` (the run directory)."""
+    return trained_tiny_run(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(scope="session")
+def export(run_dir) -> Path:
+    return run_dir / "export"
 
 
 @pytest.fixture(scope="session")

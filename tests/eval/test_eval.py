@@ -1,4 +1,4 @@
-"""`zebra eval` gives lm-eval's own numbers, offline, on a real Zebra export and local tasks."""
+"""`zebra eval` gives lm-eval's own numbers, offline, on a tiny model trained by `zebra train` and local tasks."""
 
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ LOCAL_TASKS = (
 runner = CliRunner()
 
 
-def test_zebra_eval_equals_lm_eval_run_directly(export, task_dir, tmp_path):
+def test_zebra_eval_equals_lm_eval_run_directly(run_dir, export, task_dir, tmp_path):
+    """MODEL is the training run; lm-eval reads the run's HF export with nothing but transformers."""
     out_dir = tmp_path / "zebra"
     result = runner.invoke(
         app,
         [
-            "eval", str(export), "--tasks", LOCAL_TASKS, "--include-path", str(task_dir),
+            "eval", str(run_dir), "--tasks", LOCAL_TASKS, "--include-path", str(task_dir),
             "--device", "cpu", "--batch-size", "4", "--output", str(out_dir), "--json",
         ],
     )  # fmt: skip
@@ -98,3 +99,16 @@ def test_preset_expands_to_the_guides_suite():
 
     assert expand_tasks("zebra") == list(ZEBRA_SUITE)
     assert expand_tasks("piqa,zebra,piqa")[0] == "piqa" and len(expand_tasks("piqa,zebra,piqa")) == 8
+
+
+def test_run_without_export_is_exported_from_its_latest_checkpoint(run_dir, tmp_path):
+    import shutil
+
+    from zebra.generation.loading import resolve_model_dir
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("export", "data_cache", "tensorboard"))
+    resolved = resolve_model_dir(run)
+    assert resolved.source == "run" and resolved.path == run / "export"
+    assert (run / "export" / "model.safetensors").is_file()
+    assert resolved.model_type == "zebra"

@@ -75,6 +75,7 @@ def eval_command(
     results = run_eval(req)
     written = write_results(results, output) if output else None
     rows = metric_rows(results)
+
     if json_:
         out.json({"rows": rows, "results_file": str(written) if written else None})
         return
@@ -85,8 +86,8 @@ def eval_command(
                 r["task"],
                 r["n_shot"],
                 r["metric"],
-                f"{r['value']:.4f}",
-                "" if r["stderr"] is None else f"{r['stderr']:.4f}",
+                _num(r["value"]),
+                _num(r["stderr"]),
             ]
             for r in rows
         ],
@@ -95,3 +96,7 @@ def eval_command(
     )
     if written:
         out.result(f"wrote {written}")
+
+
+def _num(v: float | None) -> str:
+    return "" if v is None else f"{v:.4f}" if abs(v) < 1e5 else f"{v:.4g}"
