@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 
+from zebra.data.inspection import inspect_data
 from zebra.data.manifest import read_manifest, resolve_prefixes
 from zebra.data.sample import sample_prefix
 from zebra.data.sample_corpus import CORPUS_PATH, NUM_DOCUMENTS, generate_documents
@@ -32,6 +33,8 @@ def test_sample_prefix_tokenizes_once_into_the_cache(zebra_cache, bpe_dir):
     assert m.complete and m.documents == len(texts)
     assert m.tokens == sum(len(t.encode()) + 1 for t in texts)  # bytes + EOD
     assert resolve_prefixes("@sample") == [(str(prefix), 1.0)]
+    report = inspect_data("@sample")
+    assert report["tokenizer_check"]["status"] == "ok" and report["documents"] == len(texts)
     other = sample_prefix(str(bpe_dir))
     assert other.parent != prefix.parent and read_manifest(other.parent).documents == len(texts)
 

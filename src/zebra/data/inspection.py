@@ -42,7 +42,7 @@ def inspect_data(
     if path == "@sample":
         from zebra.data.sample import sample_prefix
 
-        path = str(sample_prefix(tokenizer or "byte"))
+        path = str(sample_prefix(tokenizer or "byte").parent)  # its data folder, manifest included
     p = Path(path).expanduser()
     folder = p.parent if p.name == MANIFEST else p
     manifest = read_manifest(folder) if folder.is_dir() and manifest_path(folder).exists() else None

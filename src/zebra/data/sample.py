@@ -40,7 +40,10 @@ def sample_prefix(tokenizer: str = "byte") -> Path:
     with open(folder.parent / f"{folder.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (manifest_path(folder).exists() and read_manifest(folder).complete):
-            plan = plan_prep(open_source(str(CORPUS_PATH)), folder, tokenizer=tokenizer, workers=1)
+            # zebra's own cache: a partial or stale copy is simply redone (seconds)
+            plan = plan_prep(
+                open_source(str(CORPUS_PATH)), folder, tokenizer=tokenizer, workers=1, force=True
+            )
             run_prep(plan)
         manifest = read_manifest(folder)
     return folder / manifest.shards[0].prefix
