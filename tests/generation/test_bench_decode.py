@@ -1,0 +1,65 @@
+"""`zebra bench decode` on CPU with a tiny recipe: every field present and sane (no timing thresholds)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from zebra.cli.main import app
+
+runner = CliRunner()
+
+
+def test_bench_decode_tiny_recipe_json():
+    result = runner.invoke(
+        app,
+        ["bench", "decode", "tiny", "--device", "cpu", "--dtype", "fp32", "--batch", "1,2", "--prompt", "16",
+         "--new", "4", "--cache", "static", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["model"] == "tiny" and report["dtype"] == "float32" and report["cache"] == "static"
+    assert report["cuda_graph"] is False  # no GPU here
+    assert report["params"] > 0 and report["weight_bytes_per_step"] > 0 and report["bandwidth_gb_s"] > 0
+    assert [r["batch"] for r in report["rows"]] == [1, 2]
+    for row in report["rows"]:
+        assert row["prefill_tokens_per_s"] > 0 and row["decode_ms_per_token"] > 0
+        assert (
+            abs(row["decode_tokens_per_s"] - row["batch"] * 1000 / row["decode_ms_per_token"])
+            < 1e-6 * row["decode_tokens_per_s"]
+        )
+        # a static cache for 16 + 4 tokens: the arithmetic's bytes plus the one extra conv column per channel
+        assert row["cache_bytes_arch"] <= row["cache_bytes"] < 1.2 * row["cache_bytes_arch"]
+        assert row["roofline_ms"] > 0 and row["roofline_ratio"] > 0
+        assert row["hf_decode_ms_per_token"] > 0 and row["speedup_vs_hf"] > 0
+    assert report["rows"][1]["cache_bytes"] == 2 * report["rows"][0]["cache_bytes"]
+
+
+def test_bench_decode_table_and_errors():
+    result = runner.invoke(
+        app,
+        [
+            "bench",
+            "decode",
+            "tiny-gdn",
+            "--device",
+            "cpu",
+            "--batch",
+            "1",
+            "--prompt",
+            "8",
+            "--new",
+            "2",
+            "--no-hf",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "decode: tiny-gdn on cpu" in result.stdout
+    assert "roofline = (weights" in result.stdout and "HF" not in result.stdout.split("roofline =")[1]
+    bad = runner.invoke(app, ["bench", "decode", "no-such-recipe", "--device", "cpu"])
+    assert bad.exit_code == 1 and "not a model directory, and not a recipe" in bad.stderr
+    bad = runner.invoke(app, ["bench", "decode", "tiny", "--batch", "1,x", "--device", "cpu"])
+    assert bad.exit_code == 1 and "--batch 1,x" in bad.stderr
+    bad = runner.invoke(app, ["bench", "decode", "tiny", "--cache", "paged", "--device", "cpu"])
+    assert bad.exit_code == 1 and "--cache paged" in bad.stderr
