@@ -159,3 +159,15 @@ def follow_job(job: JobRecord, task: int = 0) -> JobStatus:
             f"stopped following; the job runs on: zebra jobs logs {job.id} --follow, zebra jobs cancel {job.id}"
         )
         raise typer.Exit(130) from None
+
+
+def check_launcher(plan: LaunchPlan) -> None:
+    """The launcher's service is there (an image pull shows a progress bar), before anything is written."""
+    from zebra.launch.run import check_launcher as check
+
+    if plan.launcher != "docker":
+        check(plan, log=out.text)
+        return
+    with out.progress(f"pulling {plan.image}", total=None, unit="MB") as bar:
+        task = bar.task_ids[0]
+        check(plan, log=out.text, progress=lambda done, total: bar.update(task, completed=done, total=total))

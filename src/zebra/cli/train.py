@@ -125,9 +125,7 @@ def train(
             fix="pass --yes to start over, or --run NAME for a new run",
         )
     if launch.launcher != "local":
-        from zebra.launch.run import check_launcher
-
-        check_launcher(launch, log=out.text)
+        L.check_launcher(launch)
     prepare_run(plan, start_over=start_over)
     if launch.launcher == "docker":
         from zebra.launch.run import run_docker

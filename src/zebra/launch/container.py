@@ -200,9 +200,14 @@ def docker_client(timeout: int = 60):
     return client
 
 
-def ensure_image(client, image: str, log=print) -> None:
-    """Pull `image` when this engine does not have it; a one-line ZebraError when that fails."""
+def ensure_image(client, image: str, log=print, progress=None) -> None:
+    """Pull `image` when this engine does not have it; a one-line ZebraError when that fails.
+
+    Args:
+        progress: called as `progress(done_mb, total_mb)` while layers download.
+    """
     import docker
+    from docker.utils import parse_repository_tag
 
     try:
         client.images.get(image)
@@ -210,12 +215,22 @@ def ensure_image(client, image: str, log=print) -> None:
     except docker.errors.ImageNotFound:
         pass
     log(f"pulling {image} (not on this machine yet)")
+    repository, tag = parse_repository_tag(image)
+    layers: dict[str, tuple[int, int]] = {}
     try:
-        client.images.pull(image)
+        for event in client.api.pull(repository, tag=tag or "latest", stream=True, decode=True):
+            if "error" in event:
+                raise docker.errors.APIError(event["error"], explanation=event["error"])
+            detail = event.get("progressDetail") or {}
+            if event.get("id") and detail.get("total"):
+                layers[event["id"]] = (detail.get("current", 0), detail["total"])
+                if progress is not None:
+                    done, total = (sum(x) / 1e6 for x in zip(*layers.values(), strict=True))
+                    progress(done, total)
+        client.images.get(image)
     except docker.errors.APIError as e:
-        reason = (e.explanation or str(e)).strip().splitlines()[0][:200]
         raise ZebraError(
-            f"image {image} is not on this machine and pulling it failed: {reason}",
+            f"image {image} is not on this machine and pulling it failed: {_explain(e)[:200]}",
             fix=IMAGE_FIX.format(image=image),
         ) from None
 

@@ -10,15 +10,19 @@ from zebra.launch.jobs import JobRecord, JobStatus, add_job
 from zebra.launch.plan import LaunchPlan
 
 
-def check_launcher(plan: LaunchPlan, log: Callable[[str], None] = print) -> None:
+def check_launcher(
+    plan: LaunchPlan,
+    log: Callable[[str], None] = print,
+    progress: Callable[[float, float], None] | None = None,
+) -> None:
     """Fail early, before the run directory is written: the Docker engine and the image are there (pulled
-    if needed), or the Slurm client commands are."""
+    if needed, reporting `progress(done_mb, total_mb)`), or the Slurm client commands are."""
     if plan.launcher == "docker":
         from zebra.launch.container import docker_client, ensure_image
 
         client = docker_client()
         try:
-            ensure_image(client, plan.image or "", log)
+            ensure_image(client, plan.image or "", log, progress)
         finally:
             client.close()
     elif plan.launcher == "slurm":
