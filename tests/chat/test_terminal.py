@@ -107,6 +107,32 @@ def test_ctrl_c_stops_the_reply_not_the_program(random_export):
     assert child.exitstatus == 0
 
 
+def test_no_model_on_a_terminal_asks_for_model_and_settings(trained_export, tmp_path):
+    import shutil
+
+    shutil.copytree(
+        trained_export.parent, tmp_path / "runs" / "mine", ignore=shutil.ignore_patterns("data_cache")
+    )
+    child = pexpect.spawn(
+        sys.executable, ["-m", "zebra.cli.main", "chat", "--device", "cpu"], cwd=tmp_path, encoding="utf-8",
+        codec_errors="replace", timeout=180, dimensions=(50, 250),
+    )  # fmt: skip
+    child.expect("Which model")
+    child.expect_exact("runs/mine")  # the recent run is offered first
+    child.send("\r")
+    child.expect("Temperature")
+    child.send("\x7f" * 5 + "0\r")  # replace the default 0.7
+    child.expect("Longest reply")
+    child.send("\x7f" * 5 + "7\r")
+    child.expect_exact(PROMPT)
+    child.sendline("/stats")
+    assert "temperature 0; max 7]" in reply_of(child)
+    child.sendline("/quit")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
 def test_no_model_without_a_terminal_is_one_line():
     done = subprocess.run(
         [sys.executable, "-m", "zebra.cli.main", "chat"],

@@ -145,7 +145,7 @@ def build_model(spec: str, *, device: str, dtype: str, seed: int = 0) -> torch.n
     from zebra.generation.loading import load_model, torch_dtype
 
     if Path(spec).is_dir():
-        model, _ = load_model(spec, device=device, dtype=dtype)
+        model, _ = load_model(spec, device=device, dtype=dtype, tokenizer=False)
         return model
     from zebra.models import ZebraForCausalLM
     from zebra.recipes import load_recipe

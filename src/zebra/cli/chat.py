@@ -81,7 +81,8 @@ def _pick(yes: bool, temperature: float, max_new: int) -> tuple[str, float, int]
 
     if not can_prompt(yes):
         raise ZebraError("missing MODEL", fix="pass an export, FLA or run directory: zebra chat runs/NAME")
-    found = [str(p) for p in find_models(Path.cwd())]
+    cwd = Path.cwd()
+    found = [str(p.relative_to(cwd)) for p in find_models(cwd)]
     model = choose(
         "Which model?", [*found, _OTHER], yes=yes, flag="MODEL", default=found[0] if found else None
     )

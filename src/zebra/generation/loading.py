@@ -135,13 +135,16 @@ def check_device(device: str) -> str:
     return device
 
 
-def load_model(model: str | Path, *, device: str | None = None, dtype: str = "auto") -> tuple[Any, Any]:
-    """Load MODEL for inference: (model in eval mode on `device`, its tokenizer).
+def load_model(
+    model: str | Path, *, device: str | None = None, dtype: str = "auto", tokenizer: bool = True
+) -> tuple[Any, Any]:
+    """Load MODEL for inference: (model in eval mode on `device`, its tokenizer or None).
 
     Args:
         model: an export / FLA / HF / run directory (see `resolve_model_dir`).
         device: `cpu`, `cuda`, `cuda:N`; default: cuda when available.
         dtype: `auto` (the checkpoint's), `bf16`, `fp16`, `fp32`, `fp64`.
+        tokenizer: also load the directory's tokenizer (a ZebraError when it has none).
     """
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
@@ -164,4 +167,12 @@ def load_model(model: str | Path, *, device: str | None = None, dtype: str = "au
             fix="check that the folder holds config.json and model.safetensors (re-export with zebra convert)",
         ) from None
     lm.to(device).eval()
-    return lm, load_tokenizer(str(model_dir.path))
+    if not tokenizer:
+        return lm, None
+    try:
+        return lm, load_tokenizer(str(model_dir.path))
+    except ZebraError as e:
+        raise ZebraError(
+            f"MODEL {model_dir.path}: no usable tokenizer ({e.message})",
+            fix="copy the tokenizer files (tokenizer.json, tokenizer_config.json) into the model folder",
+        ) from None
