@@ -80,6 +80,21 @@ def _quiet_megatron():
         yield
 
 
+@contextlib.contextmanager
+def _megatron_process_group():
+    """megatron-core's BlendedDataset asks for the rank even in a single process: give it a world of one."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        yield
+        return
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
 def build_datasets(
     recipe: Recipe, *, train_samples: int, valid_samples: int, cache_dir: Path
 ) -> tuple[torch.utils.data.Dataset, torch.utils.data.Dataset | None]:
@@ -91,7 +106,7 @@ def build_datasets(
         train_samples: sequences the run will read (max_steps x global batch).
         valid_samples: sequences one validation pass reads (0: no validation set).
     """
-    with _quiet_megatron():
+    with _quiet_megatron(), _megatron_process_group():
         from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
         from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
 
@@ -133,11 +148,10 @@ def build_datasets(
                 f"megatron could not build the dataset from {recipe.data.paths}: {e or type(e).__name__}",
                 fix="check data.split and that each prefix holds enough tokens for one sequence",
             ) from None
-    if train is None or len(train) < train_samples:
+    if train is None or len(train) == 0:  # megatron repeats the data in epochs, but not an empty split
         raise ZebraError(
-            f"the training split has {0 if train is None else len(train)} sequences of {recipe.data.seq_len} tokens "
-            f"(need {train_samples})",
-            fix="add data, or lower train.max_steps / train.global_batch_size / data.seq_len",
+            f"data.split {recipe.data.split!r} leaves no documents for training",
+            fix="give the first (train) weight of data.split a share, e.g. --set data.split=99,1,0",
         )
     if valid is not None and (valid_samples == 0 or len(valid) == 0):
         valid = None

@@ -74,7 +74,7 @@ def _data_overrides(data: list[str] | None, mock_data: bool, max_steps: int | No
         sets.append("data.paths=" + ",".join(data))
         sets.append("data.mock=false")
     if mock_data:
-        sets.append("data.mock=true")
+        sets += ["data.mock=true", "data.paths=[]"]
     if max_steps is not None:
         sets.append(f"train.max_steps={max_steps}")
     return sets

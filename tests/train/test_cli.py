@@ -1,0 +1,104 @@
+"""`zebra train` and `zebra plot` through the CLI: one-line errors for bad recipes, flags and data, the dry-run
+plan, and loss-curve plots."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def _one_line_error(result, *needles: str) -> None:
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].startswith("error: ") and all(not line.startswith("error") for line in lines[1:])
+    assert len([line for line in lines if not line.startswith(" ")]) <= 2, lines  # error + hint
+    text = " ".join(result.stderr.split())
+    for needle in needles:
+        assert needle in text, text
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["nosuch"], ["unknown recipe 'nosuch'"]),
+        (["tiny", "--set", "train.lr=fast"], ["--set: train.lr: got 'fast' (expected a number)"]),
+        (["tiny", "--set", "train.bogus=1"], ["--set: train.bogus: unknown key"]),
+        (["tiny", "--set", "train.nonfinite=ignore"], ["train.nonfinite", "skip, stop"]),
+        (["tiny", "--set", "model.hidden_size=4"], ["model.hidden_size: 4 is below the minimum"]),
+        (["tiny", "--set", "train.lr"], ["expected KEY=VALUE"]),
+        (["tiny", "--nproc", "3"], ["global_batch_size 16 does not split over 3 ranks"]),
+        (["tiny", "--gpus", "1"], ["--gpus 1: no GPU is visible here", "--nproc"]),
+        (["tiny", "--nproc", "2", "--gpus", "2"], ["--gpus and --nproc exclude each other"]),
+        (["tiny", "--nodes", "2", "--nproc", "1"], ["--nodes 2", "--rdzv-endpoint"]),
+        (["tiny", "--mock-data", "--data", "x"], ["--data and --mock-data exclude each other"]),
+        (["tiny", "--data", "/nonexistent/prefix"], ["/nonexistent/prefix"]),
+        (["tiny", "--set", "model.vocab_size=200"], ["has 259 ids but model.vocab_size is 200"]),
+        (["tiny", "--resume", "/nonexistent/ckpt"], ["--resume /nonexistent/ckpt: no such checkpoint"]),
+        (["tiny", "--set", "data.paths=[]"], ["no training data", "--mock-data"]),
+        ([], ["missing RECIPE"]),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
+def test_bad_input_is_one_line(cli, tmp_path, args, needles):
+    _one_line_error(cli("train", *args, "--output", str(tmp_path)), *needles)
+    assert not any(tmp_path.iterdir())  # nothing was written
+
+
+def test_bad_recipe_file_is_one_line(cli, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("extends: tiny\ntrain: {lr: [1, 2\n")
+    _one_line_error(cli("train", str(bad), "--output", str(tmp_path / "runs")), "bad.yaml", "not valid YAML")
+    other = tmp_path / "other.yaml"
+    other.write_text("extends: tiny\ntrain:\n  warmup_steps: -1\n")
+    _one_line_error(cli("train", str(other)), "train.warmup_steps: -1 is below the minimum")
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(cli, tmp_path):
+    result = cli("train", "1b-gdn-pure", "--mock-data", "--max-steps", "20", "--output", str(tmp_path), "--dry-run",
+                 "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert (plan["world_size"], plan["micro_batch"], plan["accumulation"], plan["global_batch"]) == (
+        1,
+        8,
+        56,
+        448,
+    )
+    assert plan["max_steps"] == 20 and plan["tokens_per_step"] == 448 * 2048
+    assert plan["run_dir"] == str(tmp_path / "1b-gdn-pure")
+    assert not any(tmp_path.iterdir())
+
+    two = json.loads(cli("train", "tiny", "--nproc", "2", "--data", "@sample", "--dry-run", "--json").stdout)
+    assert (two["world_size"], two["micro_batch"], two["accumulation"]) == (2, 8, 1)
+    assert two["data"][0].endswith(":1.0") and "sample" in two["data"][0]
+
+    table = cli("train", "tiny", "--mock-data", "--run", "x", "--output", str(tmp_path), "--dry-run")
+    assert "16 micro x 1 rank(s) x 1 accumulation = 16 sequences x 256 tokens" in table.stdout
+
+
+def test_resume_never_asks_before_deleting_an_earlier_run(cli, tmp_path):
+    run = tmp_path / "tiny"
+    (run / "checkpoints" / "step_0000001").mkdir(parents=True)
+    _one_line_error(cli("train", "tiny", "--mock-data", "--output", str(tmp_path), "--resume", "never"),
+                    "holds an earlier run", "--yes")  # fmt: skip
+    assert (run / "checkpoints" / "step_0000001").is_dir()
+
+
+def test_plot_draws_and_compares_runs(cli, tmp_path):
+    from zebra.train.metrics import MetricsLog
+
+    for name, scale in (("a", 1.0), ("b", 0.8)):
+        (tmp_path / name).mkdir()
+        log = MetricsLog(tmp_path / name, resume_step=0, config={}, run_name=name)
+        for step in range(1, 11):
+            log.write({"step": step, "loss": scale * 5 / step})
+        log.write({"step": 10, "val_loss": scale})
+        log.close()
+    one = cli("plot", str(tmp_path / "a"))
+    assert one.exit_code == 0, one.output
+    assert (tmp_path / "a" / "loss.png").read_bytes()[:4] == b"\x89PNG"
+    both = cli("plot", str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(tmp_path / "cmp.png"), "--log")
+    assert both.exit_code == 0 and (tmp_path / "cmp.png").stat().st_size > 1000
+    _one_line_error(cli("plot", str(tmp_path / "nothing")), "no training loss logged")
