@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from zebra.cli._options import JsonOpt, examples
+from zebra.cli._options import JsonOpt, SetOpt, examples
 from zebra.cli._output import out
 
 app = typer.Typer(help="Measure startup, data, training and decoding speed.", no_args_is_help=True)
@@ -223,3 +223,78 @@ def data_(
         raise ZebraError(
             "the two pipelines wrote different tokens", fix="report this as a bug in zebra data prep"
         )
+
+
+@app.command(
+    "train",
+    epilog=examples(
+        "zebra bench train 1b-gdn-pure --batch 8 --against fla",
+        "zebra bench train 1b-kda-pure --steps 30 --json",
+        "zebra bench train tiny --steps 5 --batch 4 --seq-len 128",
+    ),
+)
+def train_(
+    recipe: Annotated[str, typer.Argument(help="Recipe name or YAML path.")],
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Timed optimizer steps.")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed steps first.")] = 3,
+    batch: Annotated[
+        int | None,
+        typer.Option("--batch", "-b", min=1, help="Sequences per step (default: the micro batch)."),
+    ] = None,
+    seq_len: Annotated[
+        int | None, typer.Option("--seq-len", min=8, help="Tokens per sequence (default: the recipe's).")
+    ] = None,
+    against: Annotated[
+        str | None, typer.Option("--against", help="Also run FLA's own model at the same shapes: fla.")
+    ] = None,
+    set_: SetOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Training tokens/s, MFU and peak memory of a recipe with the trainer's step (and FLA's model with --against fla)."""
+    from zebra.bench.train import TrainBenchConfig, run_train_bench
+
+    cfg = TrainBenchConfig(
+        recipe=recipe,
+        steps=steps,
+        warmup=warmup,
+        batch=batch,
+        seq_len=seq_len,
+        against=against,
+        overrides=set_ or [],
+    )
+    with out.stderr.status("building") as status:
+        report = run_train_bench(cfg, on_phase=lambda msg: status.update(msg))
+    if json_:
+        out.json(report.to_dict())
+        return
+    cols = ["model", "params", "tokens/s", "ms/step", "TFLOP/s", "MFU", "peak GB"]
+    rows = [
+        [
+            r.model,
+            f"{r.params / 1e6:,.1f}M",
+            f"{r.tokens_per_s:,.0f}",
+            f"{r.step_ms:,.1f}",
+            f"{r.tflops:.3g}",
+            "-" if r.mfu is None else f"{100 * r.mfu:.1f}%",
+            "-" if r.peak_memory_gb is None else f"{r.peak_memory_gb:.1f}",
+        ]
+        for r in report.rows
+    ]
+    out.table(
+        cols,
+        rows,
+        title=f"train step: {report.recipe} on {report.device}, {report.precision}, batch {report.batch} x "
+        f"{report.seq_len}, {report.steps} timed steps after {report.warmup}",
+        justify={c: "right" for c in cols[1:]},
+    )
+    if report.ratio is not None:
+        out.text(f"zebra / fla tokens/s: {report.ratio:.2f}x")
+    peak = (
+        f"{report.peak_flops / 1e12:,.0f} TFLOP/s peak"
+        if report.peak_flops
+        else "no known peak for this device"
+    )
+    out.text(
+        f"MFU = {report.flops_per_token / 1e9:.4g} GFLOP/token (6N + causal MLA attention) x tokens/s / {peak}; "
+        f"torch {report.torch_version}"
+    )
