@@ -6,8 +6,8 @@ What is measured, per batch size B (random prompt ids, greedy, no stop token, on
   ms/token = seconds / N (one step emits B tokens), tokens/s = B * N / seconds.
 - cache: bytes the engine's cache holds after P + N tokens, next to `zebra.arch.decode_cache` (latents in the
   model dtype, states in float32) times B. A static cache is allocated for P + N tokens up front.
-- HF: `model.generate(max_new_tokens=N, min_new_tokens=N)` on the same model; decode ms/token =
-  (time(N) - time(1)) / (N - 1), so its prefill is not counted.
+- HF: `model.generate(max_new_tokens=N, min_new_tokens=N)` on the same model, each token time-stamped by a
+  streamer: prefill = prompt to first new token, decode ms/token = first to last new token / (N - 1).
 - roofline: bytes one decode step must read (every weight once; the lm_head read, the embedding table not, when
   untied) plus the cache (states read and written, latents read at the mean context length), divided by the
   bandwidth of a large device-to-device copy measured in the same run (2 x bytes / seconds).
@@ -224,30 +224,47 @@ def _bench_engine(
 
 @torch.inference_mode()
 def _bench_hf(model: Any, prompts: torch.Tensor, new: int) -> tuple[float, float]:
-    """HF `generate` (greedy, its own cache): (prefill ms, decode ms per token)."""
+    """HF `generate` (greedy, its own cache): (prefill ms, decode ms per token), timed per token by a streamer."""
     device = next(model.parameters()).device
     ids = prompts.to(device)
-    mask = torch.ones_like(ids)
+    clock = _TokenClock(device)
 
-    def timed(n: int) -> float:
-        _sync(device)
-        t0 = time.perf_counter()
+    def run(n: int) -> None:
+        clock.reset()
         model.generate(
             input_ids=ids,
-            attention_mask=mask,
+            attention_mask=torch.ones_like(ids),
             max_new_tokens=n,
             min_new_tokens=n,
             do_sample=False,
             use_cache=True,
             pad_token_id=0,
+            streamer=clock,
         )
-        _sync(device)
-        return time.perf_counter() - t0
 
-    timed(2)  # warm-up
-    first = timed(1)
-    total = timed(new)
-    return first * 1e3, max(total - first, 0.0) / (new - 1) * 1e3
+    run(2)  # warm-up
+    run(new)
+    t = clock.stamps  # [start, first new token, ..., last new token]
+    return (t[1] - t[0]) * 1e3, (t[-1] - t[1]) / (len(t) - 2) * 1e3
+
+
+class _TokenClock:
+    """A `generate` streamer that only records when each new token arrives (the first `put` is the prompt)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.stamps: list[float] = []
+
+    def reset(self) -> None:
+        _sync(self.device)
+        self.stamps = []
+
+    def put(self, _tokens: torch.Tensor) -> None:
+        _sync(self.device)
+        self.stamps.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
 
 
 def weight_bytes_per_step(model: torch.nn.Module) -> int:
