@@ -134,7 +134,7 @@ def run_decode_bench(
         new=cfg.new,
         cache=engine.cache_kind,
         cuda_graph=engine.cuda_graph,
-        compile=cfg.compile,
+        compile=engine.compiled,
         torch_version=torch.__version__,
         rows=rows,
     )

@@ -51,7 +51,7 @@ class Engine:
         cache: `static` (a pre-allocated `ZebraCache`, zebra models only), `dynamic` (the model's growing cache),
             or `auto`: static on a GPU for zebra models, dynamic otherwise.
         cuda_graph: capture the decode step in a CUDA graph (static cache on a GPU only).
-        compile: `torch.compile` the decode step (static cache only).
+        compile: `torch.compile` the decode step before its CUDA-graph capture (ignored without a graph).
         max_seq_len: capacity of static caches used by chat (`generate` sizes them to prompt + new tokens).
     """
 
@@ -84,7 +84,9 @@ class Engine:
         self.cache_kind = cache
         self.cuda_graph = cache == "static" and cuda_graph and self.device.type == "cuda"
         runner = StaticRunner if cache == "static" else DecodeRunner
-        self.runner = runner(self, use_graph=self.cuda_graph, compile=compile and cache == "static")
+        # compiled code guards on the cache's host-side token count, so it is only worth it inside a graph
+        self.compiled = compile and self.cuda_graph
+        self.runner = runner(self, use_graph=self.cuda_graph, compile=self.compiled)
 
     # ------------------------------------------------------------------ state
     def new_state(self, batch: int = 1, capacity: int | None = None) -> DecodeState:
