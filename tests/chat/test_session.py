@@ -88,32 +88,45 @@ def test_reply_streams_before_generation_ends(loaded):
     assert session.last.new_tokens >= 1
 
 
-def test_chat_template_is_used_and_turns_are_incremental(loaded):
+def templated_session(loaded, template: str, **settings):
     model, tokenizer = loaded
     tokenizer = type(tokenizer).from_pretrained(tokenizer.name_or_path)
-    tokenizer.chat_template = TEMPLATE
+    tokenizer.chat_template = template
     engine = Engine(model)
     log = FeedLog(engine)
-    session = ChatSession(
-        engine, tokenizer, ChatSettings(temperature=0.0, max_new_tokens=8, system="Be brief.")
-    )
+    session = ChatSession(engine, tokenizer, ChatSettings(temperature=0.0, max_new_tokens=8, **settings))
+    return session, tokenizer, log
+
+
+def render(tokenizer, messages) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def test_chat_template_is_used_and_turns_are_incremental(loaded):
+    session, tokenizer, log = templated_session(loaded, TEMPLATE, system="Be brief.")
     assert session.templated
     run_turn(session, "Hi")
-    first = tokenizer.apply_chat_template(
-        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
-        tokenize=False,
-        add_generation_prompt=True,
+    assert log.calls[0] == render(
+        tokenizer, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     )
-    assert log.calls[0] == tokenizer(first, add_special_tokens=False)["input_ids"]
     run_turn(session, "More")
-    if not session.last.reprefilled:
-        assert len(log.calls[1]) < len(
-            tokenizer(session.transcript.text, add_special_tokens=False)["input_ids"]
-        )
-        assert (
-            log.calls[1][-len(tokenizer("<|begin_of_text|>assistant\n")["input_ids"]) :]
-            == tokenizer("<|begin_of_text|>assistant\n")["input_ids"]
-        )
+    assert not session.last.reprefilled
+    full = render(tokenizer, session.transcript.messages[:-1])  # system, user, assistant, user
+    assert len(log.calls[1]) < len(full) // 2  # only the new turn, not the transcript
+    assert (
+        full[-len(log.calls[1]) :][-6:] == log.calls[1][-6:]
+    )  # ends with the generation prompt, as the render
+
+
+def test_template_that_rewrites_history_reprefills_the_whole_conversation(loaded):
+    # the message count at the very start changes every turn, so the old text is never a prefix of the new one
+    session, tokenizer, log = templated_session(loaded, "{{ messages | length }}" + TEMPLATE)
+    run_turn(session, "Hi")
+    run_turn(session, "More")
+    assert session.last.reprefilled
+    assert log.calls[1] == render(tokenizer, session.transcript.messages[:-1])
+    assert session.context_tokens == len(log.calls[1]) + session.last.new_tokens
 
 
 def test_reset_and_system_start_a_fresh_cache(loaded):

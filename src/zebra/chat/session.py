@@ -89,7 +89,8 @@ class ChatSession:
 
     @property
     def context_tokens(self) -> int:
-        return self.state.length
+        """Tokens of the conversation: those in the cache plus the reply's last, fed with the next turn."""
+        return self.state.length + len(self.transcript.pending)
 
     def send(self, user_text: str, should_stop: Callable[[], bool] | None = None) -> Iterator[str]:
         """Prefill the new turn on top of the live cache, then stream the reply as text pieces."""
@@ -128,7 +129,7 @@ class ChatSession:
         stats.new_tokens = len(reply)
         stats.decode_seconds = end - (first_at or end)
         self._record_reply(reply)
-        stats.context_tokens = self.state.length + len(self.transcript.pending)
+        stats.context_tokens = self.context_tokens
         stats.cache_bytes = self.engine.cache_bytes(self.state)
         self.last = stats
 
