@@ -27,7 +27,7 @@ def test_tiny_run_trains_in_a_container_and_leaves_its_checkpoint_on_the_host(
     zebra, hostbind_image, docker_client, tmp_path
 ):
     # The setup line proves the token reaches the container without printing it.
-    probe = 'test "$HF_TOKEN" = "$EXPECTED_TOKEN" && echo token-arrived'
+    probe = 'test -n "$HF_TOKEN" && test "$HF_TOKEN" = "$EXPECTED_TOKEN" && echo token-arrived'
     result = zebra(
         "train", *TINY, "--launcher", "docker", *hostbind_flags(hostbind_image), "-o", str(tmp_path),
         "--env", "EXPECTED_TOKEN", "--set", f"launch.container_setup={probe}",
@@ -41,6 +41,7 @@ def test_tiny_run_trains_in_a_container_and_leaves_its_checkpoint_on_the_host(
     assert [step for step, _ in losses(run_dir)] == list(range(1, STEPS + 1))
     assert f"step {STEPS}/{STEPS}" in result.stdout  # the container's output streamed here
     assert "token-arrived" in result.stdout and SECRET not in result.stdout + result.stderr
+    assert [p for p in tmp_path.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()] == []
     assert not containers_of(docker_client, run_dir)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import SETS, STEPS, TINY, losses
+from .helpers import SETS, STEPS, TINY, hostbind_flags, losses
 
 pytestmark = pytest.mark.infra
 
@@ -98,8 +98,9 @@ def test_preempted_job_is_requeued_and_resumes(
     # What Slurm sends before a time limit and submitit's pre-emption test sends: USR2 to every task.
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
     wait_for(lambda: squeue_state(job_id) == "PENDING", "the requeue")
-    # Slurm holds a requeued job back for two minutes (BeginTime); let it start now.
-    subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True)
+    # Slurm holds a requeued job back for two minutes (BeginTime); let it start sooner, though not within the
+    # second its old credential was revoked in (slurmd would refuse to launch it).
+    subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now+3"], check=True)
     followed = zebra("jobs", "logs", job_id, "--follow")
     assert followed.returncode == 0, followed.stdout + followed.stderr
     log = (run_dir / "slurm" / f"{job_id}_0_log.out").read_text()
@@ -107,3 +108,22 @@ def test_preempted_job_is_requeued_and_resumes(
     resumed_at = int(log.split("resumed from ")[1].split("step ")[1].split(",")[0])
     assert 2 <= resumed_at < STEPS
     assert_same_losses(run_dir, local_two_ranks)  # the resumed run read the same data in the same order
+
+
+def test_each_node_can_run_its_ranks_in_a_container(
+    zebra, slurm_cluster, hostbind_image, docker_client, local_two_ranks, tmp_path, cancel_jobs_left
+):
+    secret = "hf_slurmContainerSecret_987654321"
+    probe = 'test -n "$HF_TOKEN" && test "$HF_TOKEN" = "$EXPECTED_TOKEN" && echo token-arrived'
+    result = zebra(
+        "train", *SLURM_TASKS, "--container", *hostbind_flags(hostbind_image), "--partition", slurm_cluster,
+        "-o", str(tmp_path), "--env", "EXPECTED_TOKEN", "--set", f"launch.container_setup={probe}", "--follow",
+        env={"HF_TOKEN": secret, "EXPECTED_TOKEN": secret},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = tmp_path / "tiny"
+    assert "token-arrived" in result.stdout and secret not in result.stdout + result.stderr
+    assert_same_losses(run_dir, local_two_ranks)
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert written == []  # not in the pickled task, the logs, the registry or the run
+    assert not docker_client.containers.list(all=True, filters={"label": f"zebra.run_dir={run_dir}"})
