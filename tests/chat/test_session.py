@@ -149,3 +149,35 @@ def test_text_stream_holds_back_split_characters(loaded):
     pieces = [stream.push(i) for i in ids] + [stream.flush()]
     assert "".join(pieces) == "zébra\n→ok"
     assert "\ufffd" not in "".join(pieces)
+
+
+def test_generate_stdout_is_only_the_greedy_text(loaded, trained_export):
+    import subprocess
+    import sys
+
+    model, tokenizer = loaded
+    ids = tokenizer("The zebra")["input_ids"]
+    eos = {tokenizer.eos_token_id}
+    expected = tokenizer.decode(
+        [t for t in greedy(model, ids, 10, eos) if t not in eos], skip_special_tokens=True
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "zebra.cli.main",
+        "generate",
+        str(trained_export),
+        "--max-new",
+        "10",
+        "--device",
+        "cpu",
+    ]
+    by_flag = subprocess.run(
+        [*cmd, "--prompt", "The zebra"], capture_output=True, text=True, errors="replace"
+    )
+    by_stdin = subprocess.run(
+        [*cmd, "--file", "-"], input="The zebra", capture_output=True, text=True, errors="replace"
+    )
+    assert by_flag.returncode == 0, by_flag.stderr
+    assert by_flag.stdout == expected + "\n"
+    assert by_stdin.stdout == by_flag.stdout
