@@ -181,3 +181,26 @@ def test_generate_stdout_is_only_the_greedy_text(loaded, trained_export):
     assert by_flag.returncode == 0, by_flag.stderr
     assert by_flag.stdout == expected + "\n"
     assert by_stdin.stdout == by_flag.stdout
+
+
+def test_repl_resets_when_the_context_is_full(loaded):
+    import io
+
+    from zebra.chat.repl import Repl
+
+    model, tokenizer = loaded
+    session = ChatSession(
+        Engine(model, cache="static", max_seq_len=24), tokenizer, ChatSettings(temperature=0.0)
+    )
+    lines = iter(
+        ["a short one", "/stats", "this line alone is longer than the twenty-four token cache", "/quit"]
+    )
+
+    def read_line(_prompt: str) -> str:
+        return next(lines)
+
+    out = io.StringIO()
+    Repl(session, read_line=read_line, stream=out).run()
+    text = out.getvalue()
+    assert "[the context is full (" in text and "conversation reset]" in text
+    assert session.context_tokens == 0

@@ -6,7 +6,7 @@ import pytest
 import torch
 from tests.generation.conftest import greedy_by_full_forwards, tiny_model
 
-from zebra.generation import Engine, SamplingParams, generate_tokens
+from zebra.generation import CacheFullError, Engine, SamplingParams, generate_tokens
 
 PROMPTS = [[5, 17, 99, 3, 250, 42, 7], [8, 120, 64], [33, 1, 200, 77, 150]]
 
@@ -100,7 +100,7 @@ def test_static_cache_capacity_is_enforced(hybrid):
     state = engine.new_state(batch=1)
     engine.prefill(state, torch.tensor([PROMPTS[0]]))
     engine.step(state, torch.tensor([1]))
-    with pytest.raises(ValueError, match="cache holds 8 tokens"):
+    with pytest.raises(CacheFullError, match="cache holds 8 tokens"):
         engine.step(state, torch.tensor([1]))
 
 

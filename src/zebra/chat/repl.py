@@ -108,10 +108,19 @@ class Repl:
         )
 
     def turn(self, text: str) -> None:
+        from zebra.generation import CacheFullError
+
         with _stop_on_sigint() as stop:
-            for piece in self.session.send(text, should_stop=stop.is_set):
-                self.stream.write(piece)
-                self.stream.flush()
+            try:
+                for piece in self.session.send(text, should_stop=stop.is_set):
+                    self.stream.write(piece)
+                    self.stream.flush()
+            except CacheFullError:
+                self._say(
+                    f"\n[the context is full ({self.session.context_tokens} tokens); conversation reset]"
+                )
+                self.session.reset()
+                return
             stopped = stop.is_set()
         self.stream.write("\n")
         if stopped:

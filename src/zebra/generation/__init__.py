@@ -11,7 +11,7 @@ Public API:
     SamplingParams(temperature=0.0, top_k=0, top_p=1.0), sample_next(logits, params, generator)
 """
 
-from zebra.generation.engine import DecodeState, Engine, generate_tokens
+from zebra.generation.engine import CacheFullError, DecodeState, Engine, generate_tokens
 from zebra.generation.sampling import SamplingParams, sample_next
 
-__all__ = ["DecodeState", "Engine", "SamplingParams", "generate_tokens", "sample_next"]
+__all__ = ["CacheFullError", "DecodeState", "Engine", "SamplingParams", "generate_tokens", "sample_next"]

@@ -24,6 +24,10 @@ import torch
 from zebra.generation.sampling import SamplingParams, sample_next
 
 
+class CacheFullError(ValueError):
+    """A static cache has no room for the tokens to feed (its capacity is fixed when it is allocated)."""
+
+
 @dataclass
 class DecodeState:
     """A cache and what it holds.
@@ -128,7 +132,7 @@ class Engine:
 
     def _check_capacity(self, state: DecodeState, n: int) -> None:
         if state.capacity is not None and state.length + n > state.capacity:
-            raise ValueError(
+            raise CacheFullError(
                 f"the cache holds {state.capacity} tokens; {state.length} used, {n} more requested "
                 f"(pass a larger max_seq_len / capacity)"
             )
