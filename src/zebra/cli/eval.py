@@ -32,7 +32,12 @@ def eval_command(
     num_fewshot: Annotated[
         int | None, typer.Option("--num-fewshot", min=0, help="Few-shot examples (default: each task's).")
     ] = None,
-    batch_size: Annotated[str, typer.Option("--batch-size", help="An integer, `auto` or `auto:N`.")] = "auto",
+    batch_size: Annotated[
+        str | None,
+        typer.Option(
+            "--batch-size", help="An integer, `auto` or `auto:N` (default: auto on a GPU, 1 on CPU)."
+        ),
+    ] = None,
     limit: Annotated[
         float | None, typer.Option("--limit", help="Examples per task (an integer, or a fraction below 1).")
     ] = None,

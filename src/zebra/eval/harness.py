@@ -33,7 +33,8 @@ class EvalRequest:
         model: export / FLA / HF / run directory.
         tasks: lm-eval task names, presets already expanded (see `zebra.eval.tasks.expand_tasks`), or YAML paths.
         num_fewshot: few-shot examples (None: each task's default).
-        batch_size: an int, `auto` or `auto:N` (lm-eval's automatic batch size).
+        batch_size: an int, `auto` or `auto:N` (lm-eval's automatic batch size); None: auto on a GPU, 1 on CPU
+            (lm-eval's probe runs full-length batches, which takes long on a CPU).
         limit: examples per task (an int, or a fraction < 1); None for all.
         device: torch device; default cuda when available.
         dtype: auto / bf16 / fp16 / fp32 / fp64.
@@ -44,7 +45,7 @@ class EvalRequest:
     model: str
     tasks: list[str]
     num_fewshot: int | None = None
-    batch_size: str = "auto"
+    batch_size: str | None = None
     limit: float | None = None
     device: str | None = None
     dtype: str = "auto"
@@ -67,7 +68,7 @@ def run_eval(req: EvalRequest) -> dict[str, Any]:
     device = check_device(req.device or default_device())
     if req.dtype not in DTYPES:
         raise ZebraError(f"--dtype {req.dtype}: unknown", fix=f"use one of {', '.join(DTYPES)}")
-    batch_size = parse_batch_size(req.batch_size)
+    batch_size = parse_batch_size(req.batch_size or ("auto" if device.startswith("cuda") else "1"))
 
     manager = task_manager(req.include_path)
     tasks = load_tasks(req.tasks, manager)
