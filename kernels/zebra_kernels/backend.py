@@ -2,7 +2,8 @@
 
 `resolve_backend("auto", device)` picks "fla" on a GPU when FLA imports and is healthy, else "torch", and logs
 its choice once (logger "zebra_kernels"). "Healthy" excludes the known-bad combination FLA 0.6.0 refuses at
-backward time: an NVIDIA Hopper GPU with 3.4 <= Triton < 3.7.1 and no tilelang.
+backward time: an NVIDIA Hopper GPU with 3.4 <= Triton < 3.7.1 and no tilelang. Every FLA call site shares
+`refuse_broken_backward` (fail before the forward on that combination) and `as_fla_float` (no float64 on FLA).
 """
 
 from __future__ import annotations
@@ -72,6 +73,19 @@ def fla_backward_blocker(device_index: int = 0) -> str | None:
             "fix: pip install 'triton>=3.7.1' (or pip install tilelang)"
         )
     return None
+
+
+def refuse_broken_backward(*inputs: torch.Tensor | None) -> None:
+    """Raise before an FLA forward when FLA would refuse (or get wrong) the backward on this GPU."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
+        blocker = fla_backward_blocker(torch.cuda.current_device())
+        if blocker is not None:
+            raise RuntimeError(blocker + "; or run with backend='torch'")
+
+
+def as_fla_float(x: torch.Tensor | None) -> torch.Tensor | None:
+    """FLA kernels take fp32/bf16/fp16; float64 (the reference dtype) goes down to float32."""
+    return x.float() if x is not None and x.dtype == torch.float64 else x
 
 
 def _device(device: torch.device | str | None) -> torch.device:

@@ -1,24 +1,15 @@
-"""Gated DeltaNet (GDN) recurrence: `gated_delta_rule`, with grouped value heads."""
+"""Gated DeltaNet (GDN): `gated_delta_rule` (one log decay per value head) and its gate `gdn_gate`; the shared
+delta-rule driver and torch forms are in `zebra_kernels.delta_rule`."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from zebra_kernels._common import (
-    check_state,
-    choose_mode,
-    compute_dtype,
-    l2norm,
-    needs_grad,
-    num_sequences,
-)
-from zebra_kernels._torch_driver import run_varlen
-from zebra_kernels.backend import resolve_backend
-from zebra_kernels.gdn.chunk import chunk_gated_delta_rule
-from zebra_kernels.gdn.naive import naive_recurrent_gated_delta_rule
+from zebra_kernels._common import compute_dtype
+from zebra_kernels.delta_rule import DeltaRuleVariant, delta_rule
 
-__all__ = ["chunk_gated_delta_rule", "gated_delta_rule", "gdn_gate", "naive_recurrent_gated_delta_rule"]
+__all__ = ["gated_delta_rule", "gdn_gate"]
 
 
 def gdn_gate(a: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -30,6 +21,9 @@ def gdn_gate(a: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor | None 
     dtype = compute_dtype(a, A_log, dt_bias)
     a = a.to(dtype) if dt_bias is None else a.to(dtype) + dt_bias.to(dtype)
     return -A_log.to(dtype).exp() * F.softplus(a)
+
+
+GDN = DeltaRuleVariant("GDN", per_channel=False, gate=gdn_gate)
 
 
 def gated_delta_rule(
@@ -87,67 +81,8 @@ def gated_delta_rule(
         >>> o.shape, state.shape
         (torch.Size([2, 100, 4, 16]), torch.Size([2, 4, 16, 16]))
     """
-    B, T, H, K = q.shape
-    HV, V = v.shape[2], v.shape[3]
-    if k.shape != q.shape:
-        raise ValueError(
-            f"q and k must have the same shape [B, T, H, K], got {list(q.shape)} and {list(k.shape)}"
-        )
-    if v.shape[:2] != q.shape[:2] or HV % H != 0:
-        raise ValueError(f"v must be [B, T, HV, V] with HV a multiple of H={H}, got {list(v.shape)}")
-    for name, x in (("g", g), ("beta", beta)):
-        if tuple(x.shape) != (B, T, HV):
-            raise ValueError(f"{name} must have shape [B, T, HV] = {[B, T, HV]}, got {list(x.shape)}")
-    if use_gate_in_kernel and A_log is None:
-        raise ValueError("use_gate_in_kernel=True needs A_log [HV]")
-    N = num_sequences(q, cu_seqlens)
-    check_state(initial_state, (N, HV, K, V))
-    scale = K**-0.5 if scale is None else scale
-    grad = needs_grad(q, k, v, g, beta, initial_state, A_log, dt_bias)
-    mode = choose_mode(mode, T, grad)
-
-    if resolve_backend(backend, q.device) == "fla":
-        if mode == "recurrent" and grad:
-            raise ValueError(
-                "FLA's recurrent GDN kernel has no backward: use mode='chunk' (or 'auto') for training"
-            )
-        from zebra_kernels.gdn.fla import fla_gated_delta_rule
-
-        return fla_gated_delta_rule(
-            q,
-            k,
-            v,
-            g,
-            beta,
-            scale=scale,
-            initial_state=initial_state,
-            output_final_state=output_final_state,
-            cu_seqlens=cu_seqlens,
-            use_qk_l2norm=use_qk_l2norm,
-            mode=mode,
-            use_gate_in_kernel=use_gate_in_kernel,
-            A_log=A_log,
-            dt_bias=dt_bias,
-        )
-
-    out_dtype, dtype = v.dtype, compute_dtype(q, k, v, g, beta, initial_state, A_log, dt_bias)
-    q, k, v, beta = (x.to(dtype) for x in (q, k, v, beta))
-    g = gdn_gate(g, A_log, dt_bias) if use_gate_in_kernel else g.to(dtype)
-    if use_qk_l2norm:
-        q, k = l2norm(q), l2norm(k)
-    if HV != H:  # value head j uses q/k head j // (HV // H)
-        q, k = q.repeat_interleave(HV // H, dim=2), k.repeat_interleave(HV // H, dim=2)  # [B, T, HV, K]
-    if mode == "chunk" and T > 0:
-        o, S = run_varlen(
-            chunk_gated_delta_rule,
-            [q, k, v, g, beta],
-            initial_state,
-            cu_seqlens,
-            scale=scale,
-            chunk_size=chunk_size,
-        )
-    else:
-        o, S = run_varlen(
-            naive_recurrent_gated_delta_rule, [q, k, v, g, beta], initial_state, cu_seqlens, scale=scale
-        )
-    return o.to(out_dtype), (S if output_final_state else None)
+    return delta_rule(
+        GDN, q, k, v, g, beta, scale=scale, initial_state=initial_state, output_final_state=output_final_state,
+        cu_seqlens=cu_seqlens, use_qk_l2norm=use_qk_l2norm, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log,
+        dt_bias=dt_bias, mode=mode, chunk_size=chunk_size, backend=backend,
+    )  # fmt: skip

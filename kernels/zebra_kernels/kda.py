@@ -1,24 +1,15 @@
-"""Kimi Delta Attention (KDA) recurrence: `kimi_delta_rule`, per-channel decay, grouped value heads."""
+"""Kimi Delta Attention (KDA): `kimi_delta_rule` (one log decay per key channel) and its gate `kda_gate`; the
+shared delta-rule driver and torch forms are in `zebra_kernels.delta_rule`."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from zebra_kernels._common import (
-    check_state,
-    choose_mode,
-    compute_dtype,
-    l2norm,
-    needs_grad,
-    num_sequences,
-)
-from zebra_kernels._torch_driver import run_varlen
-from zebra_kernels.backend import resolve_backend
-from zebra_kernels.kda.chunk import chunk_kimi_delta_rule
-from zebra_kernels.kda.naive import naive_recurrent_kimi_delta_rule
+from zebra_kernels._common import compute_dtype
+from zebra_kernels.delta_rule import DeltaRuleVariant, delta_rule
 
-__all__ = ["chunk_kimi_delta_rule", "kda_gate", "kimi_delta_rule", "naive_recurrent_kimi_delta_rule"]
+__all__ = ["kda_gate", "kimi_delta_rule"]
 
 
 def kda_gate(f: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -32,6 +23,9 @@ def kda_gate(f: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor | None 
     dtype = compute_dtype(f, A_log, dt_bias)
     f = f.to(dtype) if dt_bias is None else f.to(dtype) + dt_bias.to(dtype).view(H, K)
     return -A_log.to(dtype).view(H, 1).exp() * F.softplus(f)
+
+
+KDA = DeltaRuleVariant("KDA", per_channel=True, gate=kda_gate)
 
 
 def kimi_delta_rule(
@@ -89,68 +83,8 @@ def kimi_delta_rule(
         >>> o.shape, state.shape
         (torch.Size([2, 100, 2, 16]), torch.Size([2, 2, 8, 16]))
     """
-    B, T, H, K = q.shape
-    HV, V = v.shape[2], v.shape[3]
-    if k.shape != q.shape:
-        raise ValueError(
-            f"q and k must have the same shape [B, T, H, K], got {list(q.shape)} and {list(k.shape)}"
-        )
-    if v.shape[:2] != q.shape[:2] or HV % H != 0:
-        raise ValueError(f"v must be [B, T, HV, V] with HV a multiple of H={H}, got {list(v.shape)}")
-    if tuple(g.shape) != (B, T, HV, K):
-        raise ValueError(f"g must have shape [B, T, HV, K] = {[B, T, HV, K]}, got {list(g.shape)}")
-    if tuple(beta.shape) != (B, T, HV):
-        raise ValueError(f"beta must have shape [B, T, HV] = {[B, T, HV]}, got {list(beta.shape)}")
-    if use_gate_in_kernel and A_log is None:
-        raise ValueError("use_gate_in_kernel=True needs A_log [HV]")
-    N = num_sequences(q, cu_seqlens)
-    check_state(initial_state, (N, HV, K, V))
-    scale = K**-0.5 if scale is None else scale
-    grad = needs_grad(q, k, v, g, beta, initial_state, A_log, dt_bias)
-    mode = choose_mode(mode, T, grad)
-
-    if resolve_backend(backend, q.device) == "fla":
-        if mode == "recurrent" and grad:
-            raise ValueError(
-                "FLA's recurrent KDA kernel has no backward: use mode='chunk' (or 'auto') for training"
-            )
-        from zebra_kernels.kda.fla import fla_kimi_delta_rule
-
-        return fla_kimi_delta_rule(
-            q,
-            k,
-            v,
-            g,
-            beta,
-            scale=scale,
-            initial_state=initial_state,
-            output_final_state=output_final_state,
-            cu_seqlens=cu_seqlens,
-            use_qk_l2norm=use_qk_l2norm,
-            mode=mode,
-            use_gate_in_kernel=use_gate_in_kernel,
-            A_log=A_log,
-            dt_bias=dt_bias,
-        )
-
-    out_dtype, dtype = v.dtype, compute_dtype(q, k, v, g, beta, initial_state, A_log, dt_bias)
-    q, k, v, beta = (x.to(dtype) for x in (q, k, v, beta))
-    g = kda_gate(g, A_log, dt_bias) if use_gate_in_kernel else g.to(dtype)
-    if use_qk_l2norm:
-        q, k = l2norm(q), l2norm(k)
-    if HV != H:  # value head j uses q/k head j // (HV // H)
-        q, k = q.repeat_interleave(HV // H, dim=2), k.repeat_interleave(HV // H, dim=2)  # [B, T, HV, K]
-    if mode == "chunk" and T > 0:
-        o, S = run_varlen(
-            chunk_kimi_delta_rule,
-            [q, k, v, g, beta],
-            initial_state,
-            cu_seqlens,
-            scale=scale,
-            chunk_size=chunk_size,
-        )
-    else:
-        o, S = run_varlen(
-            naive_recurrent_kimi_delta_rule, [q, k, v, g, beta], initial_state, cu_seqlens, scale=scale
-        )
-    return o.to(out_dtype), (S if output_final_state else None)
+    return delta_rule(
+        KDA, q, k, v, g, beta, scale=scale, initial_state=initial_state, output_final_state=output_final_state,
+        cu_seqlens=cu_seqlens, use_qk_l2norm=use_qk_l2norm, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log,
+        dt_bias=dt_bias, mode=mode, chunk_size=chunk_size, backend=backend,
+    )  # fmt: skip

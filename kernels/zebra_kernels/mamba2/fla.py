@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from zebra_kernels.gdn.fla import as_fla_float, refuse_broken_backward
+from zebra_kernels.backend import as_fla_float, refuse_broken_backward
 
 
 def fla_ssd(

@@ -10,7 +10,7 @@ transformers refuses remote code that imports an uninstalled package anywhere ou
 on the "fla" kernel backend, so the torch fallback works without FLA.
 
 File names: `zebra.models.<a>.<b>` -> `<a>_<b>.py`; any other module -> its dotted name with "_" (e.g.
-`zebra_kernels.gdn.fla` -> `zebra_kernels_gdn_fla.py`, the package `zebra_kernels` -> `zebra_kernels.py`).
+`zebra_kernels.delta_rule.fla` -> `zebra_kernels_delta_rule_fla.py`, the package `zebra_kernels` -> `zebra_kernels.py`).
 """
 
 from __future__ import annotations
