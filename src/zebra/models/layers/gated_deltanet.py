@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 
 from zebra.models.layers.norm import GatedRMSNorm
-from zebra.models.layers.recurrent import (
-    current_token_mask,
-    depthwise_conv,
-    float32_or_64,
-    inverse_softplus_dt,
-    log_uniform_a,
-    zero_padding,
-)
-from zebra_kernels import causal_conv1d, gated_delta_rule, gdn_gate
-
-if TYPE_CHECKING:
-    from zebra.models.cache_zebra import ZebraCache
+from zebra.models.layers.recurrent import DeltaRuleMixer, depthwise_conv, inverse_softplus_dt, log_uniform_a
+from zebra_kernels import gated_delta_rule, gdn_gate
 
 
-class GatedDeltaNet(nn.Module):
+class GatedDeltaNet(DeltaRuleMixer):
     """Gated DeltaNet mixer with grouped value heads.
 
     Reference: `Gated Delta Networks: Improving Mamba2 with Delta Rule <https://arxiv.org/abs/2412.06464>`_;
@@ -51,6 +39,9 @@ class GatedDeltaNet(nn.Module):
         backend: kernel backend ("auto", "torch", "fla").
     """
 
+    kernel = staticmethod(gated_delta_rule)
+    gate = staticmethod(gdn_gate)
+
     def __init__(
         self,
         hidden_size: int,
@@ -64,14 +55,12 @@ class GatedDeltaNet(nn.Module):
         layer_idx: int | None = None,
         backend: str = "auto",
     ):
-        super().__init__()
+        super().__init__(layer_idx, backend)
         if num_v_heads % num_heads:
             raise ValueError(f"num_v_heads={num_v_heads} must be a multiple of num_heads={num_heads}")
         self.num_heads, self.head_dim = num_heads, head_dim
         self.num_v_heads, self.head_v_dim = num_v_heads, head_v_dim
         self.allow_neg_eigval = allow_neg_eigval
-        self.layer_idx = layer_idx
-        self.backend = backend
         self.key_dim, self.value_dim = num_heads * head_dim, num_v_heads * head_v_dim
         self.q_proj = nn.Linear(hidden_size, self.key_dim, bias=False)
         self.k_proj = nn.Linear(hidden_size, self.key_dim, bias=False)
@@ -90,70 +79,5 @@ class GatedDeltaNet(nn.Module):
         self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
         self.o_proj._is_residual_out = True
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        *,
-        attention_mask: torch.Tensor | None = None,
-        cache: ZebraCache | None = None,
-        cu_seqlens: torch.Tensor | None = None,
-        **unused,
-    ) -> torch.Tensor:
-        """`[B, T, D] -> [B, T, D]`; reads and updates this sublayer's states in `cache`.
-
-        Args:
-            hidden_states: `[B, T, D]`.
-            attention_mask: `[B, L]` (HF, over cached + new tokens); pad tokens leave the state unchanged.
-            cache: the model's `ZebraCache`, or None.
-            cu_seqlens: `[N + 1]` packed-sequence offsets (B == 1).
-        """
-        B, T, _ = hidden_states.shape
-        H, K, HV, V = self.num_heads, self.head_dim, self.num_v_heads, self.head_v_dim
-        mask = current_token_mask(attention_mask, T)  # [B, T] or None
-        state, conv_state = cache.recurrent_state(self.layer_idx) if cache is not None else (None, None)
-
-        qkv = torch.cat(
-            [self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)], -1
-        )
-        weight = torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight]).squeeze(
-            1
-        )  # [C, W]
-        qkv, conv_state = causal_conv1d(
-            zero_padding(qkv, mask),
-            weight,
-            activation="silu",
-            initial_state=conv_state,
-            output_final_state=cache is not None,
-            cu_seqlens=cu_seqlens,
-            backend=self.backend,
-        )  # [B, T, 2*H*K + HV*V]
-        q, k, v = qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        q, k, v = q.view(B, T, H, K), k.view(B, T, H, K), v.view(B, T, HV, V)
-
-        beta = float32_or_64(self.b_proj(hidden_states)).sigmoid()  # [B, T, HV]
-        if self.allow_neg_eigval:
-            beta = beta * 2.0
-        a = self.a_proj(hidden_states)  # [B, T, HV]
-        if mask is None:  # the gate is fused into the kernel
-            g, gate_kwargs = a, {"use_gate_in_kernel": True, "A_log": self.A_log, "dt_bias": self.dt_bias}
-        else:
-            g, gate_kwargs = zero_padding(gdn_gate(a, self.A_log, self.dt_bias), mask), {}
-            beta = zero_padding(beta, mask)
-        o, state = gated_delta_rule(
-            q,
-            k,
-            v,
-            g,
-            beta,
-            initial_state=state,
-            output_final_state=cache is not None,
-            cu_seqlens=cu_seqlens,
-            use_qk_l2norm=True,
-            backend=self.backend,
-            **gate_kwargs,
-        )  # [B, T, HV, V]
-        if cache is not None:
-            cache.update_recurrent(self.layer_idx, state, conv_state)
-
-        o = self.o_norm(o, self.g_proj(hidden_states).view(B, T, HV, V))
-        return self.o_proj(o.reshape(B, T, HV * V))
+    def raw_decay(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.a_proj(hidden_states)  # [B, T, HV]

@@ -2,31 +2,26 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from zebra.models.layers.norm import GatedRMSNorm
 from zebra.models.layers.recurrent import (
-    current_token_mask,
+    RecurrentMixer,
     depthwise_conv,
     float32_or_64,
     inverse_softplus_dt,
     log_uniform_a,
     zero_padding,
 )
-from zebra_kernels import causal_conv1d, mamba2_ssd
-
-if TYPE_CHECKING:
-    from zebra.models.cache_zebra import ZebraCache
+from zebra_kernels import mamba2_ssd
 
 # Megatron's MambaMixer builds its gated norm with eps=1e-5 whatever the model's norm epsilon.
 MAMBA_NORM_EPS = 1e-5
 
 
-class Mamba2(nn.Module):
+class Mamba2(RecurrentMixer):
     """Mamba2 mixer (state-space duality), Megatron `MambaMixer` weights and math.
 
     Reference: `Transformers are SSMs <https://arxiv.org/abs/2405.21060>`_; Megatron-Core
@@ -64,7 +59,7 @@ class Mamba2(nn.Module):
         layer_idx: int | None = None,
         backend: str = "auto",
     ):
-        super().__init__()
+        super().__init__(layer_idx, backend)
         self.d_inner = expand * hidden_size
         if self.d_inner % head_dim or (self.d_inner // head_dim) % num_groups:
             raise ValueError(
@@ -73,8 +68,6 @@ class Mamba2(nn.Module):
             )
         self.state_dim, self.head_dim, self.num_groups = state_dim, head_dim, num_groups
         self.num_heads = self.d_inner // head_dim
-        self.layer_idx = layer_idx
-        self.backend = backend
         gn = num_groups * state_dim
         self.in_proj = nn.Linear(hidden_size, 2 * self.d_inner + 2 * gn + self.num_heads, bias=False)
         self.conv1d = depthwise_conv(self.d_inner + 2 * gn, conv_size, bias=True)
@@ -94,41 +87,15 @@ class Mamba2(nn.Module):
         self.out_proj = nn.Linear(self.d_inner, hidden_size, bias=False)
         self.out_proj._is_residual_out = True
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        *,
-        attention_mask: torch.Tensor | None = None,
-        cache: ZebraCache | None = None,
-        cu_seqlens: torch.Tensor | None = None,
-        **unused,
-    ) -> torch.Tensor:
-        """`[B, T, D] -> [B, T, D]`; reads and updates this sublayer's states in `cache`.
-
-        Args:
-            hidden_states: `[B, T, D]`.
-            attention_mask: `[B, L]` (HF, over cached + new tokens); pad tokens leave the state unchanged.
-            cache: the model's `ZebraCache`, or None.
-            cu_seqlens: `[N + 1]` packed-sequence offsets (B == 1).
-        """
+    def mix(self, hidden_states, state, conv_state, context):
         B, T, _ = hidden_states.shape
         Hm, P, G, N = self.num_heads, self.head_dim, self.num_groups, self.state_dim
-        mask = current_token_mask(attention_mask, T)  # [B, T] or None
-        state, conv_state = cache.recurrent_state(self.layer_idx) if cache is not None else (None, None)
-
         z, xbc, dt = self.in_proj(hidden_states).split([self.d_inner, self.d_inner + 2 * G * N, Hm], dim=-1)
-        xbc, conv_state = causal_conv1d(
-            zero_padding(xbc, mask),
-            self.conv1d.weight.squeeze(1),
-            self.conv1d.bias,
-            activation="silu",
-            initial_state=conv_state,
-            output_final_state=cache is not None,
-            cu_seqlens=cu_seqlens,
-            backend=self.backend,
+        xbc, conv_state = self.short_conv(
+            xbc, self.conv1d.weight.squeeze(1), self.conv1d.bias, conv_state, context
         )  # [B, T, Di + 2*G*N]
         x, b, c = xbc.split([self.d_inner, G * N, G * N], dim=-1)
-        dt = zero_padding(F.softplus(float32_or_64(dt) + self.dt_bias), mask)  # [B, T, Hm]
+        dt = zero_padding(F.softplus(float32_or_64(dt) + self.dt_bias), context.mask)  # [B, T, Hm]
         A = -torch.exp(float32_or_64(self.A_log))  # [Hm]
         y, state = mamba2_ssd(
             x.view(B, T, Hm, P),
@@ -138,12 +105,9 @@ class Mamba2(nn.Module):
             c.view(B, T, G, N),
             D=self.D,
             initial_state=state,
-            output_final_state=cache is not None,
-            cu_seqlens=cu_seqlens,
+            output_final_state=context.output_final_state,
+            cu_seqlens=context.cu_seqlens,
             backend=self.backend,
         )  # [B, T, Hm, P]
-        if cache is not None:
-            cache.update_recurrent(self.layer_idx, state, conv_state)
-
         y = self.norm(y.reshape(B, T, self.d_inner), z)
-        return self.out_proj(y)
+        return self.out_proj(y), state, conv_state

@@ -1,18 +1,30 @@
-"""Pieces shared by the recurrent mixers (Mamba2, GDN, KDA): padding masks and decay-parameter initialisation.
+"""Pieces shared by the recurrent mixers (Mamba2, GDN, KDA): base classes, padding masks, decay-parameter init.
 
 Padding: a pad token must leave the recurrent state untouched, so that a left-padded sequence gives the same
 output as the unpadded one. The mixers zero the conv inputs of pad tokens (a causal conv then sees zeros, exactly
 as before the first token) and give pads a no-op update (log decay g = 0, beta = 0 for the delta rules; dt = 0
 for SSD). Exact for left padding and for padding inside a sequence; the conv state after trailing (right)
 padding would hold zeros, so generate with left padding.
+
+`RecurrentMixer` is the base of the three mixers: it reads and writes the sublayer's cache slot, turns the HF
+attention mask into the pad mask and runs the short convolution; `DeltaRuleMixer` adds the forward GDN and KDA
+share. Each layer file keeps its parameters and its own math.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+from zebra_kernels import causal_conv1d
+
+if TYPE_CHECKING:
+    from zebra.models.cache_zebra import ZebraCache
 
 
 def current_token_mask(attention_mask: torch.Tensor | None, T: int) -> torch.Tensor | None:
@@ -52,3 +64,146 @@ def depthwise_conv(channels: int, width: int, bias: bool = False) -> nn.Conv1d:
     """A depthwise `nn.Conv1d` that holds the short-conv weight `[C, 1, W]` (and bias `[C]`); the kernel
     (`zebra_kernels.causal_conv1d`) runs the convolution, so the module itself is never called."""
     return nn.Conv1d(channels, channels, width, groups=channels, padding=width - 1, bias=bias)
+
+
+@dataclass(frozen=True)
+class MixerContext:
+    """What one forward of a recurrent mixer needs besides its input and states.
+
+    Attributes:
+        mask: `[B, T]` bool, False at pad tokens, or None (no padding).
+        cu_seqlens: `[N + 1]` packed-sequence offsets (B == 1), or None.
+        output_final_state: a cache is attached, so the kernels return their final states.
+    """
+
+    mask: torch.Tensor | None
+    cu_seqlens: torch.Tensor | None
+    output_final_state: bool
+
+
+class RecurrentMixer(nn.Module):
+    """Base of the recurrent mixers: cache slot, pad mask and short convolution around the subclass's `mix`.
+
+    Args:
+        layer_idx: the sublayer index (its slot in the cache).
+        backend: kernel backend ("auto", "torch", "fla").
+    """
+
+    def __init__(self, layer_idx: int | None, backend: str):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.backend = backend
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        cache: ZebraCache | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        **unused,
+    ) -> torch.Tensor:
+        """`[B, T, D] -> [B, T, D]`; reads and updates this sublayer's states in `cache`.
+
+        Args:
+            hidden_states: `[B, T, D]`.
+            attention_mask: `[B, L]` (HF, over cached + new tokens); pad tokens leave the state unchanged.
+            cache: the model's `ZebraCache`, or None.
+            cu_seqlens: `[N + 1]` packed-sequence offsets (B == 1).
+        """
+        mask = current_token_mask(attention_mask, hidden_states.shape[1])  # [B, T] or None
+        context = MixerContext(mask, cu_seqlens, output_final_state=cache is not None)
+        state, conv_state = cache.recurrent_state(self.layer_idx) if cache is not None else (None, None)
+        out, state, conv_state = self.mix(hidden_states, state, conv_state, context)
+        if cache is not None:
+            cache.update_recurrent(self.layer_idx, state, conv_state)
+        return out
+
+    def mix(
+        self,
+        hidden_states: torch.Tensor,
+        state: torch.Tensor | None,
+        conv_state: torch.Tensor | None,
+        context: MixerContext,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """The mixer's own math: `[B, T, D]` and the entering recurrent and conv states (None: zeros) -> the
+        output `[B, T, D]` and the final states (None unless `context.output_final_state`)."""
+        raise NotImplementedError
+
+    def short_conv(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        conv_state: torch.Tensor | None,
+        context: MixerContext,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`SiLU(causal depthwise conv(x) + bias)` of `x [B, T, C]` (weight `[C, W]`) with pad tokens zeroed
+        first; returns `[B, T, C]` and the conv state `[B, C, W]` (None unless `context.output_final_state`)."""
+        return causal_conv1d(
+            zero_padding(x, context.mask),
+            weight,
+            bias,
+            activation="silu",
+            initial_state=conv_state,
+            output_final_state=context.output_final_state,
+            cu_seqlens=context.cu_seqlens,
+            backend=self.backend,
+        )
+
+
+class DeltaRuleMixer(RecurrentMixer):
+    """The forward GDN and KDA share: q/k/v through one short conv (SiLU), write strength beta = sigmoid(b_proj x)
+    (times 2 with allow_neg_eigval), a gated delta rule with L2-normalised q/k, then a gated RMSNorm per value
+    head and o_proj.
+
+    Subclasses build the parameters (q/k/v_proj, q/k/v_conv1d, b_proj, g_proj, A_log, dt_bias, o_norm, o_proj)
+    and the sizes num_heads H, head_dim K, num_v_heads HV, head_v_dim V, key_dim, value_dim, allow_neg_eigval;
+    they set `kernel` and `gate` (the kernel's `use_gate_in_kernel` formula) and give the raw decay projection.
+    Without padding the gate runs inside the kernel; with padding it runs here so pads get the no-op decay 0.
+    """
+
+    kernel: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]  # gated_delta_rule / kimi_delta_rule
+    gate: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]  # gdn_gate / kda_gate
+
+    def raw_decay(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The raw decay projection of `[B, T, D]`: `[B, T, HV]` (GDN) or `[B, T, HV, K]` (KDA)."""
+        raise NotImplementedError
+
+    def mix(self, hidden_states, state, conv_state, context):
+        B, T, _ = hidden_states.shape
+        H, K, HV, V = self.num_heads, self.head_dim, self.num_v_heads, self.head_v_dim
+        qkv = torch.cat(
+            [self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)], -1
+        )
+        weight = torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight]).squeeze(
+            1
+        )  # [C, W]
+        qkv, conv_state = self.short_conv(qkv, weight, None, conv_state, context)  # [B, T, 2*H*K + HV*V]
+        q, k, v = qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        q, k, v = q.view(B, T, H, K), k.view(B, T, H, K), v.view(B, T, HV, V)
+
+        beta = float32_or_64(self.b_proj(hidden_states)).sigmoid()  # [B, T, HV]
+        if self.allow_neg_eigval:
+            beta = beta * 2.0
+        g = self.raw_decay(hidden_states)  # [B, T, HV] or [B, T, HV, K]
+        if context.mask is None:  # the gate is fused into the kernel
+            gate_kwargs = {"use_gate_in_kernel": True, "A_log": self.A_log, "dt_bias": self.dt_bias}
+        else:
+            g, gate_kwargs = zero_padding(self.gate(g, self.A_log, self.dt_bias), context.mask), {}
+            beta = zero_padding(beta, context.mask)
+        o, state = self.kernel(
+            q,
+            k,
+            v,
+            g,
+            beta,
+            initial_state=state,
+            output_final_state=context.output_final_state,
+            cu_seqlens=context.cu_seqlens,
+            use_qk_l2norm=True,
+            backend=self.backend,
+            **gate_kwargs,
+        )  # [B, T, HV, V]
+        o = self.o_norm(o, self.g_proj(hidden_states).view(B, T, HV, V))
+        return self.o_proj(o.reshape(B, T, HV * V)), state, conv_state
