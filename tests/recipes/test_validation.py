@@ -123,7 +123,7 @@ def base(extra: str) -> str:
             base("train: {lr: 1.0e-3, min_lr: 1.0e-2}\n"),
             "train.min_lr: 0.01 exceeds train.lr 0.001 (expected min_lr <= lr)",
         ),
-        (base("train: {micro_batch_size: 32}\n"), "train.micro_batch_size: 32 exceeds global_batch_size 16"),
+        (base("train: {micro_batch_size: 32}\n"), "train.micro_batch_size: 32 exceeds global_batch_size 8"),
         (
             base("data: {paths: ['a:x']}\n"),
             "data.paths: 'a:x': weight 'x' is not a positive number (expected PREFIX[:weight])",
