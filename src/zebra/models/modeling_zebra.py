@@ -99,6 +99,8 @@ class ZebraPreTrainedModel(PreTrainedModel):
     _no_split_modules: ClassVar[list[str]] = ["ZebraSublayer"]
     _supports_sdpa = True
     _is_stateful = True  # recurrent states cannot be rolled back (no assisted decoding)
+    # HF's get/set_input_embeddings find `embeddings` here or on `.model`; get/set_output_embeddings use `lm_head`
+    _input_embed_layer = "embeddings"
 
     def _init_weights(self, module: nn.Module) -> None:
         """HF-style init: Linear/Conv1d/Embedding ~ N(0, initializer_range) (residual output projections
@@ -147,12 +149,6 @@ class ZebraModel(ZebraPreTrainedModel):
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.gradient_checkpointing = False
         self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embeddings
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.embeddings = value
 
     def forward(
         self,
@@ -248,18 +244,6 @@ class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
         self.model = ZebraModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.embeddings
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.model.embeddings = value
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, value: nn.Linear) -> None:
-        self.lm_head = value
 
     def forward(
         self,
