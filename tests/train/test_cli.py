@@ -28,7 +28,7 @@ def _one_line_error(result, *needles: str) -> None:
         (["tiny", "--set", "train.nonfinite=ignore"], ["train.nonfinite", "skip, stop"]),
         (["tiny", "--set", "model.hidden_size=4"], ["model.hidden_size: 4 is below the minimum"]),
         (["tiny", "--set", "train.lr"], ["expected KEY=VALUE"]),
-        (["tiny", "--nproc", "3"], ["global_batch_size 16 does not split over 3 ranks"]),
+        (["tiny", "--nproc", "3"], ["global_batch_size 8 does not split over 3 ranks"]),
         (["tiny", "--gpus", "1"], ["--gpus 1: no GPU is visible here", "--nproc"]),
         (["tiny", "--nproc", "2", "--gpus", "2"], ["--gpus and --nproc exclude each other"]),
         (["tiny", "--nodes", "2", "--nproc", "1"], ["--nodes 2", "--rdzv-endpoint"]),
@@ -71,11 +71,11 @@ def test_dry_run_prints_the_plan_and_writes_nothing(cli, tmp_path):
     assert not any(tmp_path.iterdir())
 
     two = json.loads(cli("train", "tiny", "--nproc", "2", "--data", "@sample", "--dry-run", "--json").stdout)
-    assert (two["world_size"], two["micro_batch"], two["accumulation"]) == (2, 8, 1)
+    assert (two["world_size"], two["micro_batch"], two["accumulation"]) == (2, 4, 1)
     assert two["data"][0].endswith(":1.0") and "sample" in two["data"][0]
 
     table = cli("train", "tiny", "--mock-data", "--run", "x", "--output", str(tmp_path), "--dry-run")
-    assert "16 micro x 1 rank(s) x 1 accumulation = 16 sequences x 256 tokens" in table.stdout
+    assert "8 micro x 1 rank(s) x 1 accumulation = 8 sequences x 256 tokens" in table.stdout
 
 
 def test_resume_never_asks_before_deleting_an_earlier_run(cli, tmp_path):

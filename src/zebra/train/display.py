@@ -37,9 +37,14 @@ class TrainView:
         self.enabled = enabled
         self.total, self.start = total_steps, start_step
         self.live = enabled and self.console.is_terminal
-        self._t0 = time.perf_counter()
+        self._last = (start_step, time.perf_counter())  # (step, time) of the previous log line
+        self._rate: float | None = None  # seconds per step, smoothed
         self._progress: Progress | None = None
         self._task = None
+
+    def restart_at(self, step: int) -> None:
+        """The run resumes at `step` (the bar and the ETA start there)."""
+        self.start, self._last = step, (step, time.perf_counter())
 
     def __enter__(self) -> TrainView:
         if self.live:
@@ -62,8 +67,14 @@ class TrainView:
             self._progress.stop()
 
     def eta(self, step: int) -> float:
-        done = step - self.start
-        return (time.perf_counter() - self._t0) / done * (self.total - step) if done else 0.0
+        """Seconds left, from a moving average of the recent seconds per step (start-up and slow spells fade)."""
+        now = time.perf_counter()
+        last_step, last_t = self._last
+        if step > last_step:
+            rate = (now - last_t) / (step - last_step)
+            self._rate = rate if self._rate is None else 0.7 * self._rate + 0.3 * rate
+            self._last = (step, now)
+        return (self._rate or 0.0) * (self.total - step)
 
     def log(self, record: dict[str, Any]) -> None:
         """Show a training record (`step`, `loss`, `lr`, `tokens_per_s`, `mfu`, `memory_gb`)."""
@@ -82,7 +93,7 @@ class TrainView:
             self.console.print(message, soft_wrap=True)
 
     def warn(self, message: str) -> None:
-        """Warnings show on every rank (a bad checkpoint or a skipped step concerns them all)."""
+        """A warning on stderr (rank 0 only: every rank sees the same checkpoints and losses)."""
         from zebra.cli._output import out
 
         if self.enabled:

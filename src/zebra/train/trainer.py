@@ -250,7 +250,7 @@ class Trainer:
         view = TrainView(total_steps=t.max_steps, start_step=0, enabled=env.is_main)
         restored = self.restore(resume, view.warn)
         p = self.progress
-        view.start = p.step
+        view.restart_at(p.step)
         if restored is not None:
             view.note(f"resumed from {restored} (step {p.step}, {p.consumed_samples:,} samples read)")
         train_ds, valid_ds = build_datasets(
