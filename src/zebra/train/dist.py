@@ -86,13 +86,15 @@ def pick_device(kind: str, local_rank: int) -> torch.device:
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise ZebraError("no GPU visible to this rank", fix="train on CPU with --nproc N instead of --gpus")
-    if local_rank >= torch.cuda.device_count():
+    count = torch.cuda.device_count()
+    index = 0 if count == 1 else local_rank  # one visible GPU: Slurm / containers bound this task to it
+    if index >= count:
         raise ZebraError(
-            f"local rank {local_rank} has no GPU ({torch.cuda.device_count()} visible)",
+            f"local rank {local_rank} has no GPU ({count} visible)",
             fix="start at most one rank per visible GPU",
         )
-    torch.cuda.set_device(local_rank)
-    return torch.device("cuda", local_rank)
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
 
 
 def init_distributed(device_kind: str = "auto") -> DistEnv:
