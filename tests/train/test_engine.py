@@ -151,3 +151,19 @@ def test_non_finite_loss_stops_with_exit_code_3_when_asked(cli, tmp_path, sample
     assert result.exit_code == 3
     assert "error: non-finite loss or gradient at step 2" in " ".join(result.stderr.split())
     assert "Traceback" not in result.output
+
+
+def test_activation_checkpointing_changes_memory_not_results(cli, tmp_path, sample_prefix):
+    import torch.distributed.checkpoint as dcp
+
+    from .helpers import losses
+
+    for run, ac in (("plain", "false"), ("ac", "true")):
+        result = cli("train", "tiny", "--data", sample_prefix, "--max-steps", "3", "--output", str(tmp_path),
+                     "--run", run, *sets(f"train.activation_checkpointing={ac}"))  # fmt: skip
+        assert result.exit_code == 0, result.output
+    assert losses(tmp_path / "ac") == losses(tmp_path / "plain")
+    ckpt = tmp_path / "ac" / "checkpoints" / "step_0000003"
+    keys = dcp.FileSystemReader(str(ckpt)).read_metadata().state_dict_metadata
+    assert "model.model.layers.0.mixer.q_down_proj.weight" in keys
+    assert not any("_checkpoint_wrapped_module" in k for k in keys)
