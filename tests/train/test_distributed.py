@@ -61,3 +61,26 @@ def test_fsdp_two_ranks_match_and_reshard_to_one(cli, tmp_path, sample_prefix, o
     assert sorted(got) == [4, 5, 6]
     for step in (4, 5, 6):
         assert got[step] == pytest.approx(losses(one_rank)[step], rel=1e-5)
+
+
+def test_sigusr1_to_the_launcher_reaches_every_rank_which_save_and_exit_zero(tmp_path, sample_prefix):
+    """Slurm's pre-emption warning (SIGUSR1) sent to `zebra train --nproc 2`: the elastic agent forwards it, the
+    ranks agree on the step, save one checkpoint together and the command exits 0."""
+    import signal
+
+    from zebra.train.checkpoint import committed
+
+    from .helpers import logged_step, wait_for, zebra_process
+
+    run = tmp_path / "tiny-mamba"
+    proc = zebra_process("train", "tiny-mamba", "--nproc", "2", "--data", sample_prefix, "--max-steps", "5000",
+                         "--output", str(tmp_path), *sets())  # fmt: skip
+    wait_for(lambda: logged_step(run) >= 3, proc)
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "stopped by SIGUSR1" in out
+    (newest,) = committed(run / "checkpoints")
+    meta = read_meta(newest)
+    assert meta["world_size"] == 2 and 3 <= meta["step"] < 5000
+    assert sorted(p.name for p in newest.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
