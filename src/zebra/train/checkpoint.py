@@ -24,13 +24,10 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zebra.errors import ZebraError
 from zebra.train.dist import DistEnv, barrier
-
-if TYPE_CHECKING:
-    pass
 
 _STEP_DIR = re.compile(r"step_(\d+)")
 

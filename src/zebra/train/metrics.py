@@ -6,11 +6,13 @@ train_flops_per_token = 6 N + causal MLA attention (`zebra.arch.train_flops_per_
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import resource
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +86,40 @@ def clean(record: dict[str, Any]) -> dict[str, Any]:
             v = str(v) if not math.isfinite(v) else float(f"{v:.6g}")
         out[k] = v
     return out
+
+
+class IntervalMeter:
+    """Training loss and throughput since the last log line; evaluation and checkpoint time is left out."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss_sum, self.steps, self.tokens, self.paused_s = 0.0, 0, 0, 0.0
+        self.t0 = time.perf_counter()
+
+    def add(self, loss: float, tokens: int, applied: bool) -> None:
+        """One optimizer step; a skipped (non-finite) step counts its tokens but not its loss."""
+        self.tokens += tokens
+        if applied:
+            self.loss_sum += loss
+            self.steps += 1
+
+    @contextlib.contextmanager
+    def paused(self):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.paused_s += time.perf_counter() - start
+
+    def read(self) -> tuple[float, float, float]:
+        """(mean loss, tokens/s, seconds of training) of the interval, then start the next one."""
+        elapsed = time.perf_counter() - self.t0 - self.paused_s
+        loss = self.loss_sum / self.steps if self.steps else float("nan")
+        rate = self.tokens / elapsed if elapsed > 0 else 0.0
+        self.reset()
+        return loss, rate, elapsed
 
 
 class MetricsLog:

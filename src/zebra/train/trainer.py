@@ -176,6 +176,8 @@ class Trainer:
             clip_grad=t.clip_grad,
         )
         self.progress = Progress()
+        self.consecutive_skips = 0  # non-finite steps in a row
+        self.metrics = None  # rank 0's MetricsLog while fitting
         self.checkpointer = ckpt.Checkpointer(run_dir, keep_last=t.keep_last, env=env)
         cfg = arch.as_config(recipe.model.flat())
         self.flops_per_token = arch.train_flops_per_token(cfg, recipe.data.seq_len)
@@ -243,13 +245,12 @@ class Trainer:
         """Train to `train.max_steps` (or until a stop signal), saving, evaluating and exporting on the way."""
         from zebra.train.data import build_datasets, micro_batches
         from zebra.train.display import TrainView
-        from zebra.train.metrics import MetricsLog, mfu, peak_memory_gb
+        from zebra.train.metrics import IntervalMeter, MetricsLog
 
-        r, t, env = self.recipe, self.recipe.train, self.env
+        r, t, env, p = self.recipe, self.recipe.train, self.env, self.progress
         G = t.global_batch_size
         view = TrainView(total_steps=t.max_steps, start_step=0, enabled=env.is_main)
         restored = self.restore(resume, view.warn)
-        p = self.progress
         view.restart_at(p.step)
         if restored is not None:
             view.note(f"resumed from {restored} (step {p.step}, {p.consumed_samples:,} samples read)")
@@ -258,11 +259,6 @@ class Trainer:
             train_samples=t.max_steps * G,
             valid_samples=t.eval_steps * G if t.eval_interval else 0,
             cache_dir=self.run_dir / "data_cache",
-        )
-        metrics = (
-            MetricsLog(self.run_dir, resume_step=p.step, config=r.to_dict(), run_name=self.run_dir.name)
-            if env.is_main
-            else None
         )
         batches = micro_batches(
             train_ds,
@@ -273,87 +269,53 @@ class Trainer:
             env=env,
             num_workers=r.data.num_workers,
         )
+        self.metrics = (
+            MetricsLog(self.run_dir, resume_step=p.step, config=r.to_dict(), run_name=self.run_dir.name)
+            if env.is_main
+            else None
+        )
         view.note(self.describe())
         last_saved = p.step if restored is not None else None
-        loss = val_loss = None
-        stopped_by = None
-        window = {"loss": 0.0, "steps": 0, "tokens": 0, "t0": time.perf_counter()}
-        consecutive_skips = 0
-        with StopSignals() as signals, view:
-            while p.step < t.max_steps:
-                step_batches = [next(batches) for _ in range(self.accumulation)]
-                lr = self.scheduler.get_last_lr()[0]
-                res = self.step_fn(step_batches, flags=(1.0 if signals.received else 0.0,))
-                p.step += 1
-                p.consumed_samples += G
-                p.tokens += res.tokens
-                if not res.applied:
-                    p.skipped_steps += 1
-                    consecutive_skips += 1
-                    problem = f"non-finite loss or gradient at step {p.step} (loss {res.loss}, grad norm {res.grad_norm})"
-                    if t.nonfinite == "stop" or consecutive_skips > t.max_nonfinite_skips:
-                        why = "" if t.nonfinite == "stop" else f" ({consecutive_skips} steps in a row)"
-                        raise ZebraError(
-                            problem + why,
-                            fix="lower train.lr or raise train.warmup_steps, then continue from the last good "
-                            "checkpoint with --resume auto",
-                            exit_code=EXIT_NONFINITE,
-                        )
-                    view.warn(problem + ": step skipped")
-                else:
-                    consecutive_skips = 0
-                    window["loss"] += res.loss
-                    window["steps"] += 1
-                window["tokens"] += res.tokens
-                if p.step % t.log_interval == 0 or p.step == t.max_steps:
-                    elapsed = time.perf_counter() - window["t0"]
-                    tok_s = window["tokens"] / elapsed if elapsed > 0 else 0.0
-                    loss = window["loss"] / window["steps"] if window["steps"] else float("nan")
-                    record = {
-                        "step": p.step,
-                        "loss": loss,
-                        "lr": lr,
-                        "grad_norm": res.grad_norm,
-                        "tokens_per_s": tok_s,
-                        "mfu": mfu(self.flops_per_token, tok_s, env.world_size, self.peak_flops),
-                        "memory_gb": peak_memory_gb(env.device),
-                        "tokens": p.tokens,
-                        "skipped_steps": p.skipped_steps,
-                        "elapsed_s": elapsed,
-                    }
-                    if metrics:
-                        metrics.write(record)
-                    view.log(record)
-                    window = {"loss": 0.0, "steps": 0, "tokens": 0, "t0": time.perf_counter()}
-                if (
-                    valid_ds is not None
-                    and t.eval_interval
-                    and (p.step % t.eval_interval == 0 or p.step == t.max_steps)
-                ):
-                    val_loss = self.evaluate(valid_ds, G)
-                    if metrics:
-                        metrics.write({"step": p.step, "val_loss": val_loss})
-                    view.note(f"step {p.step}: validation loss {val_loss:.4f}")
-                    window["t0"] = time.perf_counter()
-                if res.flags[0] > 0:
-                    stopped_by = signals.received or "signal"
-                    break
-                if t.save_interval and p.step % t.save_interval == 0 and p.step < t.max_steps:
-                    view.note(f"saved {self.save()}")
-                    last_saved = p.step
-                    window["t0"] = time.perf_counter()
-        saved = None
+        loss = val_loss = stopped_by = None
+        meter = IntervalMeter()
+        try:
+            with StopSignals() as signals, view:
+                while p.step < t.max_steps:
+                    lr = self.scheduler.get_last_lr()[0]
+                    res = self.step_fn(
+                        [next(batches) for _ in range(self.accumulation)],
+                        flags=(1.0 if signals.received else 0.0,),
+                    )
+                    self.advance(res, view)
+                    meter.add(res.loss, res.tokens, res.applied)
+                    if p.step % t.log_interval == 0 or p.step == t.max_steps:
+                        loss = self.log(meter, res, lr, view)
+                    if (
+                        valid_ds is not None
+                        and t.eval_interval
+                        and (p.step % t.eval_interval == 0 or p.step == t.max_steps)
+                    ):
+                        with meter.paused():
+                            val_loss = self.evaluate(valid_ds, G)
+                        self.record({"step": p.step, "val_loss": val_loss})
+                        view.note(f"step {p.step}: validation loss {val_loss:.4f}")
+                    if res.flags[0] > 0:
+                        stopped_by = signals.received or "signal"
+                        break
+                    if t.save_interval and p.step % t.save_interval == 0 and p.step < t.max_steps:
+                        with meter.paused():
+                            view.note(f"saved {self.save()}")
+                        last_saved = p.step
+        finally:
+            if self.metrics:
+                self.metrics.close()
         if last_saved != p.step:
-            saved = self.save()
-            view.note(f"saved {saved}")
-        else:
-            saved = self.run_dir / "checkpoints" / ckpt.step_name(p.step)
-        if metrics:
-            metrics.close()
+            view.note(f"saved {self.save()}")
+        saved = self.run_dir / "checkpoints" / ckpt.step_name(p.step)
         export_dir = None
         if stopped_by is None:
             export_dir = self.finish(view)
-        elif env.is_main:
+        else:
             view.note(f"stopped by {stopped_by} at step {p.step}; continue with --resume auto")
         return TrainResult(
             run_dir=self.run_dir,
@@ -365,6 +327,53 @@ class Trainer:
             checkpoint=saved,
             export_dir=export_dir,
         )
+
+    def advance(self, res, view) -> None:
+        """Count a finished step; a non-finite one is skipped, or stops the run (`train.nonfinite`)."""
+        t, p = self.recipe.train, self.progress
+        p.step += 1
+        p.consumed_samples += t.global_batch_size
+        p.tokens += res.tokens
+        if res.applied:
+            self.consecutive_skips = 0
+            return
+        p.skipped_steps += 1
+        self.consecutive_skips += 1
+        problem = f"non-finite loss or gradient at step {p.step} (loss {res.loss}, grad norm {res.grad_norm})"
+        if t.nonfinite == "stop" or self.consecutive_skips > t.max_nonfinite_skips:
+            why = "" if t.nonfinite == "stop" else f" ({self.consecutive_skips} steps in a row)"
+            raise ZebraError(
+                problem + why,
+                fix="lower train.lr or raise train.warmup_steps, then continue from the last good checkpoint "
+                "with --resume auto",
+                exit_code=EXIT_NONFINITE,
+            )
+        view.warn(problem + ": step skipped")
+
+    def log(self, meter, res, lr: float, view) -> float:
+        """Write and show the training record of the interval that ends now; returns its mean loss."""
+        from zebra.train.metrics import mfu, peak_memory_gb
+
+        loss, tok_s, elapsed = meter.read()
+        record = {
+            "step": self.progress.step,
+            "loss": loss,
+            "lr": lr,
+            "grad_norm": res.grad_norm,
+            "tokens_per_s": tok_s,
+            "mfu": mfu(self.flops_per_token, tok_s, self.env.world_size, self.peak_flops),
+            "memory_gb": peak_memory_gb(self.env.device),
+            "tokens": self.progress.tokens,
+            "skipped_steps": self.progress.skipped_steps,
+            "elapsed_s": elapsed,
+        }
+        self.record(record)
+        view.log(record)
+        return loss
+
+    def record(self, record: dict[str, Any]) -> None:
+        if self.metrics:
+            self.metrics.write(record)
 
     def finish(self, view) -> Path | None:
         """The end of a completed run: HF export (unless `train.export: false`) and the loss curve."""
