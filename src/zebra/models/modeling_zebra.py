@@ -27,6 +27,10 @@ from zebra.models.layers.norm import GatedRMSNorm, RMSNorm
 from zebra.models.layers.recurrent import inverse_softplus_dt, log_uniform_a
 from zebra.models.layers.swiglu import SwiGLU
 
+# transformers renamed the outputs' cache field from `past_key_values` to `cache` during 5.x; use whichever the
+# installed release has, so generate() finds the cache on every supported version (>=5.6.2,<6)
+CACHE_FIELD = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+
 
 def build_mixer(kind: str, config: ZebraConfig, layer_idx: int) -> nn.Module:
     """The mixer module of one sublayer from its pattern character."""
@@ -209,8 +213,8 @@ class ZebraModel(ZebraPreTrainedModel):
             all_hidden.append(hidden_states)
         return BaseModelOutputWithPast(
             last_hidden_state=hidden_states,
-            cache=cache if use_cache or cache is not None else None,
             hidden_states=tuple(all_hidden) if all_hidden is not None else None,
+            **{CACHE_FIELD: cache if use_cache or cache is not None else None},
         )
 
 
@@ -292,7 +296,7 @@ class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
         if labels is not None:
             loss = causal_lm_loss(logits, labels)
         output = CausalLMOutputWithPast(
-            loss=loss, logits=logits, cache=out.cache, hidden_states=out.hidden_states
+            loss=loss, logits=logits, hidden_states=out.hidden_states, **{CACHE_FIELD: getattr(out, CACHE_FIELD)}
         )
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         return output if return_dict else output.to_tuple()
