@@ -3,7 +3,8 @@
 Baseline (what `tools/preprocess_data.py` does): a multiprocessing pool maps JSON lines to workers with
 `imap(chunksize=32)`; each worker parses the line and calls the tokenizer once per document
 (`tokenizer(text)["input_ids"]` + EOD); the main process writes every document with `IndexedDatasetBuilder`.
-Ours: `zebra.data.prep` (batched fast encoding without offsets, flat arrays back to the writer).
+Ours: `zebra.data.prep` (tiktoken as the BPE core where it is exact for the tokenizer, else the Rust backend's
+batched encoder without offsets; flat arrays back to the writer).
 Both use the same worker count and write the same dtype; their outputs are compared byte for byte.
 Rounds alternate baseline / ours and the best time of each counts, which damps noise from other load.
 """
@@ -36,6 +37,7 @@ class DataBenchResult:
     baseline_cpu_seconds: float  # main process + workers, user + system
     ours_cpu_seconds: float
     identical_output: bool
+    encoders: dict[str, int]  # documents per encoder in our output (manifest.json's per-shard counts, summed)
 
     @property
     def baseline_tokens_per_s(self) -> float:
@@ -82,7 +84,8 @@ def bench_data(
     Args:
         corpus: a jsonl file with a `text` field (default: the bundled sample corpus, `repeat` times over).
         tokenizer: tokenizer name or path, or `byte`.
-        train_bpe: instead of `tokenizer`, train a byte-level BPE of this vocabulary on the corpus (offline).
+        train_bpe: instead of `tokenizer`, train a byte-level BPE of this vocabulary on the corpus (offline) in
+            Llama-3's form: its regex split, its ranked merges, a bos (`zebra.data.tokenizers.train_bpe`).
         workers: worker processes for both (default: all cores).
         repeat: copies of the sample corpus when no corpus is given.
         rounds: alternating runs of each pipeline; the fastest of each is reported.
@@ -103,8 +106,10 @@ def bench_data(
         if train_bpe:
             say(f"training a {train_bpe}-token BPE on the corpus")
             texts = [json.loads(line)["text"] for line in path.open("rb")]
-            tok.train_bpe(texts, train_bpe).save_pretrained(tmp / "bpe")
-            tokenizer, name = str(tmp / "bpe"), f"byte-level BPE, {train_bpe} tokens, trained on the corpus"
+            trained = tok.train_bpe(texts, train_bpe, split="llama3", ranked=True, bos=True)
+            trained.save_pretrained(tmp / "bpe")
+            tokenizer = str(tmp / "bpe")
+            name = f"Llama-3-style BPE trained on the corpus ({tok.vocab_size(trained):,} ids)"
         loaded = tok.load_tokenizer(tokenizer)
         dtype = tok.token_dtype(tok.vocab_size(loaded))
         base, mine = [float("inf")] * 2, [float("inf")] * 2  # best (wall, cpu) seconds of each
@@ -137,7 +142,16 @@ def bench_data(
         baseline_cpu_seconds=base[1],
         ours_cpu_seconds=mine[1],
         identical_output=identical,
+        encoders=_encoders(result.manifest),
     )
+
+
+def _encoders(manifest: Any) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for shard in manifest.shards:
+        for name, count in shard.encoders.items():
+            total[name] = total.get(name, 0) + count
+    return total
 
 
 class _Clock:

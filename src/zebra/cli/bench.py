@@ -202,7 +202,7 @@ def data_(
                 f"{r.tokens / r.baseline_cpu_seconds:,.0f}",
             ],
             [
-                "zebra data prep (batched)",
+                "zebra data prep",
                 f"{r.ours_seconds:.2f}",
                 f"{r.ours_tokens_per_s:,.0f}",
                 f"{r.ours_cpu_seconds:.2f}",
@@ -216,6 +216,9 @@ def data_(
     out.text(
         f"speedup {r.speedup:.2f}x wall, {r.per_core_speedup:.2f}x per core (tokens per CPU-second); "
         f"outputs {'identical' if r.identical_output else 'DIFFERENT'}"
+    )
+    out.text(
+        "zebra data prep encoded with " + ", ".join(f"{k} ({v:,} documents)" for k, v in r.encoders.items())
     )
     if not r.identical_output:
         from zebra.errors import ZebraError

@@ -36,6 +36,9 @@ class Shard:
     idx_bytes: int
     bin_sha256: str
     idx_sha256: str
+    encoders: dict[str, int] = field(
+        default_factory=dict
+    )  # documents per encoder, e.g. {"tiktoken 0.14.0": 9}
 
 
 @dataclass

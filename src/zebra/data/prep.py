@@ -37,6 +37,8 @@ from zebra.errors import ZebraError
 if TYPE_CHECKING:
     import numpy as np
 
+    from zebra.data.fast_bpe import FastBPESpec
+
 DEFAULT_ROWS_PER_SHARD = 100_000
 BATCH_ROWS = 256
 
@@ -68,6 +70,7 @@ class PrepPlan:
     max_docs: int | None
     max_tokens: int | None
     manifest: Manifest
+    fast_bpe: FastBPESpec | None = None  # tiktoken encoder for this tokenizer, when it has the supported form
     estimated_bytes: int | None = None
     resumed: bool = False
     force: bool = False
@@ -174,6 +177,13 @@ def plan_prep(
     estimated = int(budget * np_dtype.itemsize * 1.05) if budget else None
     if estimated and not fresh.complete:
         _check_disk(folder, estimated - fresh.tokens * np_dtype.itemsize)
+    fast, notes = None, []
+    if not fresh.complete and tokenizer != tok.BYTE_TOKENIZER:
+        from zebra.data.fast_bpe import fast_bpe_spec
+
+        fast, reason = fast_bpe_spec(tokenizer_obj)
+        if fast is None:
+            notes.append(f"tokenizing with `tokenizers`, not the faster tiktoken encoder: {reason}")
     return PrepPlan(
         source=source,
         tokenizer=tokenizer_obj,
@@ -186,9 +196,11 @@ def plan_prep(
         max_docs=max_docs,
         max_tokens=max_tokens,
         manifest=fresh,
+        fast_bpe=fast,
         estimated_bytes=estimated,
         resumed=existing is not None,
         force=force,
+        notes=notes,
     )
 
 
@@ -229,7 +241,7 @@ def run_prep(plan: PrepPlan, on_progress: Callable[[PrepProgress], None] | None 
         from zebra.data.indexed import megatron_indexed
 
         megatron_indexed()  # import megatron-core (seconds) before the workers start, not while they run
-        initargs = (plan.tokenizer, plan.dtype.str, manifest.tokenizer["eod_id"])
+        initargs = (plan.tokenizer, plan.dtype.str, manifest.tokenizer["eod_id"], plan.fast_bpe)
         if plan.workers == 1:
             pool = _InlinePool(initargs)
         else:
@@ -311,13 +323,16 @@ class _Run:
                 self._close_shard(final=False)
             self._open_shard(shard_index)
         rows, lengths, tokens = len(piece), encoded.lengths, encoded.tokens
-        status, doc_bytes = encoded.status, encoded.doc_bytes
+        status, doc_bytes, doc_encoders = encoded.status, encoded.doc_bytes, encoded.doc_encoders
+        if encoded.note and encoded.note not in self.plan.notes:
+            self.plan.notes.append(encoded.note)
         budget = self.plan.max_tokens
         if budget is not None and self.progress.tokens + int(lengths.sum()) >= budget:
             # keep documents up to the one that reaches the budget, then stop
             keep = int(np.searchsorted(np.cumsum(lengths), budget - self.progress.tokens)) + 1
             rows = int(encoded.doc_rows[keep - 1]) + 1
             lengths, doc_bytes, status = lengths[:keep], doc_bytes[:keep], status[:rows]
+            doc_encoders = doc_encoders[:keep]
             tokens = tokens[: int(lengths.sum())]
             self.done = True
         self.writer.add_documents(tokens, lengths)
@@ -328,6 +343,10 @@ class _Run:
             if code and count:
                 name = STATUS_NAMES[code]
                 stats["skipped"][name] = stats["skipped"].get(name, 0) + int(count)
+        for code, count in enumerate(np.bincount(doc_encoders, minlength=len(ENCODERS))):
+            if count:
+                name = encoder_name(code)
+                stats["encoders"][name] = stats["encoders"].get(name, 0) + int(count)
         p = self.progress
         p.rows += rows
         p.documents += len(lengths)
@@ -347,6 +366,7 @@ class _Run:
             "rows": 0,
             "bytes": 0,
             "skipped": {},
+            "encoders": {},
         }
 
     def _close_shard(self, final: bool) -> None:
@@ -403,28 +423,45 @@ class _InlinePool:
 # --- worker side ---------------------------------------------------------------------------------------
 
 
+# How a document was encoded (`_Encoded.doc_encoders`, counted per shard in the manifest as `encoders`).
+TIKTOKEN, TOKENIZERS, TRANSFORMERS = 0, 1, 2
+ENCODERS = ("tiktoken", "tokenizers", "transformers")
+
+
+def encoder_name(code: int) -> str:
+    """`tiktoken 0.14.0` (the fast BPE core), `tokenizers 0.23.3` (the Rust backend's batched encoder) or
+    `transformers 5.24.0` (the tokenizer's own `__call__`)."""
+    from importlib.metadata import version
+
+    return f"{ENCODERS[code]} {version(ENCODERS[code])}"
+
+
 @dataclass
 class _Encoded:
     """A tokenized batch: `tokens` [N] (documents back to back, EOD after each), `lengths` [D],
-    `doc_rows` [D] (row offset of each document in the batch), `doc_bytes` [D], `status` [rows]."""
+    `doc_rows` [D] (row offset of each document in the batch), `doc_bytes` [D], `status` [rows],
+    `doc_encoders` [D] (`TIKTOKEN`, `TOKENIZERS` or `TRANSFORMERS`), and `note`: why the worker left the
+    tiktoken encoder aside (only on the batch where it decided)."""
 
     tokens: np.ndarray
     lengths: np.ndarray
     doc_rows: np.ndarray
     doc_bytes: np.ndarray
     status: np.ndarray
+    doc_encoders: np.ndarray
+    note: str = ""
 
 
 _WORKER: dict[str, Any] = {}
-_CHECK_DOCS = 8  # documents of the first batch encoded both ways to confirm the fast path
+_CHECK_DOCS = 64  # documents of the first batch encoded both ways before the worker trusts a faster encoder
 
 
-def _init_worker(tokenizer: Any, dtype: str, eod: int, subprocess: bool = True) -> None:
+def _init_worker(tokenizer: Any, dtype: str, eod: int, fast_bpe: Any = None, subprocess: bool = True) -> None:
     if subprocess:
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core already
     tokenizer.backend_tokenizer.no_truncation()
     tokenizer.backend_tokenizer.no_padding()
-    _WORKER.update(tokenizer=tokenizer, dtype=dtype, eod=eod, fast=None)
+    _WORKER.update(tokenizer=tokenizer, dtype=dtype, eod=eod, spec=fast_bpe, encoder=None)
 
 
 def encode_ids(tokenizer: Any, texts: list[str], fast: bool = True) -> list[list[int]]:
@@ -451,22 +488,54 @@ def pack(ids: list[list[int]], eod: int, dtype: str) -> tuple[np.ndarray, np.nda
     return tokens, lengths
 
 
-def _worker_ids(texts: list[str]) -> list[list[int]]:
-    """Fast path, confirmed once per worker on the first documents against the tokenizer's own output."""
+def _choose_encoder(texts: list[str]) -> str:
+    """Pick this worker's encoder on its first documents: tiktoken (`zebra.data.fast_bpe`) when the plan has
+    one and it agrees with the tokenizer, else the batched Rust encoder when it agrees, else `__call__`.
+    Returns why tiktoken was left aside ("" when it was not, or there was none)."""
+    w, head = _WORKER, texts[:_CHECK_DOCS]
+    note = ""
+    if w["spec"] is not None:
+        from zebra.data.fast_bpe import FastBPE
+
+        fast = FastBPE(w["spec"], w["tokenizer"])
+        reason = fast.check(head)
+        if not reason:
+            w["encoder"] = fast
+            return ""
+        note = f"a worker left the tiktoken encoder aside: {reason}"
+    same = encode_ids(w["tokenizer"], head, fast=True) == encode_ids(w["tokenizer"], head, fast=False)
+    w["encoder"] = TOKENIZERS if same else TRANSFORMERS
+    return note
+
+
+def _worker_ids(texts: list[str]) -> tuple[list[list[int]], np.ndarray, str]:
+    """Ids of each text with the worker's encoder, each document's encoder code [D], and a note."""
+    import numpy as np
+
     w = _WORKER
-    if w["fast"] is None and texts:
-        head = texts[:_CHECK_DOCS]
-        w["fast"] = encode_ids(w["tokenizer"], head, fast=True) == encode_ids(
-            w["tokenizer"], head, fast=False
+    note = _choose_encoder(texts) if w["encoder"] is None and texts else ""
+    encoder = w["encoder"]
+    if encoder is None or isinstance(encoder, int):
+        code = TRANSFORMERS if encoder == TRANSFORMERS else TOKENIZERS
+        return (
+            encode_ids(w["tokenizer"], texts, fast=code == TOKENIZERS),
+            np.full(len(texts), code, np.uint8),
+            note,
         )
-    return encode_ids(w["tokenizer"], texts, fast=w["fast"] is not False)
+    ids, diverted = encoder.encode(texts)
+    codes = np.full(len(texts), TIKTOKEN, np.uint8)
+    codes[diverted] = TRANSFORMERS
+    return ids, codes, note
 
 
 def _encode(batch: RawBatch) -> _Encoded:
     import numpy as np
 
     texts, status, sizes = decode_texts(batch)
-    tokens, lengths = pack(_worker_ids(texts), _WORKER["eod"], _WORKER["dtype"])
+    ids, doc_encoders, note = _worker_ids(texts)
+    tokens, lengths = pack(ids, _WORKER["eod"], _WORKER["dtype"])
     status_arr = np.array(status, dtype=np.uint8)
     doc_rows = np.flatnonzero(status_arr == 0).astype(np.int64)
-    return _Encoded(tokens, lengths, doc_rows, np.array(sizes, dtype=np.int64), status_arr)
+    return _Encoded(
+        tokens, lengths, doc_rows, np.array(sizes, dtype=np.int64), status_arr, doc_encoders, note
+    )

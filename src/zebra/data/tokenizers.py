@@ -95,7 +95,7 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     # ByteLevel maps each byte to one printable character; a merge-free BPE over those 256 characters
     # gives exactly one id per byte, with id == byte value.
     alphabet = ByteLevel.alphabet()
-    byte_to_char = _byte_level_chars()
+    byte_to_char = byte_level_chars()
     vocab = {byte_to_char[b]: b for b in range(256)}
     assert set(vocab) == set(alphabet)
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], fuse_unk=False))
@@ -114,7 +114,7 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def _byte_level_chars() -> dict[int, str]:
+def byte_level_chars() -> dict[int, str]:
     """GPT-2's byte -> printable character table (what the ByteLevel pre-tokenizer emits)."""
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
     table, extra = {}, 0
@@ -168,22 +168,52 @@ def token_dtype(vocab: int, requested: str = "auto") -> np.dtype:
     return dtype
 
 
-def train_bpe(texts: list[str], vocab_size: int = 2048) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE tokenizer (GPT-2 / Llama-3 style: regex split, byte fallback) offline.
+def train_bpe(
+    texts: list[str], vocab_size: int = 2048, *, split: str = "gpt2", ranked: bool = False, bos: bool = False
+) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer offline (GPT-2 / Llama-3 style: regex split, then bytes).
 
     Used by `zebra bench data --train-bpe` and the tests to get a realistic subword tokenizer without the
-    network. Its eos `<|endoftext|>` is the EOD; it adds no bos.
+    network. Its eos `<|endoftext|>` is the EOD.
 
     Args:
         texts: training corpus.
         vocab_size: target vocabulary size (>= 259: the 256 bytes and three special tokens).
+        split: `gpt2` (the ByteLevel pre-tokenizer's own regex) or `llama3` (Split with Llama-3's regex, then
+            ByteLevel without one), as their tokenizer.json files have it.
+        ranked: write the merges the way Llama-3's tokenizer.json has them (converted from tiktoken ranks):
+            every way of joining two tokens into a third is a merge, ordered by the id of the token it makes,
+            and a piece that is a whole vocabulary entry is taken as it is (`ignore_merges`). The vocabulary is
+            the trained one; `tokenizers` alone writes one merge per token.
+        bos: add `<|begin_of_text|>` before every text, as Llama-3 does (default: no bos).
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
     from transformers import PreTrainedTokenizerFast
 
+    from zebra.data.fast_bpe import LLAMA3_PATTERN
+
+    if split == "gpt2":
+        pre = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    elif split == "llama3":
+        pre = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    else:
+        raise ValueError(f"split must be gpt2 or llama3, not {split!r}")
     core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
+    core.pre_tokenizer = pre
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         special_tokens=list(_BYTE_SPECIALS),
@@ -191,6 +221,28 @@ def train_bpe(texts: list[str], vocab_size: int = 2048) -> PreTrainedTokenizerFa
         show_progress=False,
     )
     core.train_from_iterator(texts, trainer=trainer)
+    if ranked:
+        model = json.loads(core.to_str())["model"]
+        vocab = model["vocab"]
+        merges = [
+            (token[:k], token[k:])
+            for token, _ in sorted(vocab.items(), key=lambda kv: kv[1])
+            for k in range(1, len(token))
+            if token[:k] in vocab and token[k:] in vocab
+        ]
+        ranked_core = Tokenizer(models.BPE(vocab, merges, fuse_unk=False, ignore_merges=True))
+        ranked_core.pre_tokenizer = pre
+        ranked_core.add_special_tokens(
+            [AddedToken(t, special=True, normalized=False) for t in _BYTE_SPECIALS]
+        )
+        core = ranked_core
+    core.decoder = decoders.ByteLevel()
+    if bos:
+        core.post_processor = processors.TemplateProcessing(
+            single="<|begin_of_text|> $A",
+            pair="<|begin_of_text|> $A <|begin_of_text|> $B",
+            special_tokens=[("<|begin_of_text|>", core.token_to_id("<|begin_of_text|>"))],
+        )
     return PreTrainedTokenizerFast(
         tokenizer_object=core,
         eos_token="<|endoftext|>",
