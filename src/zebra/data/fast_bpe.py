@@ -227,6 +227,17 @@ def _around(tokenizer: Any, ranks: dict[bytes, int]) -> tuple[tuple[list[int], l
     return (ids[:i], ids[i + 1 :]), ""
 
 
+def _outside(chars: Any) -> re.Pattern:
+    """A regex matching any character not in `chars` (ASCII always counts as in), written with ranges."""
+    points = sorted({ord(c) for c in chars} | set(range(128)))
+    runs, start = [], points[0]
+    for prev, point in pairwise([*points, -1]):
+        if point != prev + 1:
+            runs.append((start, prev))
+            start = point
+    return re.compile("[^" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in runs) + "]")
+
+
 class FastBPE:
     """The tiktoken encoder of one worker, with the per-character guard (check 3) and the sample check (4).
 
@@ -247,7 +258,7 @@ class FastBPE:
         self._agrees: dict[
             str, bool
         ] = {}  # characters probed so far: do both engines split around them alike
-        self._unprobed = re.compile(r"[^\x00-\x7f]")  # a character not (yet) known to split alike
+        self._unprobed = _outside(())  # a character not (yet) known to split alike
 
     def check(self, documents: list[str]) -> str:
         """Compare with `tokenizer(text)["input_ids"]` on the adversarial strings and `documents`; the ASCII
@@ -273,8 +284,7 @@ class FastBPE:
             new = set().union(*(texts[i] for i in flagged)).difference(self._agrees)
             if new:
                 self._probe(sorted(new))
-                good = "".join(re.escape(c) for c, ok in self._agrees.items() if ok and ord(c) > 127)
-                self._unprobed = re.compile(f"[^\\x00-\\x7f{good}]")
+                self._unprobed = _outside(c for c, ok in self._agrees.items() if ok)
             hf = [i for i in flagged if self._unprobed.search(texts[i])]
         enc, allowed, prefix, suffix = self.encoding, self._allowed, self.spec.prefix, self.spec.suffix
         if hf:  # the reference encodes these; tiktoken the rest
