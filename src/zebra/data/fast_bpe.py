@@ -79,6 +79,7 @@ ADVERSARIAL = (
     "x=1+2;y=[3,4]; if(a&&b||!c){return -1;} // \u2014 \u2013 \u2026 \u00ab\u00bb \u201c\u201d",
     "http://example.com/a_b-c?d=e&f=g#h user@mail.org $1,000.00 50% ~/path/to/file.py",
     "\U0002a6a5\U00030001\U0001e900\U00011700\U00016a40 \U0001faf8 \ue000\U000f0000 \ufffd \U0010fffd",
+    "\u1c89\U00010d40\U00016d40\U00031350\U0001e5d0 \u0378\U000e0001\U000e0041",  # Unicode 15-16, unassigned, tags
 )
 
 
