@@ -163,7 +163,7 @@ def data_(
     ] = "byte",
     train_bpe: Annotated[
         int | None,
-        typer.Option("--train-bpe", help="Train a byte-level BPE of this vocabulary on the corpus."),
+        typer.Option("--train-bpe", help="Train a BPE of this vocabulary on the corpus, in Llama-3's form."),
     ] = None,
     workers: Annotated[
         int | None, typer.Option("--workers", "-w", min=1, help="Processes (default: all cores).")
