@@ -211,3 +211,11 @@ def test_sample_check_reports_a_different_split(trained, corpus):
     spec, _ = fast_bpe_spec(tok)
     two_digits = dataclasses.replace(spec, pattern=spec.pattern.replace(r"\p{N}+", r"\p{N}{1,2}"))
     assert FastBPE(two_digits, tok).check(corpus[:8]) == "the regex engines split ASCII text differently"
+
+
+def test_byte_tokenizer_writes_utf8_bytes_and_leaves_special_token_text_to_the_tokenizer(corpus, tmp_path):
+    _, manifest = prep(corpus, tmp_path, "byte")
+    assert read_all(tmp_path / "out") == expected_ids("byte", corpus)
+    special = sum("<|endoftext|>" in t or "<|begin_of_text|>" in t or "<|pad|>" in t for t in corpus)
+    assert special >= 2  # conftest's EXTRA_TEXTS and ADVERSARIAL hold special-token text
+    assert encoders(manifest) == {"utf-8": len(corpus) - special, "transformers": special}

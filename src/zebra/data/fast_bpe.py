@@ -228,6 +228,18 @@ def _around(tokenizer: Any, ranks: dict[bytes, int]) -> tuple[tuple[list[int], l
     return (ids[:i], ids[i + 1 :]), ""
 
 
+def first_difference(encoder: Any, tokenizer: Any, documents: list[str]) -> str:
+    """Where `encoder.encode` and `tokenizer(text)["input_ids"]` part on the adversarial strings and `documents`:
+    "" when they agree on every one."""
+    texts = list(ADVERSARIAL) + list(documents)
+    ours, _ = encoder.encode(texts)
+    theirs = tokenizer(texts, add_special_tokens=True)["input_ids"]
+    for text, a, b in zip(texts, ours, theirs, strict=True):
+        if list(a) != list(b):
+            return f"ids differ on {text[:40]!r}"
+    return ""
+
+
 def _outside(chars: Any) -> re.Pattern:
     """A regex matching any character not in `chars` (ASCII always counts as in), written with ranges."""
     points = sorted({ord(c) for c in chars} | set(range(128)))
@@ -268,13 +280,7 @@ class FastBPE:
         self._probe(ascii_chars)
         if not all(self._agrees[c] for c in ascii_chars):
             return "the regex engines split ASCII text differently"
-        texts = list(ADVERSARIAL) + list(documents)
-        ours, _ = self.encode(texts)
-        theirs = self.tokenizer(texts, add_special_tokens=True)["input_ids"]
-        for text, a, b in zip(texts, ours, theirs, strict=True):
-            if list(a) != list(b):
-                return f"ids differ on {text[:40]!r}"
-        return ""
+        return first_difference(self, self.tokenizer, documents)
 
     def encode(self, texts: list[str]) -> tuple[list[list[int]], list[int]]:
         """Ids of each text, as `tokenizer(text)["input_ids"]` gives them, and the indices of the texts that

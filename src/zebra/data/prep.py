@@ -241,7 +241,8 @@ def run_prep(plan: PrepPlan, on_progress: Callable[[PrepProgress], None] | None 
         from zebra.data.indexed import megatron_indexed
 
         megatron_indexed()  # import megatron-core (seconds) before the workers start, not while they run
-        initargs = (plan.tokenizer, plan.dtype.str, manifest.tokenizer["eod_id"], plan.fast_bpe)
+        utf8 = plan.tokenizer_name == tok.BYTE_TOKENIZER
+        initargs = (plan.tokenizer, plan.dtype.str, manifest.tokenizer["eod_id"], plan.fast_bpe, utf8)
         if plan.workers == 1:
             pool = _InlinePool(initargs)
         else:
@@ -424,16 +425,16 @@ class _InlinePool:
 
 
 # How a document was encoded (`_Encoded.doc_encoders`, counted per shard in the manifest as `encoders`).
-TIKTOKEN, TOKENIZERS, TRANSFORMERS = 0, 1, 2
-ENCODERS = ("tiktoken", "tokenizers", "transformers")
+TIKTOKEN, TOKENIZERS, TRANSFORMERS, UTF8 = 0, 1, 2, 3
+ENCODERS = ("tiktoken", "tokenizers", "transformers", "utf-8 bytes")
 
 
 def encoder_name(code: int) -> str:
-    """`tiktoken 0.14.0` (the fast BPE core), `tokenizers 0.23.3` (the Rust backend's batched encoder) or
-    `transformers 5.24.0` (the tokenizer's own `__call__`)."""
+    """`tiktoken 0.14.0` (the fast BPE core), `tokenizers 0.23.3` (the Rust backend's batched encoder),
+    `transformers 5.24.0` (the tokenizer's own `__call__`) or `utf-8 bytes` (the byte tokenizer's ids)."""
     from importlib.metadata import version
 
-    return f"{ENCODERS[code]} {version(ENCODERS[code])}"
+    return ENCODERS[code] if code == UTF8 else f"{ENCODERS[code]} {version(ENCODERS[code])}"
 
 
 @dataclass
@@ -456,12 +457,16 @@ _WORKER: dict[str, Any] = {}
 _CHECK_DOCS = 64  # documents of the first batch encoded both ways before the worker trusts a faster encoder
 
 
-def _init_worker(tokenizer: Any, dtype: str, eod: int, fast_bpe: Any = None, subprocess: bool = True) -> None:
+def _init_worker(
+    tokenizer: Any, dtype: str, eod: int, fast_bpe: Any, utf8: bool, subprocess: bool = True
+) -> None:
     if subprocess:
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core already
     tokenizer.backend_tokenizer.no_truncation()
     tokenizer.backend_tokenizer.no_padding()
-    _WORKER.update(tokenizer=tokenizer, dtype=dtype, eod=eod, spec=fast_bpe, encoder=None)
+    _WORKER.update(
+        tokenizer=tokenizer, dtype=dtype, eod=eod, spec=fast_bpe, utf8=utf8, encoder=None, code=None
+    )
 
 
 def encode_ids(tokenizer: Any, texts: list[str], fast: bool = True) -> list[list[int]]:
@@ -489,22 +494,27 @@ def pack(ids: list[list[int]], eod: int, dtype: str) -> tuple[np.ndarray, np.nda
 
 
 def _choose_encoder(texts: list[str]) -> str:
-    """Pick this worker's encoder on its first documents: tiktoken (`zebra.data.fast_bpe`) when the plan has
-    one and it agrees with the tokenizer, else the batched Rust encoder when it agrees, else `__call__`.
-    Returns why tiktoken was left aside ("" when it was not, or there was none)."""
+    """Pick this worker's encoder on its first documents: the plan's exact shortcut (tiktoken for byte-level
+    BPE, `zebra.data.fast_bpe`; UTF-8 bytes for the byte tokenizer) when it agrees with the tokenizer, else the
+    batched Rust encoder when it agrees, else `__call__`. Returns why the shortcut was left aside, or ""."""
+    from zebra.data.fast_bpe import FastBPE
+    from zebra.data.tokenizers import ByteIds
+
     w, head = _WORKER, texts[:_CHECK_DOCS]
     note = ""
+    shortcut = None
     if w["spec"] is not None:
-        from zebra.data.fast_bpe import FastBPE
-
-        fast = FastBPE(w["spec"], w["tokenizer"])
-        reason = fast.check(head)
+        shortcut = FastBPE(w["spec"], w["tokenizer"]), TIKTOKEN
+    elif w["utf8"]:
+        shortcut = ByteIds(w["tokenizer"]), UTF8
+    if shortcut is not None:
+        reason = shortcut[0].check(head)
         if not reason:
-            w["encoder"] = fast
+            w["encoder"], w["code"] = shortcut
             return ""
-        note = f"a worker left the tiktoken encoder aside: {reason}"
+        note = f"a worker left the {ENCODERS[shortcut[1]]} encoder aside: {reason}"
     same = encode_ids(w["tokenizer"], head, fast=True) == encode_ids(w["tokenizer"], head, fast=False)
-    w["encoder"] = TOKENIZERS if same else TRANSFORMERS
+    w["code"] = TOKENIZERS if same else TRANSFORMERS
     return note
 
 
@@ -513,17 +523,13 @@ def _worker_ids(texts: list[str]) -> tuple[list[list[int]], np.ndarray, str]:
     import numpy as np
 
     w = _WORKER
-    note = _choose_encoder(texts) if w["encoder"] is None and texts else ""
-    encoder = w["encoder"]
-    if encoder is None or isinstance(encoder, int):
-        code = TRANSFORMERS if encoder == TRANSFORMERS else TOKENIZERS
-        return (
-            encode_ids(w["tokenizer"], texts, fast=code == TOKENIZERS),
-            np.full(len(texts), code, np.uint8),
-            note,
-        )
-    ids, diverted = encoder.encode(texts)
-    codes = np.full(len(texts), TIKTOKEN, np.uint8)
+    note = _choose_encoder(texts) if w["code"] is None and texts else ""
+    code = TOKENIZERS if w["code"] is None else w["code"]
+    if w["encoder"] is None:
+        ids = encode_ids(w["tokenizer"], texts, fast=code == TOKENIZERS)
+        return ids, np.full(len(texts), code, np.uint8), note
+    ids, diverted = w["encoder"].encode(texts)
+    codes = np.full(len(texts), code, np.uint8)
     codes[diverted] = TRANSFORMERS
     return ids, codes, note
 

@@ -114,6 +114,34 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     return tokenizer
 
 
+class ByteIds:
+    """The byte tokenizer's ids without running it: a text's UTF-8 bytes (ids 0..255 are the bytes). A text holding
+    a special token's text, which the tokenizer turns into that token's id, is left to the tokenizer.
+
+    Args:
+        tokenizer: the byte tokenizer (`byte_tokenizer()`), for those texts and for `check`.
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerFast) -> None:
+        self.tokenizer = tokenizer
+
+    def encode(self, texts: list[str]) -> tuple[list[list[int]], list[int]]:
+        """Ids of each text, and the indices of the texts the tokenizer itself encoded."""
+        hf = [i for i, t in enumerate(texts) if "<|" in t and any(s in t for s in _BYTE_SPECIALS)]
+        ids = [list(t.encode("utf-8")) for t in texts]
+        if hf:
+            theirs = self.tokenizer([texts[i] for i in hf], add_special_tokens=True)["input_ids"]
+            for i, x in zip(hf, theirs, strict=True):
+                ids[i] = list(x)
+        return ids, hf
+
+    def check(self, documents: list[str]) -> str:
+        """ "" when the ids equal `tokenizer(text)["input_ids"]` on `documents` and adversarial strings."""
+        from zebra.data.fast_bpe import first_difference
+
+        return first_difference(self, self.tokenizer, documents)
+
+
 def byte_level_chars() -> dict[int, str]:
     """GPT-2's byte -> printable character table (what the ByteLevel pre-tokenizer emits)."""
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
