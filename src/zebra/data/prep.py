@@ -1,8 +1,11 @@
 """`zebra data prep`: tokenize a corpus into resumable Megatron shards.
 
 Flow: the main process reads the source in row order and hands batches of raw rows to worker processes,
-which decode them, tokenize them with the fast tokenizer's batched encoder, append EOD and return flat token
-arrays; the main process writes them, in order, through megatron-core's `IndexedDatasetBuilder`.
+which decode them, tokenize them, append EOD and return flat token arrays; the main process writes them, in
+order, through megatron-core's `IndexedDatasetBuilder`. Each worker encodes with the first of these that gives
+`tokenizer(text)["input_ids"]` on its first documents: an exact shortcut (tiktoken for byte-level BPE in
+Llama-3's form, `zebra.data.fast_bpe`; UTF-8 bytes for the byte tokenizer), the Rust backend's batched encoder,
+or the tokenizer's own `__call__`. The manifest counts each shard's documents per encoder.
 
 Resumability follows `zebra.data.folder`: rows `[i * R, (i + 1) * R)` always form shard `i`, committed shards
 are kept on a re-run and the rest regenerated, so no document is lost or repeated.
@@ -441,8 +444,8 @@ def encoder_name(code: int) -> str:
 class _Encoded:
     """A tokenized batch: `tokens` [N] (documents back to back, EOD after each), `lengths` [D],
     `doc_rows` [D] (row offset of each document in the batch), `doc_bytes` [D], `status` [rows],
-    `doc_encoders` [D] (`TIKTOKEN`, `TOKENIZERS` or `TRANSFORMERS`), and `note`: why the worker left the
-    tiktoken encoder aside (only on the batch where it decided)."""
+    `doc_encoders` [D] (`TIKTOKEN`, `TOKENIZERS`, `TRANSFORMERS` or `UTF8`), and `note`: why the worker left
+    its exact shortcut aside (only on the batch where it decided)."""
 
     tokens: np.ndarray
     lengths: np.ndarray
