@@ -1,4 +1,5 @@
-"""The tiktoken encoder of `zebra data prep`: used only where it gives the tokenizer's own ids, HF otherwise.
+"""The exact shortcuts of `zebra data prep` (tiktoken for byte-level BPE, UTF-8 bytes for the byte tokenizer):
+used only where they give the tokenizer's own ids, HF otherwise.
 
 Tokenizers are trained here with the `tokenizers` library: GPT-2's form (ByteLevel with its regex) and Llama-3's
 (Split with Llama-3's regex, then ByteLevel), each as `tokenizers` writes it (one merge per token) and in the ranked
@@ -117,6 +118,7 @@ def test_prep_without_tiktoken_ranks_uses_tokenizers(form, trained, corpus, tmp_
         ("whitespace", "pre-tokenizer is Whitespace"),
         ("dropout", "sets dropout"),
         ("lstrip", "strip or single-word rules"),
+        ("regex", "tiktoken cannot compile its split regex"),
     ],
 )
 def test_unsupported_tokenizer_forms_are_refused(change, reason, trained):
@@ -133,6 +135,15 @@ def test_unsupported_tokenizer_forms_are_refused(change, reason, trained):
         backend.pre_tokenizer = pre_tokenizers.Whitespace()
     elif change == "dropout":
         backend.model.dropout = 0.1
+    elif change == "regex":  # Oniguruma's grapheme cluster escape; fancy-regex has none
+        from tokenizers import Regex
+
+        backend.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(r"\X"), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
     else:
         from tokenizers import AddedToken
 

@@ -83,6 +83,9 @@ ADVERSARIAL = (
 )
 
 
+_BYTES = {bytes([b]): b for b in range(256)}
+
+
 @dataclass
 class FastBPESpec:
     """What a worker needs to build the tiktoken encoder: `ranks` (token bytes -> id), `specials` (added
@@ -106,13 +109,17 @@ def fast_bpe_spec(tokenizer: Any) -> tuple[FastBPESpec | None, str]:
         `(spec, "")` when the tokenizer has the supported form, else `(None, reason)`.
     """
     try:
-        import tiktoken  # noqa: F401
+        import tiktoken
     except ImportError:
         return None, "tiktoken is not installed"
     config = json.loads(tokenizer.backend_tokenizer.to_str())
     pattern, reason = _pattern(config)
     if pattern is None:
         return None, reason
+    try:  # Oniguruma syntax that fancy-regex lacks
+        tiktoken.Encoding("zebra-regex", pat_str=pattern, mergeable_ranks=_BYTES, special_tokens={})
+    except ValueError as e:
+        return None, f"tiktoken cannot compile its split regex ({str(e).splitlines()[0]})"
     model = config.get("model") or {}
     reason = _model_reason(model) or _added_reason(config.get("added_tokens") or [])
     reason = reason or _post_processor_reason(config.get("post_processor"))
@@ -326,7 +333,7 @@ class FastBPE:
                 text = context.replace("{c}", c)
                 pieces = [bytes(self._to_byte[ch] for ch in p) for p, _ in pre.pre_tokenize_str(text)]
                 cases.append((c, text, pieces))
-        ranks = {bytes([b]): b for b in range(256)}
+        ranks = dict(_BYTES)
         for _, _, pieces in cases:
             for p in pieces + [a + b for a, b in pairwise(pieces)]:
                 ranks.setdefault(p, len(ranks))
