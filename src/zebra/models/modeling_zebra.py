@@ -296,7 +296,10 @@ class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
         if labels is not None:
             loss = causal_lm_loss(logits, labels)
         output = CausalLMOutputWithPast(
-            loss=loss, logits=logits, hidden_states=out.hidden_states, **{CACHE_FIELD: getattr(out, CACHE_FIELD)}
+            loss=loss,
+            logits=logits,
+            hidden_states=out.hidden_states,
+            **{CACHE_FIELD: getattr(out, CACHE_FIELD)},
         )
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         return output if return_dict else output.to_tuple()
