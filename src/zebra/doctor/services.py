@@ -27,7 +27,7 @@ def _first_line(text: str, limit: int = 160) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def _root_cause(e: BaseException) -> str:
+def root_cause(e: BaseException) -> str:
     """The innermost OS error's text ('No such file or directory', 'Connection refused'), else the first line."""
     seen = e
     while seen is not None:
@@ -55,7 +55,7 @@ def check_docker() -> Check:
         client.ping()
         version = client.version()
     except Exception as e:  # the SDK raises DockerException, requests' and OS errors alike
-        return warn("docker", f"no Docker engine reachable at {host}: {_root_cause(e)}", DOCKER_FIX)
+        return warn("docker", f"no Docker engine reachable at {host}: {root_cause(e)}", DOCKER_FIX)
     finally:
         if client is not None:
             client.close()

@@ -186,7 +186,7 @@ def docker_client(timeout: int = 60):
         raise ZebraError(
             "the docker launcher needs the Docker SDK", fix="pip install 'zebra-llama[launch]'"
         ) from None
-    from zebra.doctor.services import DOCKER_FIX, _root_cause
+    from zebra.doctor.services import DOCKER_FIX, root_cause
 
     host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     client = None
@@ -196,7 +196,7 @@ def docker_client(timeout: int = 60):
     except Exception as e:  # DockerException, requests' and OS errors alike
         if client is not None:
             client.close()
-        raise ZebraError(f"no Docker engine reachable at {host}: {_root_cause(e)}", fix=DOCKER_FIX) from None
+        raise ZebraError(f"no Docker engine reachable at {host}: {root_cause(e)}", fix=DOCKER_FIX) from None
     return client
 
 

@@ -12,7 +12,7 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -162,7 +162,6 @@ def plan_run(
     (data, mock_data, max_steps, output, run, resume).
     """
     from zebra.recipes import load_recipe
-    from zebra.train.data import batch_plan
     from zebra.train.plan import make_plan
 
     sets = [*overrides, *([f"launch.launcher={launcher}"] if launcher else [])]
@@ -184,24 +183,19 @@ def plan_run(
                 "--rdzv-endpoint: the slurm launcher takes the rendezvous from the job's first node",
                 fix="drop --rdzv-endpoint",
             )
-        device, per_node = _remote_ranks(recipe, which, gpus, nproc)
         count = nodes or recipe.launch.nodes
         if which == "docker" and count > 1 and not rdzv_endpoint:
             raise ZebraError(
                 f"--nodes {count} with --launcher docker: each node's container needs the rendezvous endpoint",
                 fix="pass --rdzv-endpoint HOST:PORT and run the same command on every node, or use --launcher slurm",
             )
-        plan = make_plan(recipe_name, overrides=sets, nproc=per_node, nodes=1, **run_options)
-        t = plan.recipe.train
-        micro, accumulation = batch_plan(t.global_batch_size, t.micro_batch_size, count * per_node)
-        plan = replace(
-            plan,
-            device=device,
+        plan = make_plan(
+            recipe_name,
+            overrides=sets,
             nodes=count,
-            procs_per_node=per_node,
-            micro_batch=micro,
-            accumulation=accumulation,
             rdzv_endpoint=rdzv_endpoint,
+            ranks=lambda r: _remote_ranks(r, which, gpus, nproc),
+            **run_options,
         )
     spec = plan.recipe.launch
     spec.mounts = [*spec.mounts, *mounts]

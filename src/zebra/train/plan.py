@@ -5,6 +5,7 @@ gradient accumulation, data and run directory. `--dry-run` prints it; `prepare_r
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,16 +168,21 @@ def make_plan(
     nodes: int | None = None,
     nproc: int | None = None,
     rdzv_endpoint: str | None = None,
+    ranks: Callable[[Recipe], tuple[str, int]] | None = None,
 ) -> RunPlan:
-    """Resolve everything a run needs and check it, raising a one-line ZebraError for any problem."""
+    """Resolve everything a run needs and check it, raising a one-line ZebraError for any problem.
+
+    `ranks(recipe) -> (device, ranks per node)` counts the ranks where another launcher runs them (a container,
+    Slurm's nodes), which also checks its own rendezvous; by default they are counted on this machine.
+    """
     from zebra.recipes import dump_recipe, load_recipe
     from zebra.train import checkpoint as ckpt
     from zebra.train.data import batch_plan
 
     recipe = load_recipe(recipe_name, overrides=[*overrides, *_data_overrides(data, mock_data, max_steps)])
-    device, per_node = _ranks(gpus, nproc, recipe)
+    device, per_node = ranks(recipe) if ranks else _ranks(gpus, nproc, recipe)
     nodes = nodes or recipe.launch.nodes
-    if nodes > 1 and not rdzv_endpoint:
+    if ranks is None and nodes > 1 and not rdzv_endpoint:
         raise ZebraError(
             f"--nodes {nodes}: the local launcher needs a rendezvous endpoint",
             fix="pass --rdzv-endpoint HOST:PORT (the same on every node), or launch through Slurm",
