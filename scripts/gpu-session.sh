@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # One GPU session in as few calls as possible: benchmarks first (timed alone), then the `gpu`-marked tests in
 # parallel workers (Triton compilation is CPU-bound). Results land in $OUT (at most 8 files):
-#   summary.txt  bench.log  bench_train.json  decode_<recipe>.json  pytest_gpu.log  gpu_report.json
+#   summary.txt  bench.log  bench_train.json  decode_<recipe>.json  pytest_gpu.log  gpu_report.jsonl  profile.txt
+# DECODE_RECIPES, TESTS and WORKERS override the decode recipes, the test paths and the xdist workers.
 # DEADLINE=S (seconds since start) caps the test phases so that the call ends in time.
 # Usage, from the repo root on the GPU machine after shared/gpu/setup.sh put FLA + Triton in /tmp/site:
-#   bash scripts/gpu-session.sh [bench] [decode] [tests] [tests-rest]     (default: bench decode tests)
+#   bash scripts/gpu-session.sh [bench] [decode] [profile] [tests] [tests-train]     (default: bench decode tests)
 set -uo pipefail
 OUT=${OUT:-/tmp/zebra-gpu}; mkdir -p "$OUT"
 export PYTHONPATH=/tmp/site:$PWD/src:$PWD/kernels:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
-export ZEBRA_GPU_REPORT=$OUT/gpu_report.json NCCL_NVLS_ENABLE=0 TRITON_CACHE_DIR=/tmp/triton-cache
+export ZEBRA_GPU_REPORT=$OUT/gpu_report.jsonl NCCL_NVLS_ENABLE=0 TRITON_CACHE_DIR=/tmp/triton-cache
 zebra() { python3 -m zebra.cli.main "$@"; }
 note() { echo "$*" | tee -a "$OUT/summary.txt"; }
 log=$OUT/bench.log
@@ -26,15 +27,18 @@ for phase in "${phases[@]}"; do
         --set train.eval_interval=0 --set train.export=false --set train.log_interval=5 >> "$log" 2>&1
       note "train 20 steps rc=$? $(tail -2 /tmp/runs/gpu20/metrics.jsonl 2>/dev/null | tr -s '\n' ' ')";;
     decode)
-      for r in 1b-gdn-pure 1b-mamba-mla; do
+      for r in ${DECODE_RECIPES:-1b-gdn-pure 1b-mamba-mla}; do
         timeout 240 python3 -m zebra.cli.main bench decode "$r" --batch 1,8 --prompt 2048 --new 256 --json \
           > "$OUT/decode_$r.json" 2>> "$log"
         note "decode $r rc=$? $(tr -s ' \n' ' ' < "$OUT/decode_$r.json" | head -c 1500)"
       done;;
+    profile)
+      timeout 300 python3 scripts/profile-train.py 1b-gdn-pure --batch 8 --against fla > "$OUT/profile.txt" 2>> "$log"
+      note "profile rc=$? (profile.txt)";;
     tests)
-      left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -gt 420 ] && left=420
-      timeout "$left" python3 -m pytest -q -m gpu -p no:cacheprovider -n 6 --timeout 400 \
-        tests/kernels tests/models tests/convert tests/generation tests/doctor 2>&1 | tee "$OUT/pytest_gpu.log" | tail -30
+      left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -gt 570 ] && left=570
+      timeout "$left" python3 -m pytest -q -m gpu -p no:cacheprovider -n ${WORKERS:-6} --timeout 400 \
+        ${TESTS:-tests/kernels tests/models tests/convert tests/generation tests/doctor} 2>&1 | tee "$OUT/pytest_gpu.log" | tail -30
       note "tests: $(grep -E 'passed|failed|error' "$OUT/pytest_gpu.log" | tail -1)";;
     tests-train)
       timeout "${TEST_TIMEOUT:-420}" python3 -m pytest -q -m gpu -p no:cacheprovider -s --timeout 400 tests/train \

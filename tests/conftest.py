@@ -4,6 +4,8 @@
   imports huggingface_hub.
 - `@pytest.mark.gpu` tests are skipped when torch sees no CUDA/ROCm device (`python3 -m pytest -q -m gpu` on a
   GPU machine runs them).
+- GPU tests that measure a figure call `gpu_report(section, row)`: one JSON line appended to the file named by
+  ZEBRA_GPU_REPORT (when set; appends of a line are whole even from parallel xdist workers).
 - `@pytest.mark.infra` tests use the fixtures below (`docker_client`, `hostbind_image`, `slurm_cluster`).
   Without the service they skip, except under ZEBRA_REQUIRE_INFRA=1 (set by .ci/run), where they fail.
 """
@@ -40,6 +42,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         skip = pytest.mark.skip(reason="needs a CUDA/ROCm GPU")
         for item in gpu_items:
             item.add_marker(skip)
+
+
+def gpu_report(section: str, row: dict) -> None:
+    """Append `{"section": section, **row}` as one line to $ZEBRA_GPU_REPORT (a JSONL file), when it is set."""
+    import json
+
+    path = os.environ.get("ZEBRA_GPU_REPORT")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"section": section, **row}) + "\n")
 
 
 def require_infra(what: str, why: str) -> None:

@@ -1,31 +1,19 @@
 """On a GPU: FLA's GatedDeltaNetForCausalLM / KDAForCausalLM and ZebraForCausalLM give the same logits on the
 same weights (FLA's Triton kernels on both sides), at the 1b-gdn-pure / 1b-kda-pure layer shapes.
 
-Figures go to the JSON file named by ZEBRA_GPU_REPORT (when set) under "convert_fla_parity".
+Figures go to $ZEBRA_GPU_REPORT (when set) as JSON lines of section "convert_fla_parity".
 """
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-
 import pytest
 import torch
+from tests.conftest import gpu_report
 
 pytestmark = pytest.mark.gpu
 
 # fp32 compares the same math (FLA's chunked kernels on both sides); bf16 adds rounding in every matmul.
 TOLERANCE = {torch.float32: (2e-3, 0.9999), torch.bfloat16: (5e-2, 0.999)}  # (max rel to max |logit|, cosine)
-
-
-def _record(entry: dict) -> None:
-    path = os.environ.get("ZEBRA_GPU_REPORT")
-    if not path:
-        return
-    report = json.loads(Path(path).read_text()) if Path(path).is_file() else {}
-    report.setdefault("convert_fla_parity", []).append(entry)
-    Path(path).write_text(json.dumps(report, indent=2) + "\n")
 
 
 @pytest.mark.parametrize("recipe_name", ["1b-gdn-pure", "1b-kda-pure"])
@@ -54,7 +42,8 @@ def test_fla_and_zebra_logits_match_on_gpu(tmp_path, recipe_name, dtype):
     max_abs = float((a - b).abs().max())
     rel = max_abs / float(a.abs().max())
     cosine = float(torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0))
-    _record(
+    gpu_report(
+        "convert_fla_parity",
         {
             "recipe": recipe_name,
             "layers": "2 FLA layers (4 sublayers)",
@@ -64,7 +53,7 @@ def test_fla_and_zebra_logits_match_on_gpu(tmp_path, recipe_name, dtype):
             "max_rel": rel,
             "cosine": cosine,
             "device": torch.cuda.get_device_name(),
-        }
+        },
     )
     max_rel, min_cos = TOLERANCE[dtype]
     assert rel <= max_rel and cosine >= min_cos, (max_abs, rel, cosine)

@@ -1,20 +1,18 @@
 """FLA backend vs the float64 torch reference on a GPU, forward and backward, at the 1B recipes' shapes.
 
 Skipped without CUDA/ROCm and a working FLA. Inputs are bf16 for FLA (states float32); the reference runs in
-float64 on the same (rounded) values; every relative error ||out - ref|| / ||ref|| must be < 2e-2 and finite. Set ZEBRA_GPU_REPORT=path.json
-to append every measured error as a JSON row (test, case, quantity, rel_err).
+float64 on the same (rounded) values; every relative error ||out - ref|| / ||ref|| must be < 2e-2 and finite.
+With ZEBRA_GPU_REPORT=path.jsonl every measured error is appended as a JSON line (test, case, quantity, rel_err).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
-from pathlib import Path
 
 import pytest
 import torch
+from tests.conftest import gpu_report
 
 import zebra_kernels as zk
 from zebra_kernels.backend import fla_import_error
@@ -34,19 +32,12 @@ BF16, F32 = torch.bfloat16, torch.float32
 
 @pytest.fixture
 def record(request):
-    """record(case, quantity, rel_err): print, append to $ZEBRA_GPU_REPORT (atomically), assert the bound."""
+    """record(case, quantity, rel_err): print, append to $ZEBRA_GPU_REPORT, assert the bound."""
 
     def _record(case: str, quantity: str, value: float) -> None:
         row = {"test": request.node.name, "case": case, "quantity": quantity, "rel_err": value}
         print(json.dumps(row))
-        report = os.environ.get("ZEBRA_GPU_REPORT")
-        if report:
-            path = Path(report)
-            rows = json.loads(path.read_text()) if path.exists() else []
-            rows.append(row)
-            with tempfile.NamedTemporaryFile("w", dir=path.parent or ".", delete=False, suffix=".tmp") as tmp:
-                json.dump(rows, tmp, indent=1)
-            os.replace(tmp.name, path)
+        gpu_report("kernels", row)
 
     return _record
 
