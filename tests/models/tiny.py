@@ -10,8 +10,8 @@ TINY_RECIPES = ("tiny", "tiny-gdn", "tiny-kda", "tiny-mamba")
 
 
 def tiny_config(name: str = "tiny", **overrides):
-    """The `ZebraConfig` of a built-in tiny recipe on the torch backend, with overrides."""
-    return load_recipe(name).model.to_config(kernel_backend="torch", **overrides)
+    """The `ZebraConfig` of a built-in tiny recipe on the torch backend (unless overridden), with overrides."""
+    return load_recipe(name).model.to_config(**{"kernel_backend": "torch", **overrides})
 
 
 def tiny_model(name: str = "tiny", seed: int = 0, **overrides):
