@@ -11,7 +11,8 @@ from zebra_kernels.conv import causal_conv1d
 from zebra_kernels.gdn import gated_delta_rule, gdn_gate
 from zebra_kernels.kda import kda_gate, kimi_delta_rule
 from zebra_kernels.mamba2 import mamba2_ssd
-from zebra_kernels.norm import rms_norm_gated
+from zebra_kernels.norm import rms_norm, rms_norm_gated
+from zebra_kernels.swiglu import swiglu_linear
 
 __all__ = [
     "causal_conv1d",
@@ -21,5 +22,7 @@ __all__ = [
     "kimi_delta_rule",
     "mamba2_ssd",
     "resolve_backend",
+    "rms_norm",
     "rms_norm_gated",
+    "swiglu_linear",
 ]

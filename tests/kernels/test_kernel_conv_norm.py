@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from zebra_kernels import causal_conv1d, rms_norm_gated
+from zebra_kernels import causal_conv1d, rms_norm, rms_norm_gated, swiglu_linear
 from zebra_kernels.testing import relative_error
 
 
@@ -143,12 +143,63 @@ def test_grouped_norm_before_gate_and_dtype():
     assert y16.dtype == torch.bfloat16 and relative_error(y16, expected) < 1e-2
 
 
+def test_rms_norm_with_fused_residual_equals_add_then_norm_and_matches_fla_reference():
+    from fla.modules.norm.layernorm import rms_norm_ref
+
+    x, residual, weight = norm_inputs()
+    y, stream = rms_norm(x, weight, eps=1e-6, residual=residual, prenorm=True, backend="torch")
+    s = x + residual
+    assert torch.equal(stream, s)
+    expected = s / torch.sqrt(s.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+    assert relative_error(y, expected) < 1e-14
+    ref = rms_norm_ref(x, weight, None, residual=residual, eps=1e-6, upcast=False)  # FLA's plain-torch form
+    assert relative_error(y, ref) < 1e-14
+    alone, first_stream = rms_norm(x, weight, eps=1e-6, prenorm=True)  # no residual: the stream is x
+    assert first_stream is x and torch.equal(alone, rms_norm(x, weight, eps=1e-6))
+
+
+def test_rms_norm_mixed_dtypes_follow_the_fused_kernel():
+    """bf16 x with a float32 stream (autocast training): y in x's dtype, the sum kept in float32, one rounding."""
+    x, residual, weight = norm_inputs()
+    y, stream = rms_norm(x.bfloat16(), weight.float(), eps=1e-6, residual=residual.float(), prenorm=True)
+    assert y.dtype == torch.bfloat16 and stream.dtype == torch.float32
+    s = x.bfloat16().double() + residual.float().double()
+    assert relative_error(stream, s) < 1e-7
+    expected = s / torch.sqrt(s.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+    assert relative_error(y, expected) < 4e-3
+
+
+def test_rms_norm_gradients():
+    x, residual, weight = (t.requires_grad_() for t in norm_inputs())
+    torch.autograd.gradcheck(
+        lambda a, b, w: rms_norm(a, w, eps=1e-6, residual=b, prenorm=True, backend="torch"),
+        (x, residual, weight),
+    )
+
+
+def test_swiglu_linear_formula_and_gradients():
+    gen = torch.Generator().manual_seed(3)
+    gate, up = (
+        torch.randn(2, 5, 12, generator=gen, dtype=torch.float64, requires_grad=True) for _ in range(2)
+    )
+    weight = torch.randn(7, 12, generator=gen, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(7, generator=gen, dtype=torch.float64, requires_grad=True)
+    y = swiglu_linear(gate, up, weight, bias, backend="torch")
+    expected = (gate * torch.sigmoid(gate) * up) @ weight.T + bias
+    assert y.shape == (2, 5, 7) and relative_error(y, expected) < 1e-14
+    torch.autograd.gradcheck(lambda *a: swiglu_linear(*a, backend="torch"), (gate, up, weight, bias))
+    with pytest.raises(ValueError, match=r"weight must have shape \[D, 12\]"):
+        swiglu_linear(gate, up, weight.T)
+
+
 def test_bad_arguments_raise_clear_errors():
     x, gate, weight = norm_inputs()
     with pytest.raises(ValueError, match="group_size must divide C=16"):
         rms_norm_gated(x, gate, weight, eps=1e-6, group_size=5)
     with pytest.raises(ValueError, match="activation must be one of"):
         rms_norm_gated(x, gate, weight, eps=1e-6, activation="relu")
+    with pytest.raises(ValueError, match=r"residual must have x's shape \[2, 7, 16\]"):
+        rms_norm(x, weight, eps=1e-6, residual=gate[:, :3])
     xc, wc, _ = conv_inputs(1, 4, 3, 4)
     with pytest.raises(ValueError, match=r"weight must have shape \[C, W\] with C=3"):
         causal_conv1d(xc, wc[:2])

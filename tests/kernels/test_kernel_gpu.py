@@ -253,6 +253,46 @@ def test_rms_norm_gated_fla_matches_reference(record, norm_before_gate, group_si
     )
 
 
+def test_rms_norm_with_residual_fla_matches_reference(record):
+    """The sublayer pre-norm at 1B width: a bf16 mixer output added to the float32 stream, then normed."""
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    x, residual = (
+        torch.randn(2, 2048, 2048, generator=gen, device="cuda", dtype=torch.float64) for _ in "xr"
+    )
+    weight = torch.rand(2048, generator=gen, device="cuda", dtype=torch.float64) + 0.5
+
+    def fn(x, residual, weight, backend):
+        return zk.rms_norm(x, weight, eps=1e-6, residual=residual, prenorm=True, backend=backend)
+
+    compare(
+        record,
+        "rms_norm-residual-D2048",
+        fn,
+        [x, residual, weight],
+        [BF16, F32, F32],
+        ["x", "residual", "weight"],
+    )
+
+
+def test_swiglu_linear_fla_matches_reference(record):
+    """The MLP at 1B shapes (F = 8192 -> D = 2048)."""
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    gate, up = (torch.randn(2, 2048, 8192, generator=gen, device="cuda", dtype=torch.float64) for _ in "gu")
+    weight = torch.randn(2048, 8192, generator=gen, device="cuda", dtype=torch.float64) / 8192**0.5
+
+    def fn(gate, up, weight, backend):
+        return zk.swiglu_linear(gate, up, weight, backend=backend), None
+
+    compare(
+        record,
+        "swiglu_linear-F8192-D2048",
+        fn,
+        [gate, up, weight],
+        [BF16, BF16, BF16],
+        ["gate", "up", "weight"],
+    )
+
+
 def rounded(tensors, dtypes):
     """(FLA inputs in `dtypes`, the same values in float64 for the reference)."""
     low = [t.to(d) for t, d in zip(tensors, dtypes, strict=True)]

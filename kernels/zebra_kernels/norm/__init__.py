@@ -1,16 +1,66 @@
-"""Gated RMSNorm: `rms_norm_gated` (GDN/KDA output norm and Mamba2's grouped gated norm)."""
+"""RMSNorm: `rms_norm` (the sublayer pre-norms, with the residual add fused in, and MLA's latent norms) and
+`rms_norm_gated` (GDN/KDA output norm and Mamba2's grouped gated norm)."""
 
 from __future__ import annotations
 
 import torch
 
 from zebra_kernels._common import compute_dtype
-from zebra_kernels.backend import resolve_backend
-from zebra_kernels.norm.torch_ref import torch_rms_norm_gated
+from zebra_kernels.backend import as_fla_float, resolve_backend
+from zebra_kernels.norm.torch_ref import torch_rms_norm, torch_rms_norm_gated
 
-__all__ = ["rms_norm_gated", "torch_rms_norm_gated"]
+__all__ = ["rms_norm", "rms_norm_gated", "torch_rms_norm", "torch_rms_norm_gated"]
 
 ACTIVATIONS = ("swish", "silu", "sigmoid")
+
+
+def rms_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    *,
+    eps: float,
+    residual: torch.Tensor | None = None,
+    prenorm: bool = False,
+    backend: str = "auto",
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    r"""RMSNorm over the last dim, with an optional residual add fused in (FLA's `rms_norm`).
+
+    `s = x + residual` (or `x`), `y = weight * s / sqrt(mean(s^2) + eps)`, computed in float32 (float64 for
+    float64 inputs) and returned in x's dtype; the sum `s` is kept in residual's dtype. A pre-norm residual
+    stack passes each mixer's output as x and the running stream as residual, so one kernel does the add and
+    the norm: `h, stream = rms_norm(mixer_out, w, eps=eps, residual=stream, prenorm=True)`.
+
+    Args:
+        x: `[..., C]`.
+        weight: `[C]` or None.
+        eps: added to the mean square.
+        residual: `[..., C]` added to x before the norm, or None.
+        prenorm: also return the sum `s` (x itself when residual is None).
+        backend: "auto", "torch" or "fla" (see `resolve_backend`).
+
+    Returns:
+        y `[..., C]`, or `(y, s)` with `prenorm`.
+
+    Examples:
+        >>> x, r = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+        >>> y, s = rms_norm(x, torch.ones(16), eps=1e-6, residual=r, prenorm=True)
+        >>> torch.allclose(s, x + r)
+        True
+    """
+    C = x.shape[-1]
+    if weight is not None and tuple(weight.shape) != (C,):
+        raise ValueError(f"weight must have shape [C] = [{C}], got {list(weight.shape)}")
+    if residual is not None and residual.shape != x.shape:
+        raise ValueError(f"residual must have x's shape {list(x.shape)}, got {list(residual.shape)}")
+    if resolve_backend(backend, x.device) == "fla":
+        from zebra_kernels.norm.fla import fla_rms_norm
+
+        y, s = fla_rms_norm(as_fla_float(x), as_fla_float(weight), eps=eps, residual=as_fla_float(residual))
+        y = y.to(x.dtype)
+        s = x if residual is None else s.to(residual.dtype)
+    else:
+        y, s = torch_rms_norm(x, weight, eps, residual, compute_dtype(x, weight, residual))
+    return (y, s) if prenorm else y
 
 
 def rms_norm_gated(

@@ -1,5 +1,6 @@
-"""Gated RMSNorm, torch reference: FLA's FusedRMSNormGated (norm, then gate) and the Mamba2/Megatron
-variant (gate, then a grouped norm)."""
+"""RMSNorm torch references: the plain norm with an optional fused residual add (FLA's `rms_norm` with
+`prenorm=True`), and the gated norm: FLA's FusedRMSNormGated (norm, then gate) and the Mamba2/Megatron variant
+(gate, then a grouped norm)."""
 
 from __future__ import annotations
 
@@ -26,3 +27,20 @@ def torch_rms_norm_gated(
     if weight is not None:
         y = y * weight
     return y * act(gate) if norm_before_gate else y
+
+
+def torch_rms_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    eps: float,
+    residual: torch.Tensor | None,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Args/shapes as `zebra_kernels.rms_norm`; computes in `dtype`. Returns (y in x's dtype, the stream
+    `x + residual` in residual's dtype, or x itself without a residual)."""
+    h = x.to(dtype) if residual is None else x.to(dtype) + residual.to(dtype)  # [..., C]
+    stream = x if residual is None else h.to(residual.dtype)
+    y = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    if weight is not None:
+        y = y * weight.to(dtype)
+    return y.to(x.dtype), stream

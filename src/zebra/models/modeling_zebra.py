@@ -1,7 +1,9 @@
 """`ZebraModel` and `ZebraForCausalLM`: the hybrid stack over the layer pattern, HF `PreTrainedModel`s.
 
 Sublayer i of the pattern is `model.layers.{i}` with `.norm` (pre-norm RMSNorm) and `.mixer`; each is
-`x = x + mixer(norm(x))`. Names and shapes: docs/architecture.md.
+`x = x + mixer(norm(x))`. The stack carries the residual stream `x` next to the last mixer output, so the add
+runs inside the next norm's kernel (`norm(out, residual=x, prenorm=True)` returns the normed sum and the sum).
+Names and shapes: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -36,11 +38,12 @@ def build_mixer(kind: str, config: ZebraConfig, layer_idx: int) -> nn.Module:
     """The mixer module of one sublayer from its pattern character."""
     c, backend = config, config.kernel_backend
     if kind == "-":
-        return SwiGLU(c.hidden_size, c.intermediate_size)
+        return SwiGLU(c.hidden_size, c.intermediate_size, backend=backend)
     if kind == "*":
         return MultiLatentAttention(
             c.hidden_size, c.num_attention_heads, c.q_lora_rank, c.kv_lora_rank, c.qk_nope_head_dim,
             c.qk_rope_head_dim, c.v_head_dim, c.rope_parameters, norm_eps=c.rms_norm_eps, layer_idx=layer_idx,
+            backend=backend,
         )  # fmt: skip
     if kind == "G":
         return GatedDeltaNet(
@@ -62,25 +65,30 @@ def build_mixer(kind: str, config: ZebraConfig, layer_idx: int) -> nn.Module:
 
 
 class ZebraSublayer(GradientCheckpointingLayer):
-    """One pre-norm residual sublayer: `x + mixer(norm(x))`."""
+    """One pre-norm residual sublayer, `x + mixer(norm(x))`, with the add of the previous sublayer fused into
+    its norm: takes the previous mixer output and the stream before it, returns its own mixer output and the
+    stream `x` it normalised (the caller adds the last mixer output to the stream: `ZebraModel.norm`)."""
 
     def __init__(self, config: ZebraConfig, layer_idx: int):
         super().__init__()
         self.kind = config.layer_pattern[layer_idx]
         self.layer_idx = layer_idx
-        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, backend=config.kernel_backend)
         self.mixer = build_mixer(self.kind, config, layer_idx)
 
     def forward(
         self,
         hidden_states: torch.Tensor,
+        residual: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         cache: ZebraCache | None = None,
         cu_seqlens: torch.Tensor | None = None,
         **unused: Any,
-    ) -> torch.Tensor:  # [B, T, D] -> [B, T, D]
-        h = self.norm(hidden_states)
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`hidden_states` `[B, T, D]`: the previous mixer's output (the embeddings for the first sublayer, with
+        `residual=None`); `residual` `[B, T, D]`: the stream before it. Returns (mixer output, stream)."""
+        h, residual = self.norm(hidden_states, residual, prenorm=True)  # stream x = hidden_states + residual
         if self.kind == "-":
             h = self.mixer(h)
         elif self.kind == "*":
@@ -93,7 +101,7 @@ class ZebraSublayer(GradientCheckpointingLayer):
             )
         else:
             h = self.mixer(h, attention_mask=attention_mask, cache=cache, cu_seqlens=cu_seqlens)
-        return hidden_states + h
+        return h, residual
 
 
 class ZebraPreTrainedModel(PreTrainedModel):
@@ -150,7 +158,7 @@ class ZebraModel(ZebraPreTrainedModel):
         super().__init__(config)
         self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(ZebraSublayer(config, i) for i in range(len(config.layer_pattern)))
-        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, backend=config.kernel_backend)
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -196,11 +204,13 @@ class ZebraModel(ZebraPreTrainedModel):
             position_ids = default_positions(T, attention_mask, cu_seqlens, cache, hidden_states.device)
 
         all_hidden = [] if output_hidden_states else None
+        residual = None  # the stream before the last mixer output (hidden_states); None: only the embeddings
         for layer in self.layers:
-            if all_hidden is not None:
-                all_hidden.append(hidden_states)
-            hidden_states = layer(
+            if all_hidden is not None:  # each sublayer's input x: the stream with the last output added
+                all_hidden.append(hidden_states if residual is None else hidden_states + residual)
+            hidden_states, residual = layer(
                 hidden_states,
+                residual,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
                 cache=cache,
@@ -208,7 +218,7 @@ class ZebraModel(ZebraPreTrainedModel):
             )
         if cache is not None:
             cache.advance(T)
-        hidden_states = self.norm(hidden_states)
+        hidden_states = self.norm(hidden_states, residual)  # [B, T, D]
         if all_hidden is not None:
             all_hidden.append(hidden_states)
         return BaseModelOutputWithPast(

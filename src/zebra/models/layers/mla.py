@@ -50,6 +50,7 @@ class MultiLatentAttention(nn.Module):
         rope: YaRN parameters (`ZebraConfig.rope_parameters`).
         norm_eps: epsilon of the latent RMSNorms.
         layer_idx: the sublayer index (its slot in the cache).
+        backend: kernel backend of the latent norms ("auto", "torch", "fla").
     """
 
     def __init__(
@@ -64,6 +65,7 @@ class MultiLatentAttention(nn.Module):
         rope: dict[str, Any],
         norm_eps: float = 1e-6,
         layer_idx: int | None = None,
+        backend: str = "auto",
     ):
         super().__init__()
         if qk_rope_head_dim % 2:
@@ -78,12 +80,12 @@ class MultiLatentAttention(nn.Module):
         qk_head_dim = qk_nope_head_dim + qk_rope_head_dim
         if q_lora_rank:
             self.q_down_proj = nn.Linear(hidden_size, q_lora_rank, bias=False)
-            self.q_norm = RMSNorm(q_lora_rank, eps=norm_eps)
+            self.q_norm = RMSNorm(q_lora_rank, eps=norm_eps, backend=backend)
             self.q_up_proj = nn.Linear(q_lora_rank, num_heads * qk_head_dim, bias=False)
         else:
             self.q_proj = nn.Linear(hidden_size, num_heads * qk_head_dim, bias=False)
         self.kv_down_proj = nn.Linear(hidden_size, kv_lora_rank + qk_rope_head_dim, bias=False)
-        self.kv_norm = RMSNorm(kv_lora_rank, eps=norm_eps)
+        self.kv_norm = RMSNorm(kv_lora_rank, eps=norm_eps, backend=backend)
         self.kv_up_proj = nn.Linear(kv_lora_rank, num_heads * (qk_nope_head_dim + v_head_dim), bias=False)
         self.o_proj = nn.Linear(num_heads * v_head_dim, hidden_size, bias=False)
         self.o_proj._is_residual_out = True

@@ -1,31 +1,37 @@
-"""RMSNorm (sublayer pre-norms, MLA latent norms) and the gated RMSNorm of the recurrent mixers."""
+"""RMSNorm (sublayer pre-norms with the residual add fused in, MLA latent norms) and the gated RMSNorm of the
+recurrent mixers."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from zebra_kernels import rms_norm_gated
+from zebra_kernels import rms_norm, rms_norm_gated
 
 
 class RMSNorm(nn.Module):
-    """`weight * x / sqrt(mean(x^2) + eps)`, computed in float32 (float64 for float64 inputs).
+    """`weight * s / sqrt(mean(s^2) + eps)` of `s = x (+ residual)`, computed in float32 (float64 for float64
+    inputs), returned in x's dtype (`zebra_kernels.rms_norm`: one fused kernel on the fla backend).
 
     Args:
         hidden_size: channels C of the last dimension.
         eps: added to the mean square.
+        backend: kernel backend ("auto", "torch", "fla").
     """
 
-    def __init__(self, hidden_size: int, eps: float = 1e-6):
+    def __init__(self, hidden_size: int, eps: float = 1e-6, backend: str = "auto"):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps = eps
+        self.backend = backend
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., C] -> [..., C]
-        dtype = x.dtype
-        h = x.to(torch.promote_types(dtype, torch.float32))
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(dtype)
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None = None, prenorm: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """`[..., C]` -> `[..., C]`; with `prenorm` also the sum `x + residual` (the residual stream)."""
+        return rms_norm(
+            x, self.weight, eps=self.eps, residual=residual, prenorm=prenorm, backend=self.backend
+        )
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from zebra_kernels import swiglu_linear
 
 
 class SwiGLU(nn.Module):
-    """`down_proj(silu(gate_proj(x)) * up_proj(x))`.
+    """`down_proj(silu(gate_proj(x)) * up_proj(x))` (`zebra_kernels.swiglu_linear` after the two projections).
 
     Reference: `GLU Variants Improve Transformer <https://arxiv.org/abs/2002.05202>`_
 
@@ -17,14 +18,17 @@ class SwiGLU(nn.Module):
     Args:
         hidden_size: model width D.
         intermediate_size: inner width F.
+        backend: kernel backend ("auto", "torch", "fla").
     """
 
-    def __init__(self, hidden_size: int, intermediate_size: int):
+    def __init__(self, hidden_size: int, intermediate_size: int, backend: str = "auto"):
         super().__init__()
+        self.backend = backend
         self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
         self.down_proj._is_residual_out = True
 
     def forward(self, hidden_states: torch.Tensor, **unused) -> torch.Tensor:  # [B, T, D] -> [B, T, D]
-        return self.down_proj(F.silu(self.gate_proj(hidden_states)) * self.up_proj(hidden_states))
+        gate, up = self.gate_proj(hidden_states), self.up_proj(hidden_states)  # [B, T, F]
+        return swiglu_linear(gate, up, self.down_proj.weight, self.down_proj.bias, backend=self.backend)
