@@ -41,6 +41,7 @@ class GatedDeltaNet(DeltaRuleMixer):
 
     kernel = staticmethod(gated_delta_rule)
     gate = staticmethod(gdn_gate)
+    projections = ("q_proj", "k_proj", "v_proj", "b_proj", "a_proj", "g_proj")
 
     def __init__(
         self,
@@ -79,5 +80,8 @@ class GatedDeltaNet(DeltaRuleMixer):
         self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
         self.o_proj._is_residual_out = True
 
-    def raw_decay(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.a_proj(hidden_states)  # [B, T, HV]
+    def raw_decay(self, projected: dict[str, torch.Tensor]) -> torch.Tensor:
+        return projected["a_proj"]  # [B, T, HV]
+
+    def output_gate(self, projected: dict[str, torch.Tensor]) -> torch.Tensor:
+        return projected["g_proj"]  # [B, T, HV * V]

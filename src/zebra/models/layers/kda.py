@@ -39,6 +39,7 @@ class KimiDeltaAttention(DeltaRuleMixer):
     """
 
     kernel = staticmethod(kimi_delta_rule)
+    projections = ("q_proj", "k_proj", "v_proj", "b_proj", "f_proj.0", "g_proj.0")
     gate = staticmethod(kda_gate)
 
     def __init__(
@@ -81,6 +82,9 @@ class KimiDeltaAttention(DeltaRuleMixer):
         self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
         self.o_proj._is_residual_out = True
 
-    def raw_decay(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        B, T, _ = hidden_states.shape
-        return self.f_proj(hidden_states).view(B, T, self.num_heads, self.head_dim)  # [B, T, H, K]
+    def raw_decay(self, projected: dict[str, torch.Tensor]) -> torch.Tensor:
+        low_rank = projected["f_proj.0"]  # [B, T, V]
+        return self.f_proj[1](low_rank).unflatten(-1, (self.num_heads, self.head_dim))  # [B, T, H, K]
+
+    def output_gate(self, projected: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.g_proj[1](projected["g_proj.0"])  # [B, T, H * V]

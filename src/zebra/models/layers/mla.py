@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zebra.models.layers.norm import RMSNorm
+from zebra.models.layers.packed import project
 from zebra.models.layers.rotary import YarnRotaryEmbedding, apply_rotary, yarn_softmax_scale
 
 if TYPE_CHECKING:
@@ -118,13 +119,13 @@ class MultiLatentAttention(nn.Module):
         """
         B, T, _ = hidden_states.shape
         H, dn, dr = self.num_heads, self.qk_nope_head_dim, self.qk_rope_head_dim
+        q_in = "q_down_proj" if self.q_lora_rank else "q_proj"
+        q, kv = project(self, hidden_states, (q_in, "kv_down_proj"))  # one GEMV while decoding
         if self.q_lora_rank:
-            q = self.q_up_proj(self.q_norm(self.q_down_proj(hidden_states)))
-        else:
-            q = self.q_proj(hidden_states)
+            q = self.q_up_proj(self.q_norm(q))
         q = q.view(B, T, H, dn + dr)
         q_nope, q_rope = q.split([dn, dr], dim=-1)  # [B, T, H, dn], [B, T, H, dr]
-        latent, k_rope = self.kv_down_proj(hidden_states).split([self.kv_lora_rank, dr], dim=-1)
+        latent, k_rope = kv.split([self.kv_lora_rank, dr], dim=-1)
         latent = self.kv_norm(latent)  # [B, T, Rkv]
         cos, sin = self.rotary(position_ids, q.dtype)  # [B, T, dr / 2]
         q_rope = apply_rotary(q_rope, cos[:, :, None], sin[:, :, None])  # [B, T, H, dr]

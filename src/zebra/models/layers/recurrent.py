@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from zebra.models.layers.packed import project
 from zebra_kernels import causal_conv1d
 
 if TYPE_CHECKING:
@@ -159,23 +160,30 @@ class DeltaRuleMixer(RecurrentMixer):
 
     Subclasses build the parameters (q/k/v_proj, q/k/v_conv1d, b_proj, g_proj, A_log, dt_bias, o_norm, o_proj)
     and the sizes num_heads H, head_dim K, num_v_heads HV, head_v_dim V, key_dim, value_dim, allow_neg_eigval;
-    they set `kernel` and `gate` (the kernel's `use_gate_in_kernel` formula) and give the raw decay projection.
+    they set `kernel` and `gate` (the kernel's `use_gate_in_kernel` formula), list in `projections` the
+    bias-free linears of the input (one GEMV while decoding, `packed.project`), and give the raw decay and the
+    output gate from those projections.
     Without padding the gate runs inside the kernel; with padding it runs here so pads get the no-op decay 0.
     """
 
     kernel: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]  # gated_delta_rule / kimi_delta_rule
     gate: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]  # gdn_gate / kda_gate
 
-    def raw_decay(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """The raw decay projection of `[B, T, D]`: `[B, T, HV]` (GDN) or `[B, T, HV, K]` (KDA)."""
+    projections: tuple[str, ...]  # q_proj, k_proj, v_proj, b_proj first, then what raw_decay/output_gate read
+
+    def raw_decay(self, projected: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The raw decay from the input projections: `[B, T, HV]` (GDN) or `[B, T, HV, K]` (KDA)."""
+        raise NotImplementedError
+
+    def output_gate(self, projected: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The output gate from the input projections, `[B, T, HV * V]`."""
         raise NotImplementedError
 
     def mix(self, hidden_states, state, conv_state, context):
         B, T, _ = hidden_states.shape
         H, K, HV, V = self.num_heads, self.head_dim, self.num_v_heads, self.head_v_dim
-        qkv = torch.cat(
-            [self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)], -1
-        )
+        projected = dict(zip(self.projections, project(self, hidden_states, self.projections), strict=True))
+        qkv = torch.cat([projected["q_proj"], projected["k_proj"], projected["v_proj"]], -1)
         weight = torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight]).squeeze(
             1
         )  # [C, W]
@@ -183,10 +191,10 @@ class DeltaRuleMixer(RecurrentMixer):
         q, k, v = qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
         q, k, v = q.view(B, T, H, K), k.view(B, T, H, K), v.view(B, T, HV, V)
 
-        beta = float32_or_64(self.b_proj(hidden_states)).sigmoid()  # [B, T, HV]
+        beta = float32_or_64(projected["b_proj"]).sigmoid()  # [B, T, HV]
         if self.allow_neg_eigval:
             beta = beta * 2.0
-        g = self.raw_decay(hidden_states)  # [B, T, HV] or [B, T, HV, K]
+        g = self.raw_decay(projected)  # [B, T, HV] or [B, T, HV, K]
         if context.mask is None:  # the gate is fused into the kernel
             gate_kwargs = {"use_gate_in_kernel": True, "A_log": self.A_log, "dt_bias": self.dt_bias}
         else:
@@ -205,5 +213,5 @@ class DeltaRuleMixer(RecurrentMixer):
             backend=self.backend,
             **gate_kwargs,
         )  # [B, T, HV, V]
-        o = self.o_norm(o, self.g_proj(hidden_states).view(B, T, HV, V))
+        o = self.o_norm(o, self.output_gate(projected).view(B, T, HV, V))
         return self.o_proj(o.reshape(B, T, HV * V)), state, conv_state
