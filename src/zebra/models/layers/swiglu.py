@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from zebra.models.layers.packed import project
 from zebra_kernels import swiglu_linear
 
 
@@ -31,5 +30,5 @@ class SwiGLU(nn.Module):
         self.down_proj._is_residual_out = True
 
     def forward(self, hidden_states: torch.Tensor, **unused) -> torch.Tensor:  # [B, T, D] -> [B, T, D]
-        gate, up = project(self, hidden_states, ("gate_proj", "up_proj"))  # [B, T, F] each
+        gate, up = self.gate_proj(hidden_states), self.up_proj(hidden_states)  # [B, T, F]
         return swiglu_linear(gate, up, self.down_proj.weight, self.down_proj.bias, backend=self.backend)
