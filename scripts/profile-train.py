@@ -1,5 +1,5 @@
 """Where a training step's GPU time goes: the top CUDA kernels of one step of a recipe, zebra's model and (for pure
-GDN/KDA recipes) FLA's, through the same `TrainStep` that `zebra bench train` times.
+GDN/KDA recipes) FLA's, through the same `TrainStep` and loss paths that `zebra bench train` times.
 
     python3 scripts/profile-train.py 1b-gdn-pure --batch 8 --against fla --top 25 > profile.txt
 """
@@ -10,7 +10,7 @@ import argparse
 import gc
 
 
-def profile(name, model, recipe, batch: int, seq_len: int, top: int) -> None:
+def profile(name, model, recipe, batch: int, seq_len: int, top: int, loss_fn=None) -> None:
     import torch
     from torch.profiler import ProfilerActivity
 
@@ -23,7 +23,15 @@ def profile(name, model, recipe, batch: int, seq_len: int, top: int) -> None:
     t = recipe.train
     env = DistEnv(rank=0, local_rank=0, world_size=1, device=device)
     model = parallelize(model, env, mode="none", bf16=True, activation_checkpointing=False, compile=False)
-    step = TrainStep(model, build_optimizer(model, t, device), None, env, autocast_bf16=True, clip_grad=1.0)
+    step = TrainStep(
+        model,
+        build_optimizer(model, t, device),
+        None,
+        env,
+        autocast_bf16=True,
+        clip_grad=1.0,
+        loss_fn=loss_fn,
+    )
     text = torch.randint(0, recipe.model.vocab_size, (batch, seq_len + 1))
     micro = {"tokens": text[:, :-1], "labels": text[:, 1:], "loss_mask": torch.ones(batch, seq_len)}
     for _ in range(3):
@@ -44,7 +52,7 @@ def profile(name, model, recipe, batch: int, seq_len: int, top: int) -> None:
 def main() -> None:
     import torch
 
-    from zebra.bench.train import fla_model
+    from zebra.bench.train import fla_loss_sum, fla_model
     from zebra.recipes import load_recipe
     from zebra.train.trainer import build_model
 
@@ -60,7 +68,7 @@ def main() -> None:
     if a.against:
         gc.collect()
         torch.cuda.empty_cache()
-        profile("fla", fla_model(recipe, device), recipe, a.batch, recipe.data.seq_len, a.top)
+        profile("fla", fla_model(recipe, device), recipe, a.batch, recipe.data.seq_len, a.top, fla_loss_sum)
 
 
 if __name__ == "__main__":

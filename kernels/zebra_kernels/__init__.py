@@ -10,6 +10,7 @@ from zebra_kernels.backend import resolve_backend
 from zebra_kernels.conv import causal_conv1d
 from zebra_kernels.gdn import gated_delta_rule, gdn_gate
 from zebra_kernels.kda import kda_gate, kimi_delta_rule
+from zebra_kernels.loss import linear_cross_entropy
 from zebra_kernels.mamba2 import mamba2_ssd
 from zebra_kernels.norm import rms_norm, rms_norm_gated
 from zebra_kernels.swiglu import swiglu_linear
@@ -20,6 +21,7 @@ __all__ = [
     "gdn_gate",
     "kda_gate",
     "kimi_delta_rule",
+    "linear_cross_entropy",
     "mamba2_ssd",
     "resolve_backend",
     "rms_norm",

@@ -23,6 +23,7 @@ FLA_MODULES = (
     "fla.ops.kda",
     "fla.ops.simple_gla",
     "fla.modules.causal_conv1d",
+    "fla.modules.fused_cross_entropy",
     "fla.modules.norm.fused_norm_gate",
     "fla.modules.norm.layernorm_gated",
 )

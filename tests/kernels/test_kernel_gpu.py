@@ -293,6 +293,31 @@ def test_swiglu_linear_fla_matches_reference(record):
     )
 
 
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+@pytest.mark.parametrize("impl", ["fla", "torch"])
+def test_linear_cross_entropy_matches_reference(record, impl, reduction):
+    """The training loss at 1B shapes (N = 4 x 2048 tokens, D = 2048, V = 128256): bf16 hidden states and the
+    float32 master weight under bf16 autocast, as the trainer runs it; both backends (torch is the fallback on a
+    GPU where FLA is refused)."""
+    N, D, V = 8192, 2048, 128256
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    hidden = torch.randn(N, D, generator=gen, device="cuda", dtype=torch.float64)
+    weight = torch.randn(V, D, generator=gen, device="cuda", dtype=torch.float64) * 0.02
+    labels = torch.randint(0, V, (N,), generator=gen, device="cuda")
+    labels[::7] = -100
+
+    def fn(hidden, weight, backend):
+        tested = backend == "fla"  # compare() calls the reference with backend="torch", in float64
+        with torch.autocast("cuda", dtype=BF16, enabled=tested):
+            loss = zk.linear_cross_entropy(
+                hidden, weight, labels, reduction=reduction, backend=impl if tested else "torch"
+            )
+        return loss, None
+
+    compare(record, f"linear_ce-{impl}-{reduction}-N{N}-D{D}-V{V}", fn, [hidden, weight], [BF16, F32],
+            ["hidden", "weight"])  # fmt: skip
+
+
 def rounded(tensors, dtypes):
     """(FLA inputs in `dtypes`, the same values in float64 for the reference)."""
     low = [t.to(d) for t, d in zip(tensors, dtypes, strict=True)]

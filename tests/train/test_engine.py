@@ -105,8 +105,9 @@ def test_entry_point_reports_a_missing_run_as_one_line(tmp_path, capsys):
 
 
 def _nan_on_call(calls: set[int]):
-    """build_model whose real ZebraForCausalLM returns NaN logits on the given forward calls (a fault injection:
-    a real divergence is too slow to provoke on a tiny model)."""
+    """build_model whose real ZebraForCausalLM returns a NaN loss on the given forward calls (training forwards
+    compute the loss inside and return no logits; a fault injection: a real divergence is too slow to provoke on
+    a tiny model)."""
     from zebra.train import trainer
 
     real = trainer.build_model
@@ -118,7 +119,7 @@ def _nan_on_call(calls: set[int]):
         def poison(_module, _args, output):
             count["n"] += 1
             if count["n"] in calls:
-                output.logits = output.logits * float("nan")
+                output.loss = output.loss * float("nan")
             return output
 
         model.register_forward_hook(poison)

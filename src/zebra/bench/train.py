@@ -10,6 +10,17 @@ it: the recipe's precision (bf16 autocast, fp32 master weights), AdamW with the 
 - peak memory: the CUDA allocator's peak during the timed steps (none on CPU).
 `--against fla` runs FLA's own GatedDeltaNetForCausalLM / KDAForCausalLM built at the recipe's shapes
 (`zebra.convert.fla.fla_config`), with the same step code and data, in the same process.
+
+Each row uses its own model's loss path (what `loss.backward()` sees is the summed CE, as the step expects):
+- zebra: the trainer's (`zebra.train.step.zebra_loss_sum`): `model(input_ids, shift_labels, num_items_in_batch=1)`
+  in training mode, i.e. the chunked linear cross-entropy (`zebra_kernels.linear_cross_entropy`, with FLA's
+  Triton cross-entropy kernels per chunk on the fla backend) on the final hidden states: no `[B, T, V]` logits.
+  All T positions.
+- fla: FLA's defaults (`fla_loss_sum`): `model(input_ids, labels=...)`, so the `[B, T, V]` logits, then FLA's
+  fused (Triton) cross entropy, the mean over non-ignored targets, multiplied back by their count. FLA shifts
+  `labels` by one inside and leaves the last position without a target, so it scores T-1 of the T positions
+  (the same targets as the zebra row for positions 0..T-2); its loss_mask drops position T-1 so the reported
+  loss is the mean over the targets scored.
 """
 
 from __future__ import annotations
@@ -113,6 +124,20 @@ def fla_model(recipe, device):
         return cls_model(cls_config(**cfg)).train()
 
 
+def fla_loss_sum(model, tokens, labels, loss_mask):
+    """FLA's own loss path with its defaults, as the summed CE `TrainStep` expects (see the module docstring).
+
+    tokens, labels, loss_mask `[m, T]` (labels[:, t] is position t's target). FLA scores position t against
+    `labels[:, t + 1]` of what it is given, so it gets our targets one position later; the last position has none.
+    """
+    import torch
+
+    targets = labels.masked_fill(loss_mask == 0, -100)  # [m, T]
+    fla_labels = torch.cat([torch.full_like(targets[:, :1], -100), targets[:, :-1]], dim=1)  # [m, T]
+    mean = model(input_ids=tokens, labels=fla_labels, use_cache=False).loss  # over non-ignored targets
+    return mean * (targets[:, :-1] != -100).sum()
+
+
 def _measure(
     name: str,
     model,
@@ -121,7 +146,11 @@ def _measure(
     device,
     flops_per_token: float,
     peak: float | None,
+    *,
+    loss_fn=None,
+    score_last: bool = True,
 ) -> TrainBenchRow:
+    """Time the step on `model`; `loss_fn` as `TrainStep`'s, `score_last=False` masks position T-1 out."""
     import torch
 
     from zebra.train.dist import DistEnv
@@ -142,12 +171,21 @@ def _measure(
         compile=t.compile,
     )
     step = TrainStep(
-        model, build_optimizer(model, t, device), None, env, autocast_bf16=bf16, clip_grad=t.clip_grad
+        model,
+        build_optimizer(model, t, device),
+        None,
+        env,
+        autocast_bf16=bf16,
+        clip_grad=t.clip_grad,
+        loss_fn=loss_fn,
     )
     B, T = cfg.batch, cfg.seq_len
     gen = torch.Generator().manual_seed(cfg.seed)
     text = torch.randint(0, recipe.model.vocab_size, (B, T + 1), generator=gen)  # [B, T + 1]
-    batch = {"tokens": text[:, :-1], "labels": text[:, 1:], "loss_mask": torch.ones(B, T)}
+    loss_mask = torch.ones(B, T)
+    if not score_last:
+        loss_mask[:, -1] = 0
+    batch = {"tokens": text[:, :-1], "labels": text[:, 1:], "loss_mask": loss_mask}
     for _ in range(cfg.warmup):
         step([batch])
     if device.type == "cuda":
@@ -203,7 +241,10 @@ def run_train_bench(
         torch.cuda.empty_cache()
         on_phase(f"fla: {cfg.warmup} warm-up + {cfg.steps} timed steps")
         fla = fla_model(recipe, device)
-        rows.append(_measure(f"fla ({type(fla).__name__})", fla, recipe, cfg, device, flops, peak))
+        name = f"fla ({type(fla).__name__})"
+        rows.append(
+            _measure(name, fla, recipe, cfg, device, flops, peak, loss_fn=fla_loss_sum, score_last=False)
+        )
     return TrainBenchReport(
         recipe=recipe.name,
         device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",

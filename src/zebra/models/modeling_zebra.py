@@ -28,6 +28,7 @@ from zebra.models.layers.mla import MultiLatentAttention
 from zebra.models.layers.norm import GatedRMSNorm, RMSNorm
 from zebra.models.layers.recurrent import inverse_softplus_dt, log_uniform_a
 from zebra.models.layers.swiglu import SwiGLU
+from zebra_kernels import linear_cross_entropy
 
 # transformers renamed the outputs' cache field from `past_key_values` to `cache` during 5.x; use whichever the
 # installed release has, so generate() finds the cache on every supported version (>=5.6.2,<6)
@@ -273,15 +274,32 @@ class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         past_key_values: ZebraCache | None = None,
+        shift_labels: torch.LongTensor | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
         **unused: Any,
     ) -> CausalLMOutputWithPast | tuple:
-        """Logits `[B, T', V]` and, with `labels` `[B, T]`, the mean next-token loss (float32).
+        """Logits `[B, T', V]` and, with `labels` or `shift_labels` `[B, T]`, the next-token loss (float32).
 
-        Labels are shifted inside: position t is scored against `labels[:, t + 1]`; -100 is ignored (with packed
-        sequences mark the first token of each sequence -100, so no token predicts across a boundary).
+        Targets: `labels` are shifted inside (HF's meaning: position t is scored against `labels[:, t + 1]`);
+        `shift_labels` are already aligned (position t against `shift_labels[:, t]`). -100 is ignored: with
+        packed sequences mark each sequence's first token in `labels` (its last position in `shift_labels`) -100,
+        so no token predicts across a boundary. The loss is the mean over the counted tokens, or their sum divided
+        by `num_items_in_batch` when given (HF's gradient-accumulation convention; 1 gives the sum).
+
+        In training mode with targets, the loss is `zebra_kernels.linear_cross_entropy` of the final hidden
+        states and `lm_head.weight` (chunked over tokens: the `[B, T, V]` logits never exist, backend
+        `config.kernel_backend`) and `logits` is None, as with FLA's fused linear cross entropy. In eval mode (or
+        without targets) the logits are returned and the loss, if asked for, is computed from them.
         `logits_to_keep`: an int n keeps the last n positions (0 = all); a 1-D tensor keeps those positions.
         Other arguments: see `ZebraModel.forward`.
         """
+        if labels is not None and shift_labels is not None:
+            raise ValueError("ZebraForCausalLM: pass labels or shift_labels, not both")
+        has_targets = labels is not None or shift_labels is not None
+        if has_targets and not (isinstance(logits_to_keep, int) and logits_to_keep == 0):
+            raise ValueError(
+                "ZebraForCausalLM: labels need the logits of every position; leave logits_to_keep=0"
+            )
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -293,18 +311,30 @@ class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
             output_hidden_states=output_hidden_states,
         )
         hidden_states = out.last_hidden_state  # [B, T, D]
-        if labels is not None and not (isinstance(logits_to_keep, int) and logits_to_keep == 0):
-            raise ValueError(
-                "ZebraForCausalLM: labels need the logits of every position; leave logits_to_keep=0"
+        logits = loss = None
+        if has_targets and self.training:
+            if shift_labels is None:
+                no_target = torch.full_like(labels[:, :1], -100)  # [B, 1]: nothing follows T-1
+                shift_labels = torch.cat([labels[:, 1:], no_target], dim=1)  # [B, T]
+            loss = linear_cross_entropy(
+                hidden_states.flatten(0, 1),  # [B*T, D]
+                self.lm_head.weight,  # [V, D]
+                shift_labels.flatten(),  # [B*T]
+                reduction="mean" if num_items_in_batch is None else "sum",
+                backend=self.config.kernel_backend,
             )
-        if isinstance(logits_to_keep, int):
-            kept = hidden_states[:, -logits_to_keep:] if logits_to_keep else hidden_states
+            if num_items_in_batch is not None:
+                loss = loss / num_items_in_batch
         else:
-            kept = hidden_states[:, logits_to_keep.to(hidden_states.device)]
-        logits = self.lm_head(kept)  # [B, T', V]
-        loss = None
-        if labels is not None:
-            loss = causal_lm_loss(logits, labels)
+            if isinstance(logits_to_keep, int):
+                kept = hidden_states[:, -logits_to_keep:] if logits_to_keep else hidden_states
+            else:
+                kept = hidden_states[:, logits_to_keep.to(hidden_states.device)]
+            logits = self.lm_head(kept)  # [B, T', V]
+            if has_targets:
+                loss = causal_lm_loss(
+                    logits, labels, shift_labels=shift_labels, num_items_in_batch=num_items_in_batch
+                )
         output = CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
@@ -315,11 +345,23 @@ class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
         return output if return_dict else output.to_tuple()
 
 
-def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross entropy (float32; float64 for float64 logits) of `logits[:, t]` against `labels[:, t + 1]`,
-    ignoring -100."""
-    shift_logits = logits[:, :-1].to(torch.promote_types(logits.dtype, torch.float32))  # [B, T-1, V]
-    shift_labels = labels[:, 1:].to(logits.device)  # [B, T-1]
-    return F.cross_entropy(
-        shift_logits.reshape(-1, shift_logits.shape[-1]), shift_labels.reshape(-1), ignore_index=-100
+def causal_lm_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor | None,
+    *,
+    shift_labels: torch.Tensor | None = None,
+    num_items_in_batch: int | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Cross entropy (float32; float64 for float64 logits) of `logits` `[B, T, V]` against the next tokens,
+    ignoring -100: `logits[:, t]` against `labels[:, t + 1]`, or against `shift_labels[:, t]` (already aligned,
+    pass labels=None). The mean over counted tokens, or their sum divided by `num_items_in_batch` when given."""
+    if shift_labels is None:
+        logits, shift_labels = logits[:, :-1], labels[:, 1:]  # [B, T-1, V], [B, T-1]
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    loss = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]),
+        shift_labels.to(logits.device).reshape(-1),
+        ignore_index=-100,
+        reduction="mean" if num_items_in_batch is None else "sum",
     )
+    return loss if num_items_in_batch is None else loss / num_items_in_batch

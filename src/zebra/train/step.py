@@ -3,12 +3,19 @@
 The loss of a step is the mean next-token cross-entropy over every unmasked token of the global batch: each
 micro-batch contributes `sum(CE) * ranks / tokens_in_global_batch` to backward, so gradient accumulation and
 any number of ranks (whose gradients DDP / FSDP average) give the gradient of that one mean.
+
+How a micro-batch's summed CE is computed is a strategy (`MicroBatchLoss`) fixed when the step is built:
+- `zebra_loss_sum` (ZebraForCausalLM): the model computes it itself from `shift_labels` in its forward, with the
+  chunked linear cross-entropy (`zebra_kernels.linear_cross_entropy`): the `[m, T, V]` logits never exist;
+- `logits_loss_sum` (any other causal LM): the `[m, T, V]` logits, then `loss_sum` in float32.
+Both call the wrapped model itself, so FSDP2 / DDP hooks fire as usual.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,13 +42,49 @@ def loss_sum(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100, reduction="sum")
 
 
+# (model, tokens, labels, loss_mask) -> summed next-token CE of the micro-batch, float32 scalar; tokens, labels,
+# loss_mask [m, T] with labels[:, t] the target of position t
+MicroBatchLoss = Callable[["torch.nn.Module", "torch.Tensor", "torch.Tensor", "torch.Tensor"], "torch.Tensor"]
+
+
+def logits_loss_sum(
+    model: torch.nn.Module, tokens: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor
+) -> torch.Tensor:
+    """Any causal LM: its `[m, T, V]` logits, then `loss_sum`."""
+    logits = model(input_ids=tokens, use_cache=False).logits  # [m, T, V]
+    return loss_sum(logits, labels, loss_mask)
+
+
+def zebra_loss_sum(
+    model: torch.nn.Module, tokens: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor
+) -> torch.Tensor:
+    """ZebraForCausalLM in training mode: the model's own chunked linear cross-entropy against the aligned
+    targets (`shift_labels`, -100 where loss_mask is 0), summed (`num_items_in_batch=1`); no logits."""
+    targets = labels.masked_fill(loss_mask == 0, -100)  # [m, T]
+    return model(input_ids=tokens, shift_labels=targets, num_items_in_batch=1, use_cache=False).loss
+
+
+def micro_batch_loss(model: torch.nn.Module) -> MicroBatchLoss:
+    """The loss strategy for `model` (wrapped or not): `zebra_loss_sum` for a ZebraForCausalLM, else
+    `logits_loss_sum`."""
+    import torch
+
+    from zebra.models import ZebraForCausalLM
+
+    # DDP keeps the model in .module, torch.compile in ._orig_mod; FSDP2 keeps the class (a subclass of it)
+    while isinstance(inner := getattr(model, "module", getattr(model, "_orig_mod", None)), torch.nn.Module):
+        model = inner
+    return zebra_loss_sum if isinstance(model, ZebraForCausalLM) else logits_loss_sum
+
+
 class TrainStep:
     """Forward/backward over a step's micro-batches, gradient clipping, the non-finite check, optimizer step.
 
     Args:
-        model: the (wrapped) model; called as `model(input_ids=tokens).logits`.
+        model: the (wrapped) model, called by `loss_fn`.
         autocast_bf16: run forward in bf16 autocast (DDP / single device; FSDP2 casts its own parameters).
         clip_grad: max gradient norm (0 = no clipping; the norm is still measured).
+        loss_fn: how a micro-batch's summed CE is computed (default: `micro_batch_loss(model)`).
     """
 
     def __init__(
@@ -53,8 +96,10 @@ class TrainStep:
         *,
         autocast_bf16: bool,
         clip_grad: float,
+        loss_fn: MicroBatchLoss | None = None,
     ):
         self.model, self.optimizer, self.scheduler, self.env = model, optimizer, scheduler, env
+        self.loss_fn = loss_fn if loss_fn is not None else micro_batch_loss(model)
         self.autocast_bf16 = autocast_bf16
         self.clip_grad = clip_grad
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -93,9 +138,7 @@ class TrainStep:
             mask = batch["loss_mask"].to(dev, non_blocking=True)  # [m, T]
             with self._no_sync(i == len(micro_batches) - 1):
                 with self.autocast():
-                    logits = self.model(input_ids=tokens, use_cache=False).logits  # [m, T, V]
-                ce = loss_sum(logits, labels, mask)
-                del logits
+                    ce = self.loss_fn(self.model, tokens, labels, mask)  # summed CE, float32
                 (ce * scale).backward()
             loss_acc += ce.detach()
         stats = all_reduce_sum(

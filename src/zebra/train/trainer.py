@@ -145,7 +145,7 @@ class Trainer:
         from zebra.train.metrics import device_peak_flops
         from zebra.train.optim import build_optimizer, build_scheduler
         from zebra.train.parallelize import choose_parallel, parallelize
-        from zebra.train.step import TrainStep
+        from zebra.train.step import TrainStep, micro_batch_loss
 
         self.recipe, self.run_dir, self.env = recipe, run_dir, env
         t = recipe.train
@@ -174,6 +174,7 @@ class Trainer:
             env,
             autocast_bf16=bf16 and self.parallel != "fsdp",
             clip_grad=t.clip_grad,
+            loss_fn=micro_batch_loss(self.model_core),  # Zebra: the fused loss inside forward, no logits
         )
         self.progress = Progress()
         self.consecutive_skips = 0  # non-finite steps in a row
