@@ -2,7 +2,8 @@
 # One GPU session in as few calls as possible: benchmarks first (timed alone), then the `gpu`-marked tests in
 # parallel workers (Triton compilation is CPU-bound). Results land in $OUT (at most 8 files):
 #   summary.txt  bench.log  bench_train.json  decode_<recipe>.json  pytest_gpu.log  gpu_report.jsonl  profile.txt
-# DECODE_RECIPES, TESTS and WORKERS override the decode recipes, the test paths and the xdist workers.
+# DECODE_RECIPES, TESTS and WORKERS override the decode recipes, the test paths and the xdist workers;
+# BENCH_TRAINER=0 skips the 20-step trainer run after the bench.
 # DEADLINE=S (seconds since start) caps the test phases so that the call ends in time.
 # Usage, from the repo root on the GPU machine after shared/gpu/setup.sh put FLA + Triton in /tmp/site:
 #   bash scripts/gpu-session.sh [bench] [decode] [profile] [tests] [tests-train]     (default: bench decode tests)
@@ -22,10 +23,12 @@ for phase in "${phases[@]}"; do
       timeout 300 python3 -m zebra.cli.main bench train 1b-gdn-pure --steps 10 --warmup 3 --batch 8 --against fla --json \
         > "$OUT/bench_train.json" 2>> "$log"
       note "bench train rc=$? $(tr -s ' \n' ' ' < "$OUT/bench_train.json" | head -c 1500)"
-      timeout 240 python3 -m zebra.cli.main train 1b-gdn-pure --mock-data --max-steps 20 --output /tmp/runs --run gpu20 \
-        --yes --resume never --set train.micro_batch_size=8 --set train.global_batch_size=8 --set train.save_interval=0 \
-        --set train.eval_interval=0 --set train.export=false --set train.log_interval=5 >> "$log" 2>&1
-      note "train 20 steps rc=$? $(tail -2 /tmp/runs/gpu20/metrics.jsonl 2>/dev/null | tr -s '\n' ' ')";;
+      if [ "${BENCH_TRAINER:-1}" != 0 ]; then
+        timeout 240 python3 -m zebra.cli.main train 1b-gdn-pure --mock-data --max-steps 20 --output /tmp/runs --run gpu20 \
+          --yes --resume never --set train.micro_batch_size=8 --set train.global_batch_size=8 --set train.save_interval=0 \
+          --set train.eval_interval=0 --set train.export=false --set train.log_interval=5 >> "$log" 2>&1
+        note "train 20 steps rc=$? $(tail -2 /tmp/runs/gpu20/metrics.jsonl 2>/dev/null | tr -s '\n' ' ')"
+      fi;;
     decode)
       for r in ${DECODE_RECIPES:-1b-gdn-pure 1b-mamba-mla}; do
         timeout 240 python3 -m zebra.cli.main bench decode "$r" --batch 1,8 --prompt 2048 --new 256 --json \
@@ -37,7 +40,7 @@ for phase in "${phases[@]}"; do
       note "profile rc=$? (profile.txt)";;
     tests)
       left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -gt 570 ] && left=570
-      timeout "$left" python3 -m pytest -q -m gpu -p no:cacheprovider -n ${WORKERS:-6} --timeout 400 \
+      timeout "$left" python3 -m pytest -q -m gpu -p no:cacheprovider -v -n ${WORKERS:-6} --timeout 400 \
         ${TESTS:-tests/kernels tests/models tests/convert tests/generation tests/doctor} 2>&1 | tee "$OUT/pytest_gpu.log" | tail -30
       note "tests: $(grep -E 'passed|failed|error' "$OUT/pytest_gpu.log" | tail -1)";;
     tests-train)
