@@ -99,6 +99,8 @@ def test_ctrl_c_stops_the_reply_not_the_program(random_export):
     child.sendline("/stats")
     stats = reply_of(child)
     assert "decode" in stats and "max 100000" in stats
+    child.send("half-typed")  # echoed once the line editor reads: a Ctrl-C now cannot race its start-up
+    child.expect_exact("half-typed")
     child.sendintr()  # Ctrl-C at the prompt only clears the line
     child.expect_exact("/quit or Ctrl-D")
     child.sendline("/quit")
