@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 
@@ -13,6 +14,8 @@ PROMPT = ">>> "
 
 
 def spawn_chat(export, *args: str) -> pexpect.spawn:
+    """`zebra chat` on a pty as a terminal starts it: SIGINT at its default even when pytest itself runs with
+    SIGINT ignored (a background job of a non-interactive shell), which the child would otherwise inherit."""
     child = pexpect.spawn(
         sys.executable,
         ["-m", "zebra.cli.main", "chat", str(export), "--device", "cpu", *args],
@@ -20,6 +23,7 @@ def spawn_chat(export, *args: str) -> pexpect.spawn:
         codec_errors="replace",
         timeout=180,
         dimensions=(50, 250),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     child.expect("zebra chat: plain continuation")
     child.expect_exact(PROMPT)
@@ -99,7 +103,7 @@ def test_ctrl_c_stops_the_reply_not_the_program(random_export):
     child.sendline("/stats")
     stats = reply_of(child)
     assert "decode" in stats and "max 100000" in stats
-    child.send("half-typed")  # echoed once the line editor reads: a Ctrl-C now cannot race its start-up
+    child.send("half-typed")  # the /quit below would not quit if Ctrl-C left this on the line
     child.expect_exact("half-typed")
     child.sendintr()  # Ctrl-C at the prompt only clears the line
     child.expect_exact("/quit or Ctrl-D")
