@@ -45,10 +45,11 @@ def linear_cross_entropy(
     r"""`F.cross_entropy(hidden @ weight.T, labels, ignore_index=..., reduction=...)` without the `[N, V]` logits.
 
     The rows are processed `chunk_size` at a time: each chunk's logits are computed in the matmul dtype (the
-    autocast dtype under autocast, e.g. bf16 with float32 master weights cast once; else the inputs' dtype), their
-    log-sum-exp and target logit in float32 (float64 for float64 inputs; FLA's Triton cross-entropy kernels on the
-    fla backend), and the gradients w.r.t. hidden and weight right away (d_weight summed over chunks in float32). Backward only scales them, so the loss must be
-    backpropagated once (like FLA's fused kernel). Gradients reach a tied embedding through `weight`.
+    autocast dtype under autocast, e.g. bf16 with float32 master weights cast once; else the inputs' dtype),
+    their log-sum-exp and target logit in float32 (float64 for float64 inputs; FLA's Triton cross-entropy
+    kernels on the fla backend), and the gradients w.r.t. hidden and weight right away (d_weight summed over
+    chunks in float32). Backward only scales them, so the loss must be backpropagated once (like FLA's fused
+    kernel). Gradients reach a tied embedding through `weight`.
     `reduction="mean"` divides by the number of non-ignored rows; with every row ignored the loss is 0 (with
     zero gradients) for both reductions, where `F.cross_entropy`'s mean gives NaN.
 
