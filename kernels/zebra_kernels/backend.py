@@ -22,9 +22,11 @@ FLA_MODULES = (
     "fla.ops.gated_delta_rule",
     "fla.ops.kda",
     "fla.ops.simple_gla",
+    "fla.modules.activations",
     "fla.modules.causal_conv1d",
     "fla.modules.fused_cross_entropy",
     "fla.modules.norm.fused_norm_gate",
+    "fla.modules.norm.layernorm",
     "fla.modules.norm.layernorm_gated",
 )
 _logged: set[str] = set()
