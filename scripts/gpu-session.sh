@@ -40,7 +40,7 @@ for phase in "${phases[@]}"; do
       note "profile rc=$? (profile.txt)";;
     tests)
       left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -gt 570 ] && left=570
-      timeout "$left" python3 -m pytest -q -m gpu -p no:cacheprovider -v -n ${WORKERS:-6} --timeout 400 \
+      timeout "$left" python3 -m pytest -m gpu -p no:cacheprovider -v -rA -n ${WORKERS:-6} --timeout 400 \
         ${TESTS:-tests/kernels tests/models tests/convert tests/generation tests/doctor} 2>&1 | tee "$OUT/pytest_gpu.log" | tail -30
       note "tests: $(grep -E 'passed|failed|error' "$OUT/pytest_gpu.log" | tail -1)";;
     tests-train)
