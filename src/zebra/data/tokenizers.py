@@ -90,7 +90,6 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     """The built-in byte-level tokenizer (259 ids), built offline; see the module docstring."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from tokenizers.pre_tokenizers import ByteLevel
-    from transformers import PreTrainedTokenizerFast
 
     # ByteLevel maps each byte to one printable character; a merge-free BPE over those 256 characters
     # gives exactly one id per byte, with id == byte value.
@@ -102,7 +101,16 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
     core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in _BYTE_SPECIALS])
-    tokenizer = PreTrainedTokenizerFast(
+    tokenizer = _with_byte_specials(core)
+    tokenizer.name_or_path = BYTE_TOKENIZER
+    return tokenizer
+
+
+def _with_byte_specials(core) -> PreTrainedTokenizerFast:
+    """A `tokenizers.Tokenizer` holding `_BYTE_SPECIALS` as a transformers tokenizer with their roles."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(
         tokenizer_object=core,
         eos_token="<|endoftext|>",
         bos_token="<|begin_of_text|>",
@@ -110,8 +118,6 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
         clean_up_tokenization_spaces=False,
         model_max_length=1 << 30,
     )
-    tokenizer.name_or_path = BYTE_TOKENIZER
-    return tokenizer
 
 
 class ByteIds:
@@ -225,7 +231,6 @@ def train_bpe(
         processors,
         trainers,
     )
-    from transformers import PreTrainedTokenizerFast
 
     from zebra.data.fast_bpe import LLAMA3_PATTERN
 
@@ -271,11 +276,4 @@ def train_bpe(
             pair="<|begin_of_text|> $A <|begin_of_text|> $B",
             special_tokens=[("<|begin_of_text|>", core.token_to_id("<|begin_of_text|>"))],
         )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        eos_token="<|endoftext|>",
-        bos_token="<|begin_of_text|>",
-        pad_token="<|pad|>",
-        clean_up_tokenization_spaces=False,
-        model_max_length=1 << 30,
-    )
+    return _with_byte_specials(core)
