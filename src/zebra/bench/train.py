@@ -160,7 +160,7 @@ def _measure(
 
     t = recipe.train
     env = DistEnv(rank=0, local_rank=0, world_size=1, device=device)
-    params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    params = sum(p.numel() for p in model.parameters())  # tied weights once
     bf16 = t.precision == "bf16"
     model = parallelize(
         model,

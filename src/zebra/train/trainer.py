@@ -145,7 +145,7 @@ class Trainer:
         from zebra.train.metrics import device_peak_flops
         from zebra.train.optim import build_optimizer, build_scheduler
         from zebra.train.parallelize import choose_parallel, parallelize
-        from zebra.train.step import TrainStep, micro_batch_loss
+        from zebra.train.step import TrainStep
 
         self.recipe, self.run_dir, self.env = recipe, run_dir, env
         t = recipe.train
@@ -154,7 +154,7 @@ class Trainer:
         )
         torch.manual_seed(t.seed)
         self.model_core = build_model(recipe, env.device)
-        self.num_params = sum(p.numel() for p in {id(p): p for p in self.model_core.parameters()}.values())
+        self.num_params = sum(p.numel() for p in self.model_core.parameters())  # tied weights once
         self.parallel = choose_parallel(t.parallel, self.num_params, env.world_size)
         bf16 = t.precision == "bf16"
         self.model = parallelize(
@@ -174,7 +174,6 @@ class Trainer:
             env,
             autocast_bf16=bf16 and self.parallel != "fsdp",
             clip_grad=t.clip_grad,
-            loss_fn=micro_batch_loss(self.model_core),  # Zebra: the fused loss inside forward, no logits
         )
         self.progress = Progress()
         self.consecutive_skips = 0  # non-finite steps in a row
