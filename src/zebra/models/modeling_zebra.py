@@ -311,30 +311,30 @@ class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
             output_hidden_states=output_hidden_states,
         )
         hidden_states = out.last_hidden_state  # [B, T, D]
+        if (
+            labels is not None
+        ):  # HF labels: position t against labels[:, t + 1], the last position against none
+            shift_labels = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], -100)], dim=1)  # [B, T]
+        reduction = "mean" if num_items_in_batch is None else "sum"
         logits = loss = None
-        if has_targets and self.training:
-            if shift_labels is None:
-                no_target = torch.full_like(labels[:, :1], -100)  # [B, 1]: nothing follows T-1
-                shift_labels = torch.cat([labels[:, 1:], no_target], dim=1)  # [B, T]
+        if shift_labels is not None and self.training:
             loss = linear_cross_entropy(
                 hidden_states.flatten(0, 1),  # [B*T, D]
                 self.lm_head.weight,  # [V, D]
                 shift_labels.flatten(),  # [B*T]
-                reduction="mean" if num_items_in_batch is None else "sum",
+                reduction=reduction,
                 backend=self.config.kernel_backend,
             )
-            if num_items_in_batch is not None:
-                loss = loss / num_items_in_batch
         else:
             if isinstance(logits_to_keep, int):
                 kept = hidden_states[:, -logits_to_keep:] if logits_to_keep else hidden_states
             else:
                 kept = hidden_states[:, logits_to_keep.to(hidden_states.device)]
             logits = self.lm_head(kept)  # [B, T', V]
-            if has_targets:
-                loss = causal_lm_loss(
-                    logits, labels, shift_labels=shift_labels, num_items_in_batch=num_items_in_batch
-                )
+            if shift_labels is not None:
+                loss = causal_lm_loss(logits, shift_labels, reduction=reduction)
+        if loss is not None and num_items_in_batch is not None:
+            loss = loss / num_items_in_batch
         output = CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
@@ -346,22 +346,14 @@ class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
 
 
 def causal_lm_loss(
-    logits: torch.Tensor,
-    labels: torch.Tensor | None,
-    *,
-    shift_labels: torch.Tensor | None = None,
-    num_items_in_batch: int | torch.Tensor | None = None,
+    logits: torch.Tensor, shift_labels: torch.Tensor, *, reduction: str = "mean"
 ) -> torch.Tensor:
-    """Cross entropy (float32; float64 for float64 logits) of `logits` `[B, T, V]` against the next tokens,
-    ignoring -100: `logits[:, t]` against `labels[:, t + 1]`, or against `shift_labels[:, t]` (already aligned,
-    pass labels=None). The mean over counted tokens, or their sum divided by `num_items_in_batch` when given."""
-    if shift_labels is None:
-        logits, shift_labels = logits[:, :-1], labels[:, 1:]  # [B, T-1, V], [B, T-1]
+    """Cross entropy (float32; float64 for float64 logits) of `logits[:, t]` `[B, T, V]` against
+    `shift_labels[:, t]` `[B, T]`, ignoring -100; `reduction` "mean" (over counted tokens) or "sum"."""
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    loss = F.cross_entropy(
+    return F.cross_entropy(
         logits.reshape(-1, logits.shape[-1]),
         shift_labels.to(logits.device).reshape(-1),
         ignore_index=-100,
-        reduction="mean" if num_items_in_batch is None else "sum",
+        reduction=reduction,
     )
-    return loss if num_items_in_batch is None else loss / num_items_in_batch
