@@ -1,5 +1,5 @@
 """Where a training step's GPU time goes: the top CUDA kernels of one step of a recipe, zebra's model and (for pure
-GDN/KDA recipes) FLA's, through the same `TrainStep` and loss paths that `zebra bench train` times.
+GDN/KDA recipes) FLA's, through the step and loss paths that `zebra bench train` times (`training_step`).
 
     python3 scripts/profile-train.py 1b-gdn-pure --batch 8 --against fla --top 25 > profile.txt
 """
@@ -10,30 +10,13 @@ import argparse
 import gc
 
 
-def profile(name, model, recipe, batch: int, seq_len: int, top: int, loss_fn=None) -> None:
+def profile(name, model, recipe, cfg, top: int, **step_kwargs) -> None:
     import torch
     from torch.profiler import ProfilerActivity
 
-    from zebra.train.dist import DistEnv
-    from zebra.train.optim import build_optimizer
-    from zebra.train.parallelize import parallelize
-    from zebra.train.step import TrainStep
+    from zebra.bench.train import training_step
 
-    device = torch.device("cuda")
-    t = recipe.train
-    env = DistEnv(rank=0, local_rank=0, world_size=1, device=device)
-    model = parallelize(model, env, mode="none", bf16=True, activation_checkpointing=False, compile=False)
-    step = TrainStep(
-        model,
-        build_optimizer(model, t, device),
-        None,
-        env,
-        autocast_bf16=True,
-        clip_grad=1.0,
-        loss_fn=loss_fn,
-    )
-    text = torch.randint(0, recipe.model.vocab_size, (batch, seq_len + 1))
-    micro = {"tokens": text[:, :-1], "labels": text[:, 1:], "loss_mask": torch.ones(batch, seq_len)}
+    step, micro = training_step(model, recipe, cfg, torch.device("cuda"), **step_kwargs)
     for _ in range(3):
         step([micro])
     torch.cuda.synchronize()
@@ -42,7 +25,7 @@ def profile(name, model, recipe, batch: int, seq_len: int, top: int, loss_fn=Non
         torch.cuda.synchronize()
     events = [e for e in prof.key_averages() if e.device_time_total > 0]
     total = sum(e.self_device_time_total for e in events)
-    print(f"\n== {name}: one step, batch {batch} x {seq_len}, CUDA time {total / 1e3:.1f} ms")
+    print(f"\n== {name}: one step, batch {cfg.batch} x {cfg.seq_len}, CUDA time {total / 1e3:.1f} ms")
     print(f"{'kernel':<90} {'calls':>6} {'ms':>8} {'%':>6}")
     for e in sorted(events, key=lambda e: -e.self_device_time_total)[:top]:
         ms = e.self_device_time_total / 1e3
@@ -52,7 +35,7 @@ def profile(name, model, recipe, batch: int, seq_len: int, top: int, loss_fn=Non
 def main() -> None:
     import torch
 
-    from zebra.bench.train import fla_loss_sum, fla_model
+    from zebra.bench.train import TrainBenchConfig, fla_loss_sum, fla_model
     from zebra.recipes import load_recipe
     from zebra.train.trainer import build_model
 
@@ -63,12 +46,14 @@ def main() -> None:
     p.add_argument("--top", type=int, default=25)
     a = p.parse_args()
     recipe = load_recipe(a.recipe)
+    cfg = TrainBenchConfig(recipe=a.recipe, batch=a.batch, seq_len=recipe.data.seq_len)
     device = torch.device("cuda")
-    profile("zebra", build_model(recipe, device), recipe, a.batch, recipe.data.seq_len, a.top)
+    profile("zebra", build_model(recipe, device), recipe, cfg, a.top)
     if a.against:
         gc.collect()
         torch.cuda.empty_cache()
-        profile("fla", fla_model(recipe, device), recipe, a.batch, recipe.data.seq_len, a.top, fla_loss_sum)
+        fla = fla_model(recipe, device)
+        profile("fla", fla, recipe, cfg, a.top, loss_fn=fla_loss_sum, score_last=False)
 
 
 if __name__ == "__main__":

@@ -138,19 +138,13 @@ def fla_loss_sum(model, tokens, labels, loss_mask):
     return mean * (targets[:, :-1] != -100).sum()
 
 
-def _measure(
-    name: str,
-    model,
-    recipe,
-    cfg: TrainBenchConfig,
-    device,
-    flops_per_token: float,
-    peak: float | None,
-    *,
-    loss_fn=None,
-    score_last: bool = True,
-) -> TrainBenchRow:
-    """Time the step on `model`; `loss_fn` as `TrainStep`'s, `score_last=False` masks position T-1 out."""
+def training_step(model, recipe, cfg: TrainBenchConfig, device, *, loss_fn=None, score_last: bool = True):
+    """The step the bench times on `model` (the trainer's `TrainStep`, the recipe's precision, activation
+    checkpointing and compile) and its one micro-batch of `cfg.batch` x `cfg.seq_len` random tokens.
+
+    `loss_fn` as `TrainStep`'s; `score_last=False` masks position T-1 out of the loss (FLA scores T-1 of T).
+    Returns (step, micro_batch).
+    """
     import torch
 
     from zebra.train.dist import DistEnv
@@ -160,7 +154,6 @@ def _measure(
 
     t = recipe.train
     env = DistEnv(rank=0, local_rank=0, world_size=1, device=device)
-    params = sum(p.numel() for p in model.parameters())  # tied weights once
     bf16 = t.precision == "bf16"
     model = parallelize(
         model,
@@ -185,7 +178,26 @@ def _measure(
     loss_mask = torch.ones(B, T)
     if not score_last:
         loss_mask[:, -1] = 0
-    batch = {"tokens": text[:, :-1], "labels": text[:, 1:], "loss_mask": loss_mask}
+    return step, {"tokens": text[:, :-1], "labels": text[:, 1:], "loss_mask": loss_mask}
+
+
+def _measure(
+    name: str,
+    model,
+    recipe,
+    cfg: TrainBenchConfig,
+    device,
+    flops_per_token: float,
+    peak: float | None,
+    *,
+    loss_fn=None,
+    score_last: bool = True,
+) -> TrainBenchRow:
+    """Time `training_step` on `model` (arguments as there)."""
+    import torch
+
+    params = sum(p.numel() for p in model.parameters())  # tied weights once
+    step, batch = training_step(model, recipe, cfg, device, loss_fn=loss_fn, score_last=score_last)
     for _ in range(cfg.warmup):
         step([batch])
     if device.type == "cuda":
@@ -195,7 +207,7 @@ def _measure(
     for _ in range(cfg.steps):
         result = step([batch])  # syncs (the loss and grad norm come to the host)
     seconds = time.perf_counter() - start
-    tok_s = B * T * cfg.steps / seconds
+    tok_s = cfg.batch * cfg.seq_len * cfg.steps / seconds
     return TrainBenchRow(
         model=name,
         params=params,
