@@ -55,5 +55,4 @@ def fla_rms_norm(
     """Args/returns as `zebra_kernels.norm.torch_ref.torch_rms_norm` (FLA computes in float32)."""
     from fla.modules.norm.layernorm import rms_norm
 
-    y, stream = rms_norm(x, weight, None, residual=residual, eps=eps, prenorm=True)
-    return y, stream
+    return rms_norm(x, weight, None, residual=residual, eps=eps, prenorm=True)
