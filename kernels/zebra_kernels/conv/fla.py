@@ -28,13 +28,16 @@ def fla_causal_conv1d(
     bias = None if bias is None else bias.to(x.dtype)
     B, T, C = x.shape
     N = B if cu_seqlens is None else cu_seqlens.numel() - 1
-    state = None if initial_state is None else initial_state.to(x.dtype).contiguous()
     one_token_each = B * T == N and (cu_seqlens is None or bool((cu_seqlens.diff() == 1).all()))
     if one_token_each and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
-        # decode: FLA's update kernel rolls the cache in place, so give it a copy
-        cache = x.new_zeros(N, C, weight.shape[1]) if state is None else state.clone()
+        # decode: FLA's update kernel rolls the cache in place, so give it a copy (one, also across dtypes)
+        if initial_state is None:
+            cache = x.new_zeros(N, C, weight.shape[1])
+        else:
+            cache = initial_state.to(x.dtype, memory_format=torch.contiguous_format, copy=True)
         y, cache = causal_conv1d_update(x=x, cache=cache, weight=weight, bias=bias, activation=activation)
         return y, cache.float() if output_final_state else None
+    state = None if initial_state is None else initial_state.to(x.dtype).contiguous()
     y, final_state = causal_conv1d(
         x=x,
         weight=weight,
