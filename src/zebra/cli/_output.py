@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
@@ -92,6 +95,42 @@ class RateColumn(ProgressColumn):
     def render(self, task: Task) -> Text:
         speed = task.finished_speed or task.speed
         return Text("" if speed is None else f"{speed:,.1f} {self.unit}/s", style="progress.data.speed")
+
+
+@contextmanager
+def progress_callback(description: str, *, unit: str | None = None) -> Iterator[Callable[..., None]]:
+    """A transient bar on stderr fed by a library's progress callback: yields that callback.
+
+    The library calls it as `callback(done, total=None, **counts)`. The bar fills with `done` of `total` (None:
+    not known, no bar), the ETA follows from it, and each count shows its value and its rate since the first
+    call (`tok=1234` -> `1,234 tok 617 tok/s`); with `unit`, `done` itself is shown the same way.
+
+        with progress_callback("converting", unit="chunks") as on_progress:
+            convert_fla(arrow_dir, output, on_progress=on_progress)
+    """
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[counts]}"),
+        TimeRemainingColumn(),
+        console=out.stderr,
+        transient=True,
+    )
+    task = bar.add_task(description, total=None, counts="")
+    first: dict[str, tuple[float, float]] = {}  # count name -> (time, value) at the first call
+
+    def update(done: float, total: float | None = None, **counts: float) -> None:
+        now = time.monotonic()
+        shown = []
+        for name, value in (({unit: done} if unit else {}) | counts).items():
+            form = ",.0f" if isinstance(value, int) else ",.1f"
+            t0, v0 = first.setdefault(name, (now, value))
+            rate = f" {(value - v0) / (now - t0):{form}} {name}/s" if now > t0 else ""
+            shown.append(f"{value:{form}} {name}{rate}")
+        bar.update(task, completed=done, total=total, counts="  ".join(shown))
+
+    with bar:
+        yield update
 
 
 out = Output()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from zebra import arch
+from zebra.data.paths import parse_data_path
 from zebra.errors import ZebraError
 from zebra.recipes.schema import Recipe
 
@@ -273,18 +274,10 @@ def _check(recipe: Recipe, source: str) -> None:
             "train.micro_batch_size", f"{t.micro_batch_size} exceeds global_batch_size {t.global_batch_size}"
         )
     for p in recipe.data.paths:
-        prefix, _, weight = p.rpartition(":") if ":" in p else (p, "", "")
-        if weight:
-            try:
-                if float(weight) <= 0:
-                    raise ValueError
-            except ValueError:
-                fail(
-                    "data.paths",
-                    f"{p!r}: weight {weight!r} is not a positive number (expected PREFIX[:weight])",
-                )
-        if not prefix:
-            fail("data.paths", f"{p!r}: empty prefix (expected PREFIX[:weight])")
+        try:
+            parse_data_path(p)
+        except ZebraError as e:
+            fail("data.paths", e.message)
     split = recipe.data.split.split(",")
     try:
         parts = [float(s) for s in split]
