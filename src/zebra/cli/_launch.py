@@ -6,14 +6,16 @@ from __future__ import annotations
 import shlex
 import sys
 from enum import StrEnum
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.progress import Progress
 
 from zebra.cli._output import out
-from zebra.launch import Callbacks, LaunchPlan, check_launcher
-from zebra.launch.jobs import JobRecord, JobStatus, follow_log
+
+if TYPE_CHECKING:
+    from zebra.launch import Callbacks, LaunchPlan
+    from zebra.launch.jobs import JobRecord, JobStatus
 
 PANEL = "Launcher (docker, slurm)"
 
@@ -156,6 +158,8 @@ def stopped_following(job: JobRecord) -> NoReturn:
 
 def follow_job(job: JobRecord, task: int = 0) -> JobStatus:
     """Stream a job's log here until it ends; Ctrl-C stops following, not the job."""
+    from zebra.launch.jobs import follow_log
+
     status = follow_log(job, sys.stdout.buffer, task=task, on_state=lambda state: show_job_state(job, state))
     if status is None:
         stopped_following(job)
@@ -165,6 +169,8 @@ def follow_job(job: JobRecord, task: int = 0) -> JobStatus:
 def callbacks() -> Callbacks:
     """How `zebra.launch.start` reports here: launcher lines, the ranks' output, a training run's progress,
     a submitted job and its states."""
+    from zebra.launch import Callbacks
+
     return Callbacks(
         log=out.text,
         output=sys.stdout.buffer,
@@ -176,6 +182,8 @@ def callbacks() -> Callbacks:
 
 def check(plan: LaunchPlan) -> None:
     """The launcher's service is there, before anything is written; an image pull shows a progress bar."""
+    from zebra.launch import check_launcher
+
     bars: list[Progress] = []
 
     def progress(done: float, total: float) -> None:

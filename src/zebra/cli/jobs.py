@@ -11,8 +11,6 @@ from zebra.cli._launch import follow_job
 from zebra.cli._options import JsonOpt, examples
 from zebra.cli._output import out
 from zebra.errors import ZebraError
-from zebra.launch.jobs import cancel as cancel_job
-from zebra.launch.jobs import check_finished, find_job, job_status, load_jobs, registry_path
 
 app = typer.Typer(
     help="The Slurm jobs zebra submitted: list them, read their logs, cancel them.",
@@ -31,6 +29,8 @@ JobIdArg = Annotated[str | None, typer.Argument(help="Job id (default: the newes
 @app.command("list")
 def list_jobs(json_: JsonOpt = False) -> None:
     """Every job zebra submitted, with its state (from squeue, the tasks' exit codes or scontrol)."""
+    from zebra.launch.jobs import job_status, load_jobs, registry_path
+
     rows = []
     for job in load_jobs():
         status = job_status(job)
@@ -58,6 +58,8 @@ def logs(
     task: Annotated[int, typer.Option("--task", min=0, help="Which task's log (0 = rank 0).")] = 0,
 ) -> None:
     """Print a job's log (task 0 unless --task), or stream it with --follow."""
+    from zebra.launch.jobs import check_finished, find_job
+
     job = find_job(job_id)
     if task >= len(job.logs):
         raise ZebraError(
@@ -78,6 +80,9 @@ def logs(
 @app.command("cancel")
 def cancel(job_id: Annotated[str, typer.Argument(help="Job id.")]) -> None:
     """Cancel a job: its ranks get SIGTERM and save a checkpoint first; `zebra train ... --resume auto` continues."""
+    from zebra.launch.jobs import cancel as cancel_job
+    from zebra.launch.jobs import find_job
+
     job = find_job(job_id)
     cancel_job(job)
     out.result(f"cancelled job {job.id} (run {job.run_dir})")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -12,11 +12,10 @@ from zebra.cli._options import JsonOpt, SetOpt, YesOpt, examples
 from zebra.cli._output import out
 from zebra.cli._prompt import choose, confirm
 from zebra.errors import ZebraError
-from zebra.launch import LaunchPlan, launch_overrides, make_plan, start, with_launch_lists
-from zebra.recipes import list_recipes, load_recipe
-from zebra.train.plot import plot_runs
-from zebra.train.run import TrainRun, data_overrides, has_outputs, prepare_run
-from zebra.train.summary import summarize_run
+
+if TYPE_CHECKING:
+    from zebra.launch import LaunchPlan
+    from zebra.train.run import TrainRun
 
 TRAIN_EXAMPLES = examples(
     "zebra train tiny",
@@ -86,6 +85,11 @@ def train(
     follow: L.FollowOpt = False,
 ) -> None:
     """Train a recipe: checkpoints, metrics.jsonl, a loss curve and an HF export land in OUTPUT/RUN."""
+    # the library loads here, not when the CLI starts (zebra --help stays fast)
+    from zebra.launch import launch_overrides, make_plan, start, with_launch_lists
+    from zebra.recipes import list_recipes, load_recipe
+    from zebra.train.run import data_overrides, prepare_run
+
     name = recipe or choose("Which recipe?", list_recipes(), yes=yes, flag="RECIPE")
     sets = [
         *(set_ or []),
@@ -128,6 +132,8 @@ def train(
 def _confirm_start(run: TrainRun, yes: bool) -> bool:
     """Warn about recipe keys that change on resume; whether to delete an earlier run first (`--resume never`,
     asked unless --yes)."""
+    from zebra.train.run import has_outputs
+
     if run.changed:
         out.warn(f"{run.run_dir}/config.yaml changes on resume: {', '.join(run.changed[:8])}")
     start_over = run.resume == "never" and has_outputs(run.run_dir)
@@ -168,6 +174,8 @@ def _show_plan(plan: LaunchPlan, json_: bool) -> None:
 
 
 def _show_result(run: TrainRun, stopped_by: str | None, json_: bool) -> None:
+    from zebra.train.summary import summarize_run
+
     summary = summarize_run(run.run_dir)
     summary["stopped_by"] = stopped_by
     if json_:
@@ -202,5 +210,7 @@ def plot(
     log: Annotated[bool, typer.Option("--log", help="Logarithmic loss axis.")] = False,
 ) -> None:
     """Draw (or compare) the loss curves of training runs."""
+    from zebra.train.plot import plot_runs
+
     target = output or (runs[0] / "loss.png" if len(runs) == 1 else Path("loss.png"))
     out.result(f"wrote {plot_runs(runs, target, log_y=log)}")
