@@ -79,6 +79,25 @@ def test_human_dry_run_masks_secrets_too(cli, tmp_path):
     assert not any(value in result.output for value in SECRETS.values())
 
 
+def test_human_dry_run_shows_each_row_once(cli, tmp_path):
+    args = [
+        "tiny",
+        "--nproc",
+        "2",
+        "--nodes",
+        "2",
+        "--rdzv-endpoint",
+        "node1:29500",
+        "--mock-data",
+        "--dry-run",
+    ]
+    result = cli("train", *args, "-o", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    first_cells = [line.split("│")[1].strip() for line in result.stdout.splitlines() if line.startswith("│")]
+    assert first_cells.count("ranks") == 1 and first_cells.count("rendezvous") == 1
+    assert "2 node(s) x 2 cpu rank(s) = 4" in result.stdout and "node1:29500" in result.stdout
+
+
 def test_rocm_container_plan(cli, tmp_path):
     info = dry_run(
         cli, tmp_path, "1b-gdn-pure", "--launcher", "docker", "--gpus", "8", "--set", "launch.gpu_vendor=amd"
