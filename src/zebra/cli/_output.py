@@ -22,6 +22,8 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from zebra.train.view import TrainView
+
 
 class Output:
     """Human output on stdout, errors and hints on stderr; `json()` for scripts."""
@@ -84,6 +86,10 @@ class Output:
         sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
         sys.stdout.flush()
 
+    def train_view(self) -> RichTrainView:
+        """How a training run shows here: a live progress bar on a terminal, one line per log step otherwise."""
+        return RichTrainView(self)
+
 
 class RateColumn(ProgressColumn):
     """Items per second, e.g. '12.3 doc/s' (blank until measured)."""
@@ -131,6 +137,82 @@ def progress_callback(description: str, *, unit: str | None = None) -> Iterator[
 
     with bar:
         yield update
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def format_record(r: dict[str, Any]) -> str:
+    """`loss 2.3456 | lr 3.00e-03 | 12.3k tok/s | MFU 41.2% | mem 1.2 GB` from a metrics record."""
+    parts = [f"loss {r['loss']:.4f}", f"lr {r['lr']:.2e}", f"{r['tokens_per_s'] / 1e3:.1f}k tok/s"]
+    if r.get("mfu") is not None:
+        parts.append(f"MFU {100 * r['mfu']:.1f}%")
+    parts.append(f"mem {r['memory_gb']:.1f} GB")
+    if r.get("skipped_steps"):
+        parts.append(f"skipped {r['skipped_steps']}")
+    return " | ".join(parts)
+
+
+class RichTrainView(TrainView):
+    """The trainer's reports on this console: a live bar with the latest figures on a terminal, one plain line
+    per log step otherwise (logs, Slurm output files, pipes); warnings on stderr."""
+
+    def __init__(self, output: Output):
+        self.output, self.console = output, output.console
+        self.total = 0
+        self._last = (0, time.perf_counter())  # (step, time) of the previous log line
+        self._rate: float | None = None  # seconds per step, smoothed
+        self._progress: Progress | None = None
+        self._task = None
+
+    def begin(self, *, step: int, total: int) -> None:
+        self.total, self._last = total, (step, time.perf_counter())
+        if not self.console.is_terminal:
+            return
+        self._progress = Progress(
+            TextColumn("[bold]step {task.completed}/{task.total}"),
+            BarColumn(),
+            TextColumn("ETA {task.fields[eta]}"),
+            TextColumn("{task.fields[stats]}"),
+            console=self.console,
+            transient=False,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task("train", total=total, completed=step, eta="-", stats="starting")
+
+    def end(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def eta(self, step: int) -> float:
+        """Seconds left, from a moving average of the recent seconds per step (start-up and slow spells fade)."""
+        now = time.perf_counter()
+        last_step, last_t = self._last
+        if step > last_step:
+            rate = (now - last_t) / (step - last_step)
+            self._rate = rate if self._rate is None else 0.7 * self._rate + 0.3 * rate
+            self._last = (step, now)
+        return (self._rate or 0.0) * (self.total - step)
+
+    def log(self, record: dict[str, Any]) -> None:
+        step, eta = record["step"], format_duration(self.eta(record["step"]))
+        if self._progress is not None:
+            self._progress.update(self._task, completed=step, eta=eta, stats=format_record(record))
+        else:
+            self.console.print(
+                f"step {step}/{self.total} | {format_record(record)} | ETA {eta}", soft_wrap=True
+            )
+
+    def note(self, message: str) -> None:
+        self.console.print(message, soft_wrap=True)
+
+    def warn(self, message: str) -> None:
+        self.output.warn(message)
 
 
 out = Output()
