@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 from zebra.chat.session import ChatSession, ChatSettings
-from zebra.chat.text_stream import TextStream
-from zebra.generation import Engine
+from zebra.generation import Engine, TextStream
 
 TEMPLATE = (
     "{% for m in messages %}<|begin_of_text|>{{ m.role }}\n{{ m.content }}<|endoftext|>{% endfor %}"
