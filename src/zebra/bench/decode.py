@@ -15,6 +15,7 @@ What is measured, per batch size B (random prompt ids, greedy, no stop token, on
 
 from __future__ import annotations
 
+import platform
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -301,8 +302,6 @@ def measure_bandwidth(device: torch.device, nbytes: int | None = None) -> float:
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    import platform
-
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
