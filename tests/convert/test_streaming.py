@@ -9,7 +9,7 @@ import textwrap
 
 import torch
 
-from zebra.convert.sources import TensorSource
+from zebra.convert.tensor_sources import TensorSource
 
 # ~350 MB in float32: 20 GDN + 20 MLP sublayers at width 512; the largest tensor is 4 MB.
 BIG = [
