@@ -25,8 +25,9 @@ from typing import Any
 import torch
 
 from zebra import arch
+from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError
-from zebra.generation import Engine, SamplingParams, resolve_device, resolve_dtype, sample_next_token
+from zebra.generation import Engine, SamplingParams, sample_next_token
 from zebra.generation.loading import load_model
 from zebra.models import ZebraForCausalLM
 from zebra.recipes import load_recipe

@@ -29,8 +29,8 @@ from zebra.convert.writer import (
     write_generation_config,
     write_safetensors,
 )
+from zebra.device import resolve_dtype
 from zebra.errors import ZebraError
-from zebra.generation.device import resolve_dtype
 
 FLA_TO_ZEBRA = KeyMap(
     {

@@ -18,8 +18,8 @@ from zebra.convert.fla import export_fla
 from zebra.convert.formats import open_checkpoint
 from zebra.convert.hf_export import export_hf
 from zebra.convert.writer import DEFAULT_MAX_SHARD
+from zebra.device import resolve_dtype
 from zebra.errors import ZebraError
-from zebra.generation.device import resolve_dtype
 
 TARGETS = ("hf", "fla", "zebra")
 

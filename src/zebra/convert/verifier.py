@@ -21,8 +21,8 @@ import torch
 from zebra.convert.audit import Audit, audit, expected_shapes, meta_model, zebra_audit
 from zebra.convert.formats import Checkpoint, open_checkpoint
 from zebra.data.tokenizers import load_tokenizer
+from zebra.device import resolve_device
 from zebra.errors import ZebraError
-from zebra.generation.device import resolve_device
 from zebra.models import ZebraForCausalLM
 
 DEFAULT_PROMPTS = ("The capital of France is", "def fibonacci(n):", "Zebras are")

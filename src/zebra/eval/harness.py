@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError
 from zebra.eval.tasks import load_tasks, task_manager
-from zebra.generation.device import resolve_device, resolve_dtype
 from zebra.generation.loading import register_model_types, resolve_model_dir
 
 

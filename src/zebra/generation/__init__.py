@@ -10,13 +10,11 @@ Public API:
     generate_tokens(engine, prompts, **kw) -> list of new-token lists
     SamplingParams(temperature=0.0, top_k=0, top_p=1.0), sample_next_token(logits, params, generator)
     TextStream(tokenizer), stream_completion(engine, tokenizer, prompt, ...)   text on top of the engine
-    resolve_device(device), resolve_dtype(name, device)   the one reading of --device and --dtype
 
-Modules, each importing only those before it: device, state, forward, token_sampling -> decode_step (the
+Modules, each importing only those before it: state, forward, token_sampling -> decode_step (the
 runners) -> engine -> text -> loading (`load_model`, `load_engine`; imported by name, not re-exported here).
 """
 
-from zebra.generation.device import resolve_device, resolve_dtype
 from zebra.generation.engine import Engine, generate_tokens
 from zebra.generation.state import CacheFullError, DecodeState
 from zebra.generation.text import TextStream, stream_completion
@@ -29,8 +27,6 @@ __all__ = [
     "SamplingParams",
     "TextStream",
     "generate_tokens",
-    "resolve_device",
-    "resolve_dtype",
     "sample_next_token",
     "stream_completion",
 ]

@@ -16,8 +16,8 @@ from typing import Any
 import zebra.models  # noqa: F401  (registers `zebra` with AutoConfig / AutoModelForCausalLM)
 from zebra.convert.pipeline import export_run
 from zebra.data.tokenizers import load_tokenizer
+from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError
-from zebra.generation.device import resolve_device, resolve_dtype
 from zebra.generation.engine import Engine
 
 # FLA's whole-model types (fla.models registers these with the Auto classes on `import fla`).

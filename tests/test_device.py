@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError
-from zebra.generation import resolve_device, resolve_dtype
 
 
 def test_default_device_is_cuda_only_when_there_is_one():
