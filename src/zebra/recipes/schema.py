@@ -106,7 +106,9 @@ class ModelSpec:
     hidden_size: int = spec(2048, doc="model width D", min=8)
     intermediate_size: int = spec(8192, doc="SwiGLU inner width", min=8)
     num_layers: int = spec(32, doc="sublayers (mixers + MLPs), Megatron numbering", min=2)
-    recurrent: str = spec("gdn", doc="recurrent mixer kind", choices=recurrent_names)
+    recurrent_type: str = spec(
+        "gdn", doc="recurrent mixer kind placed by hybrid_attention_ratio", choices=recurrent_names
+    )
     hybrid_attention_ratio: float = spec(
         0.0, doc="fraction of mixer sublayers that are MLA", min=0.0, max=1.0
     )
@@ -132,7 +134,7 @@ class ModelSpec:
             hidden_size=self.hidden_size,
             intermediate_size=self.intermediate_size,
             num_hidden_layers=self.num_layers,
-            recurrent_type=self.recurrent,
+            recurrent_type=self.recurrent_type,
             hybrid_attention_ratio=self.hybrid_attention_ratio,
             layer_pattern=self.pattern,
             rms_norm_eps=self.norm_eps,
