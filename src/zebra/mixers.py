@@ -29,10 +29,6 @@ ATTENTION = "*"  # the MLA character: what `hybrid_attention_ratio` places betwe
 Shapes = dict[str, tuple[int, ...]]
 
 
-def _no_problems(cfg: Any) -> list[tuple[str, str]]:
-    return []
-
-
 @dataclass(frozen=True)
 class MixerSpec:
     """One sublayer kind.
@@ -69,7 +65,7 @@ class MixerSpec:
     config_prefix: str = ""
     config_defaults: dict[str, Any] = field(default_factory=dict)
     section: str | None = None
-    check: Callable[[Any], list[tuple[str, str]]] = _no_problems
+    check: Callable[[Any], list[tuple[str, str]]] = lambda cfg: []
     summary: Callable[[Any], str] = lambda cfg: ""
 
     def config_key(self, field_name: str) -> str:
