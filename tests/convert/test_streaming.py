@@ -15,7 +15,7 @@ from zebra.convert.tensor_sources import TensorSource
 BIG = [
     "model.pattern=null",
     "model.num_layers=40",
-    "model.recurrent=gdn",
+    "model.recurrent_type=gdn",
     "model.hidden_size=512",
     "model.intermediate_size=2048",
     "model.vocab_size=8192",
