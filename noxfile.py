@@ -21,9 +21,10 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def lint(session: nox.Session) -> None:
-    """ruff lint and format check (configured in pyproject.toml)."""
+    """ruff lint and format check, and the import layers (all configured in pyproject.toml)."""
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("lint-imports", env={"PYTHONPATH": "src:kernels"})  # grimp misses editable hooks
 
 
 @nox.session(python=False)
