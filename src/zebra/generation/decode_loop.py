@@ -115,7 +115,8 @@ class DecodeLoop:
         self.host = _HostTokens(state.batch, runner.device)
         width = max(self.rows.forced)
         device = runner.device
-        self.forced_tokens = torch.tensor([list(f) + [0] * (width - len(f)) for f in forced], device=device)
+        padded = [list(f) + [0] * (width - len(f)) for f in forced]
+        self.forced_tokens = torch.tensor(padded, dtype=torch.long, device=device)  # [B, F]
         self.forced_lengths = torch.tensor(self.rows.forced, device=device)  # [B]
 
     def __iter__(self) -> Iterator[list[int | None]]:
