@@ -37,7 +37,7 @@ for phase in "${phases[@]}"; do
       fi;;
     decode)
       for r in ${DECODE_RECIPES:-1b-gdn-pure 1b-mamba-mla}; do
-        timeout 240 python3 -m zebra.cli.main bench decode "$r" --batch 1,8 --prompt 2048 --new 256 --json \
+        timeout ${DECODE_TIMEOUT:-420} python3 -m zebra.cli.main bench decode "$r" --batch 1,8 --prompt 2048 --new 256 --json \
           > "$OUT/decode_$r.json" 2>> "$log"
         note "decode $r rc=$? $(tr -s ' \n' ' ' < "$OUT/decode_$r.json" | head -c 1500)"
       done;;

@@ -304,7 +304,8 @@ class StaticRunner(DecodeRunner):
         """Record `slot.chooser.choose(slot.logits)` for the chooser's sampling kind (its own memory pool);
         the warm-up and capture change the chooser's buffers, which the caller starts again."""
         chooser = slot.chooser
-        graph, _ = _capture(lambda: chooser.choose(slot.logits), generator=chooser.generator)
+        generator = None if chooser.kind == "greedy" else chooser.generator  # greedy draws no random numbers
+        graph, _ = _capture(lambda: chooser.choose(slot.logits), generator=generator)
         slot.choice_graphs[chooser.kind] = graph
 
 
