@@ -5,6 +5,7 @@ random weights (bf16, static cache, CUDA graph), prompt P, N new tokens, per bat
 - kernels: CUDA kernels one decode step launches, counted by the profiler on an eager step (no graph);
 - step_ms: N `Engine.step` calls, each fed the argmax of the last logits on the device, one sync at the end;
 - generate_ms: the `Engine.generate` loop (greedy, no stop ids), first to last column / (N - 1).
+With --compile the step is `torch.compile`d inside the CUDA graph (kernels are still counted on the eager step).
 One JSON line per batch size, tagged with --label.
 
     PYTHONPATH=/tmp/site:.base/src:.base/kernels python3 scripts/decode-ab.py 1b-gdn-pure --label before
@@ -59,6 +60,7 @@ def main() -> None:
     parser.add_argument("--batch", default="1,8")
     parser.add_argument("--prompt", type=int, default=2048)
     parser.add_argument("--new", type=int, default=256)
+    parser.add_argument("--compile", action="store_true", help="torch.compile the step inside the CUDA graph")
     args = parser.parse_args()
 
     import torch
@@ -71,7 +73,7 @@ def main() -> None:
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = ZebraForCausalLM(load_recipe(args.recipe).model.to_config()).to(torch.bfloat16).eval()
-    engine = Engine(model, max_seq_len=args.prompt + args.new)
+    engine = Engine(model, compile=args.compile, max_seq_len=args.prompt + args.new)
     for batch in (int(b) for b in args.batch.split(",")):
         gen = torch.Generator().manual_seed(batch)
         prompt = torch.randint(0, model.config.vocab_size, (batch, args.prompt), generator=gen).cuda()
@@ -84,6 +86,7 @@ def main() -> None:
             "zebra": zebra.__file__,
             "recipe": args.recipe,
             "batch": batch,
+            "compile": engine.compiled,
             "kernels_per_step": kernels,
             "step_ms": round(step_ms, 4),
             "generate_ms": round(generate_ms, 4),
