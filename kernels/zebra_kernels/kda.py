@@ -43,6 +43,8 @@ def kimi_delta_rule(
     use_gate_in_kernel: bool = False,
     A_log: torch.Tensor | None = None,
     dt_bias: torch.Tensor | None = None,
+    use_beta_sigmoid_in_kernel: bool = False,
+    allow_neg_eigval: bool = False,
     mode: str = "auto",
     chunk_size: int = 64,
     backend: str = "auto",
@@ -58,7 +60,8 @@ def kimi_delta_rule(
         v: values `[B, T, HV, V]` (HV == H for plain KDA).
         g: per-channel log decay `[B, T, HV, K]` (<= 0, already activated, FLA's default), or the raw
             `f_proj` output when `use_gate_in_kernel=True`.
-        beta: write strength `[B, T, HV]` (already through sigmoid).
+        beta: write strength `[B, T, HV]` (already through sigmoid, or its logits with
+            `use_beta_sigmoid_in_kernel`).
         scale: multiplies q; default `K ** -0.5`.
         initial_state: `[N, HV, K, V]` (N = B, or the number of packed sequences); None means zeros.
         output_final_state: also return the final state `[N, HV, K, V]`.
@@ -66,6 +69,8 @@ def kimi_delta_rule(
         use_qk_l2norm: L2-normalise q and k first (`x / sqrt(sum x^2 + 1e-6)`, FLA's l2norm).
         use_gate_in_kernel: `g` is raw; the decay is `-exp(A_log[h]) * softplus(g + dt_bias.view(HV, K))`.
         A_log: `[HV]`, needed with `use_gate_in_kernel`. dt_bias: `[HV * K]` or None.
+        use_beta_sigmoid_in_kernel: `beta` holds logits; the kernel uses `sigmoid(beta)` (as FLA's layers).
+        allow_neg_eigval: with `use_beta_sigmoid_in_kernel`, `2 * sigmoid(beta)`, in (0, 2).
         mode: "chunk", "recurrent" or "auto" (recurrent when T <= 64 and no grad is needed, else chunk).
         chunk_size: chunk length of the torch chunk form (FLA uses its own).
         backend: "auto", "torch" or "fla" (see `resolve_backend`).
@@ -86,5 +91,6 @@ def kimi_delta_rule(
     return delta_rule(
         KDA, q, k, v, g, beta, scale=scale, initial_state=initial_state, output_final_state=output_final_state,
         cu_seqlens=cu_seqlens, use_qk_l2norm=use_qk_l2norm, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log,
-        dt_bias=dt_bias, mode=mode, chunk_size=chunk_size, backend=backend,
+        dt_bias=dt_bias, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
+        mode=mode, chunk_size=chunk_size, backend=backend,
     )  # fmt: skip

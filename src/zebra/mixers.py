@@ -41,8 +41,8 @@ class MixerSpec:
         layer: dotted path of the `nn.Module` class; the class has `from_config(config, layer_idx)`,
             `reset_parameters()` and the sublayer call signature (docs/models.md). Imported when a model is built.
         params: `cfg -> int`, the parameters of one such sublayer, its pre-norm left out.
-        state: the kind of its decode-cache slot: "recurrent" (fixed-size `recurrent` and `conv` tensors, float32;
-            such a mixer can be the `recurrent_type` that `hybrid_attention_ratio` places), "latent" (tensors that
+        state: the kind of its decode-cache slot: "recurrent" (fixed-size `recurrent` and `conv` tensors: float32,
+            and the model dtype for a static cache's `conv`; such a mixer can be the `recurrent_type` that `hybrid_attention_ratio` places), "latent" (tensors that
             grow by one row per token, in the model dtype) or None (no state).
         state_shapes: `(cfg, batch_size, max_length) -> {tensor name: shape}` of the slot (a static cache
             allocates these; names are the slot's fields: `recurrent`, `conv` or `latent`, `k_rope`).

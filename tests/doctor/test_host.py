@@ -49,3 +49,31 @@ def test_disk_with_tiny_and_huge_needs(tmp_path):
 def test_disk_measures_the_nearest_existing_parent(tmp_path):
     check = check_disk(tmp_path / "not" / "yet", 1, "x")
     assert check.status == "ok" and f"free at {tmp_path} " in check.detail
+
+
+def test_kernel_cache_says_where_compiled_kernels_persist(tmp_path, monkeypatch):
+    from zebra.doctor.host import check_kernel_cache
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    triton = tmp_path / "kc" / "triton" / "abc"
+    triton.mkdir(parents=True)
+    (triton / "kernel.cubin").write_bytes(b"x" * 2000)
+    (triton / "kernel.autotune.json").write_text("{}")
+    check = check_kernel_cache({"ZEBRA_KERNEL_CACHE": str(tmp_path / "kc")})
+    assert check.status == "ok" and f"{tmp_path / 'kc' / 'triton'} (2 files" in check.detail
+    assert str(tmp_path / "kc" / "inductor") in check.detail
+
+
+def test_kernel_cache_warns_about_a_cache_a_reboot_empties_or_autotuning_left_off(tmp_path, monkeypatch):
+    from zebra.doctor.host import check_kernel_cache
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    check = check_kernel_cache({"TRITON_CACHE_DIR": str(tmp_path / "triton-cache"), "HOME": str(tmp_path)})
+    assert check.status == "warn" and "emptied by a reboot" in check.detail
+    assert "TRITON_CACHE_DIR set by you" in check.detail and "ZEBRA_KERNEL_CACHE" in check.fix
+    elsewhere = tmp_path / "home" / "cache"
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    check = check_kernel_cache({"ZEBRA_KERNEL_CACHE": str(elsewhere), "TRITON_CACHE_AUTOTUNING": "0"})
+    assert check.status == "warn" and "TRITON_CACHE_AUTOTUNING=0" in check.detail

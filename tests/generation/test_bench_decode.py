@@ -29,11 +29,17 @@ def test_bench_decode_tiny_recipe_json():
             abs(row["decode_tokens_per_s"] - row["batch"] * 1000 / row["decode_ms_per_token"])
             < 1e-6 * row["decode_tokens_per_s"]
         )
+        # the raw step (fed on the device) and the generate loop are separate figures; their ratio is reported
+        assert row["step_ms_per_token"] > 0
+        assert abs(row["loop_over_step"] - row["decode_ms_per_token"] / row["step_ms_per_token"]) < 1e-9
+        assert abs(row["roofline_ratio"] - row["step_ms_per_token"] / row["roofline_ms"]) < 1e-9
+        assert row["fla_decode_ms_per_token"] is None  # the hybrid has no FLA class: a note instead
         # a static cache for 16 + 4 tokens: the arithmetic's bytes plus the one extra conv column per channel
         assert row["cache_bytes_arch"] <= row["cache_bytes"] < 1.2 * row["cache_bytes_arch"]
         assert row["roofline_ms"] > 0 and row["roofline_ratio"] > 0
         assert row["hf_decode_ms_per_token"] > 0 and row["speedup_vs_hf"] > 0
     assert report["rows"][1]["cache_bytes"] == 2 * report["rows"][0]["cache_bytes"]
+    assert "is a hybrid" in report["fla"] and "FLA has classes for pure GDN" in report["fla"]
 
 
 def test_bench_decode_table_and_errors():
@@ -57,6 +63,7 @@ def test_bench_decode_table_and_errors():
     assert result.exit_code == 0, result.output
     assert "decode: tiny-gdn on cpu" in result.stdout
     assert "roofline = (weights" in result.stdout and "HF" not in result.stdout.split("roofline =")[1]
+    assert "FLA: skipped (--no-hf)" in result.stdout
     bad = runner.invoke(app, ["bench", "decode", "no-such-recipe", "--device", "cpu"])
     assert bad.exit_code == 1 and "not a model directory, and not a recipe" in bad.stderr
     bad = runner.invoke(app, ["bench", "decode", "tiny", "--batch", "1,x", "--device", "cpu"])

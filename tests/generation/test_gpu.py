@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from zebra.generation import Engine, generate_tokens
+from zebra.generation import Engine, SamplingParams, generate_tokens
 
 pytestmark = pytest.mark.gpu
 
@@ -83,3 +83,106 @@ def test_1b_gdn_pure_bf16_graph_equals_eager():
     graph = generate_tokens(Engine(model, cuda_graph=True), ids, max_new_tokens=32)
     eager = generate_tokens(Engine(model, cache="static", cuda_graph=False), ids, max_new_tokens=32)
     assert graph == eager
+
+
+def prompts_of(lengths: list[int], vocab: int, seed: int) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab, (n,), generator=gen).tolist() for n in lengths]
+
+
+def test_graph_decode_over_growing_and_shrinking_requests_equals_eager():
+    """Issue 15 item 17: a later request that needs a larger cache used to crash the next graph capture (a
+    released graph's shared pool). Slots now regrow with their own pools; every output still equals eager decode."""
+    model = cuda_model("tiny", torch.float32)
+    graph = Engine(model, max_seq_len=64)  # buckets up to 64 tokens; longer requests get exactly their size
+    eager = Engine(model, cache="static", cuda_graph=False, max_seq_len=64)
+    requests = [
+        ([7], 8),
+        ([7], 1),
+        ([7], 100),
+        ([5, 9], 30),
+        ([7], 3),
+        ([9, 4, 6], 70),
+        ([5, 9], 4),
+        ([7], 200),
+    ]
+    capacities = []
+    for i, (lengths, new) in enumerate(requests):
+        prompts = prompts_of(lengths, model.config.vocab_size, seed=i)
+        want = generate_tokens(eager, prompts, max_new_tokens=new)
+        assert generate_tokens(graph, prompts, max_new_tokens=new) == want, (lengths, new)
+        capacities.append(graph.runner._slots[1].cache.max_length)
+    assert capacities == [16, 16, 107, 107, 107, 107, 107, 207]  # regrown twice, reused when shrinking
+    assert all(isinstance(slot.graph, torch.cuda.CUDAGraph) for slot in graph.runner._slots.values())
+
+
+def test_1b_gdn_pure_requests_of_8_then_1_then_256_tokens_after_2048():
+    """The exact failing sequence of issue 15 item 17 (max_seq_len 2049 forces the regrowth it crashed on)."""
+    model = cuda_model("1b-gdn-pure", torch.bfloat16)
+    prompt = prompts_of([2048], model.config.vocab_size, seed=0)
+    graph = Engine(model, max_seq_len=2049)
+    eager = Engine(model, cache="static", cuda_graph=False, max_seq_len=2049)
+    for new in (8, 1, 256):
+        assert generate_tokens(graph, prompt, max_new_tokens=new) == generate_tokens(
+            eager, prompt, max_new_tokens=new
+        )
+    assert graph.runner._slots[1].cache.max_length == 2304
+
+
+@pytest.mark.parametrize(
+    "params",
+    [SamplingParams(temperature=0.8), SamplingParams(temperature=1.0, top_k=50, top_p=0.9)],
+    ids=["plain", "filtered"],
+)
+def test_seeded_sampling_in_the_graph_equals_eager_sampling(params):
+    """The captured chooser draws from the slot's generator exactly as the eager one does (Philox offsets)."""
+    model = cuda_model("tiny", torch.float32)
+    prompts = prompts_of([7, 3], model.config.vocab_size, seed=1)
+    graph, eager = Engine(model), Engine(model, cache="static", cuda_graph=False)
+    runs = [
+        generate_tokens(e, prompts, max_new_tokens=24, sampling=params, seed=7) for e in (graph, eager, graph)
+    ]
+    assert runs[0] == runs[1] == runs[2]
+    assert generate_tokens(graph, prompts, max_new_tokens=24, sampling=params, seed=8) != runs[0]
+
+
+def test_a_stop_id_on_the_graph_loop_leaves_the_state_as_eager_decode():
+    model = cuda_model("tiny", torch.float32)
+    graph, dynamic = Engine(model, max_seq_len=128), Engine(model, cache="dynamic")
+    probe = [c[0] for c in dynamic.generate_from(dynamic.new_state(batch=1), PROMPTS[0], max_new_tokens=8)]
+    outs = []
+    for engine in (graph, dynamic):
+        state = engine.new_state(batch=1)
+        first = [c[0] for c in engine.generate_from(state, PROMPTS[0], max_new_tokens=8, stop_ids={probe[3]})]
+        second = [c[0] for c in engine.generate_from(state, PROMPTS[1], max_new_tokens=8)]
+        outs.append((first, second, state.length))
+    assert outs[0] == outs[1] and outs[0][0] == probe[:4]
+
+
+def test_the_generate_loop_does_not_synchronise_per_token():
+    """After the first column, token choice, the copy to the host and stop checks run without a host sync
+    (torch's sync debug mode raises on .item(), .tolist() of a GPU tensor, blocking copies)."""
+    model = cuda_model("tiny-gdn", torch.float32)
+    engine = Engine(model)
+    params = SamplingParams(temperature=1.0, top_p=0.9)
+    list(engine.generate(PROMPTS, max_new_tokens=4, sampling=params, seed=0))  # captures
+    columns = engine.generate(PROMPTS, max_new_tokens=40, sampling=params, seed=0, stop_ids={1, 2})
+    next(columns)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        rest = list(columns)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert rest
+
+
+def test_fla_twin_is_flas_own_class_on_the_same_weights():
+    from zebra.bench.decode import fla_twin
+
+    model = cuda_model("tiny-gdn", torch.float32, backend="fla")
+    twin, note = fla_twin(model)
+    assert type(twin).__name__ == "GatedDeltaNetForCausalLM" and "zebra convert --to fla" in note
+    ids = torch.tensor(prompts_of([64], model.config.vocab_size, seed=2), device="cuda")
+    with torch.no_grad():
+        a, b = model(input_ids=ids).logits.float(), twin(input_ids=ids).logits.float()
+    assert torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0) > 0.9999

@@ -205,3 +205,16 @@ def test_bad_arguments_raise_clear_errors():
         causal_conv1d(xc, wc[:2])
     with pytest.raises(ValueError, match=r"initial_state must have shape \[1, 3, 4\]"):
         causal_conv1d(xc, wc, initial_state=torch.zeros(1, 4, 3))
+
+
+def test_the_final_state_keeps_the_initial_states_dtype():
+    """A bf16 cache stays bf16 (its values are raw bf16 inputs: nothing to lose, no cast per decode step); a
+    float32 one stays float32; without an initial state the state is float32."""
+    x, weight, _ = conv_inputs(2, 3, 4, 3)
+    x, weight = x.bfloat16(), weight.bfloat16()
+    _, state = causal_conv1d(x[:, :2], weight, output_final_state=True)
+    assert state.dtype == torch.float32
+    y32, s32 = causal_conv1d(x[:, 2:], weight, initial_state=state, output_final_state=True)
+    y16, s16 = causal_conv1d(x[:, 2:], weight, initial_state=state.bfloat16(), output_final_state=True)
+    assert s32.dtype == torch.float32 and s16.dtype == torch.bfloat16
+    assert torch.equal(s16.float(), s32) and torch.equal(y16, y32)

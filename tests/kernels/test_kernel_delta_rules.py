@@ -250,3 +250,18 @@ def test_l2norm_matches_fla_definition():
     expected = x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)
     assert torch.allclose(l2norm(x), expected, rtol=0, atol=1e-15)
     assert not torch.allclose(l2norm(x), F.normalize(x, dim=-1))
+
+
+@pytest.mark.parametrize("op", ["gdn", "kda"])
+@pytest.mark.parametrize("neg", [False, True], ids=["beta", "2beta"])
+def test_beta_sigmoid_in_kernel_equals_precomputed_beta(op, neg):
+    q, k, v, g, beta, h0 = make_inputs(op, 2, 20, 2, 2, 4, 4, initial_state=True)
+    logits = torch.logit(beta.clamp(1e-3, 1 - 1e-3))  # [B, T, HV]
+    precomputed = logits.sigmoid() * (2.0 if neg else 1.0)
+    for mode in ("chunk", "recurrent"):
+        fused = run(
+            op, q, k, v, g, logits, h0, use_beta_sigmoid_in_kernel=True, allow_neg_eigval=neg, mode=mode
+        )
+        assert_all_close(fused, run(op, q, k, v, g, precomputed, h0, mode=mode), TIGHT)
+    with pytest.raises(ValueError, match="allow_neg_eigval=True needs use_beta_sigmoid_in_kernel"):
+        run(op, q, k, v, g, beta, h0, allow_neg_eigval=True)

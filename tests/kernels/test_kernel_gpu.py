@@ -91,19 +91,29 @@ def layout(case):
     return 2, 2048, None, 2
 
 
-@pytest.mark.parametrize("case", [*CASES, "gate-in-kernel"])
+def raw_gate_and_beta(case, g, beta, heads, dt_bias_size):
+    """For the in-kernel cases: (raw gate input, beta or its logits, kernel flags with A_log / dt_bias), as the
+    mixers pass them without padding (FLA's layers do the same)."""
+    if case not in ("gate-in-kernel", "beta-in-kernel"):
+        return g, beta, {}
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    g = torch.randn(g.shape, generator=gen, device="cuda", dtype=torch.float64)
+    extra = dict(
+        use_gate_in_kernel=True,
+        A_log=torch.rand(heads, device="cuda").mul(2).log1p().double(),  # float32-exact values
+        dt_bias=(torch.randn(dt_bias_size, device="cuda") * 0.5).double(),
+    )
+    if case == "beta-in-kernel":
+        beta = torch.randn(beta.shape, generator=gen, device="cuda", dtype=torch.float64) * 2  # logits
+        extra["use_beta_sigmoid_in_kernel"] = True
+    return g, beta, extra
+
+
+@pytest.mark.parametrize("case", [*CASES, "gate-in-kernel", "beta-in-kernel"])
 def test_gdn_fla_matches_reference(record, case):
     B, T, cu, N = layout(case)
     q, k, v, g, beta, h0 = gdn_inputs(B, T, 8, 16, 64, 64, device="cuda", initial_state=case != "plain", N=N)
-    extra = {}
-    if case == "gate-in-kernel":  # FLA layers pass the raw a_proj output with A_log / dt_bias
-        gen = torch.Generator(device="cuda").manual_seed(3)
-        g = torch.randn(g.shape, generator=gen, device="cuda", dtype=torch.float64)
-        extra = dict(
-            use_gate_in_kernel=True,
-            A_log=torch.rand(16, device="cuda").mul(2).log1p().double(),  # float32-exact values
-            dt_bias=(torch.randn(16, device="cuda") * 0.5).double(),
-        )
+    g, beta, extra = raw_gate_and_beta(case, g, beta, 16, 16)
 
     def fn(q, k, v, g, beta, h0, backend):
         ex = {
@@ -124,14 +134,19 @@ def test_gdn_fla_matches_reference(record, case):
     )
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [*CASES, "beta-in-kernel"])
 def test_kda_fla_matches_reference(record, case):
     B, T, cu, N = layout(case)
     q, k, v, g, beta, h0 = kda_inputs(B, T, 16, 32, 64, device="cuda", initial_state=case != "plain", N=N)
+    g, beta, extra = raw_gate_and_beta(case, g, beta, 16, 16 * 32)
 
     def fn(q, k, v, g, beta, h0, backend):
+        ex = {
+            key: (val.float() if backend == "fla" else val) if torch.is_tensor(val) else val
+            for key, val in extra.items()
+        }
         return zk.kimi_delta_rule(
-            q, k, v, g, beta, initial_state=h0, output_final_state=True, cu_seqlens=cu, backend=backend
+            q, k, v, g, beta, initial_state=h0, output_final_state=True, cu_seqlens=cu, backend=backend, **ex
         )
 
     compare(
@@ -354,3 +369,47 @@ def test_recurrent_decode_kernels_match_reference(record, T):
             err = relative_error(a, b) if torch.isfinite(a).all() else math.inf
             record(f"{name}-recurrent-T{T}", quantity, err)
             assert err < TOL, f"{name} {quantity}: {err:.3e}"
+
+
+@pytest.mark.parametrize("neg", [False, True], ids=["beta", "2beta"])
+@pytest.mark.parametrize("name", ["gdn", "kda"])
+def test_recurrent_decode_with_the_gate_and_beta_in_the_kernel(record, name, neg):
+    """The mixers' decode step: raw bf16 gate input and beta logits straight from the stacked projection, the
+    gate, sigmoid (x2 with allow_neg_eigval) and decay inside FLA's fused recurrent kernel, a carried state."""
+    if name == "gdn":
+        fn, inputs, heads, dt_size = (
+            zk.gated_delta_rule,
+            gdn_inputs(4, 1, 8, 16, 64, 64, device="cuda", initial_state=True),
+            16,
+            16,
+        )
+    else:
+        fn, inputs, heads, dt_size = (
+            zk.kimi_delta_rule,
+            kda_inputs(4, 1, 16, 32, 64, device="cuda", initial_state=True),
+            16,
+            512,
+        )
+    q, k, v, g, beta, h0 = inputs
+    g, beta, extra = raw_gate_and_beta("beta-in-kernel", g, beta, heads, dt_size)
+    extra["allow_neg_eigval"] = neg
+    (q, k, v, g, beta, h0), ref = rounded([q, k, v, g, beta, h0], [BF16, BF16, BF16, BF16, BF16, F32])
+    with torch.no_grad():
+        low = {key: val.float() if torch.is_tensor(val) else val for key, val in extra.items()}
+        o, s = fn(
+            q,
+            k,
+            v,
+            g,
+            beta,
+            initial_state=h0,
+            output_final_state=True,
+            mode="recurrent",
+            backend="fla",
+            **low,
+        )
+        ro, rs = fn(*ref[:5], initial_state=ref[5], output_final_state=True, backend="torch", **extra)
+    for quantity, a, b in (("out", o, ro), ("state", s, rs)):
+        err = relative_error(a, b) if torch.isfinite(a).all() else math.inf
+        record(f"{name}-recurrent-in-kernel-{'2beta' if neg else 'beta'}", quantity, err)
+        assert err < TOL, f"{name} {quantity}: {err:.3e}"

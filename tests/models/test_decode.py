@@ -100,3 +100,46 @@ def test_packed_sequences_equal_separate_sequences():
     packed = full_logits(model, torch.cat(seqs)[None], cu_seqlens=cu_seqlens)[0]
     separate = torch.cat([full_logits(model, s[None])[0] for s in seqs])
     torch.testing.assert_close(packed, separate, atol=ATOL, rtol=0)
+
+
+def test_a_step_with_feed_off_leaves_the_static_cache_as_it_was():
+    """The decode loop may launch a step before it knows the sequence ended; with `feed` False that step changes
+    no state and no offset, so decoding continues exactly as if it never ran."""
+    model = tiny_model("tiny", seed=6)
+    ids = torch.randint(0, model.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(5))
+    full = full_logits(model, ids)
+    cache = ZebraCache(model.config, batch_size=2, max_length=12, dtype=torch.float64)
+    first = decode(model, ids[:, :8], cache, [7, 1])
+    before = [t.clone() for layer in cache.layers if layer is not None for t in layer.tensors().values()]
+    before = [t for t in before if t.shape[1] != 12]  # recurrent and conv states (latents are slot-addressed)
+    cache.feed.fill_(False)
+    with torch.no_grad():
+        model(ids[:, 8:9], cache=cache)  # a step whose token must not enter the cache
+    cache.uncount(1)
+    after = [
+        t for layer in cache.layers if layer is not None for t in layer.tensors().values() if t.shape[1] != 12
+    ]
+    assert all(torch.equal(a, b) for a, b in zip(after, before, strict=True))
+    assert int(cache.offset_tensor) == cache.get_seq_length() == 8
+    cache.feed.fill_(True)
+    rest = decode(model, ids[:, 8:], cache, [1, 1, 1, 1])
+    torch.testing.assert_close(torch.cat([first, rest], dim=1), full, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-mamba"])
+def test_a_bf16_static_cache_keeps_conv_states_in_bf16_and_decodes_as_the_dynamic_one(name):
+    """Conv states hold raw bf16 inputs: stored in bf16 (no cast per step) they lose nothing, so the static cache
+    gives the same logits as the dynamic one, whose conv states are float32 (the same kernel on the same values)."""
+    model = tiny_model(name, seed=7).to(torch.bfloat16)
+    ids = torch.randint(0, model.config.vocab_size, (2, 10), generator=torch.Generator().manual_seed(6))
+    static = ZebraCache(model.config, batch_size=2, max_length=10, dtype=torch.bfloat16)
+    convs = [layer.conv for layer in static.layers if getattr(layer, "conv", None) is not None]
+    assert convs and all(c.dtype == torch.bfloat16 for c in convs)
+    dynamic = ZebraCache(model.config)
+    got, want = decode(model, ids, static, [6, 1, 1, 1, 1]), decode(model, ids, dynamic, [6, 1, 1, 1, 1])
+    assert all(
+        layer.conv.dtype == torch.float32
+        for layer in dynamic.layers
+        if getattr(layer, "conv", None) is not None
+    )
+    assert torch.equal(got, want)

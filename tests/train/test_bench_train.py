@@ -16,6 +16,9 @@ def test_bench_train_reports_the_trainers_step(cli):
     assert row["model"] == "zebra" and row["tokens_per_s"] > 0 and row["mfu"] is None
     assert row["params"] == 126_320 and 4.0 < row["loss"] < 7.0  # random tokens: near ln(272)
     assert report["flops_per_token"] == 6 * row["params"] and report["ratio"] is None
+    # the time to first step from the model's build, and from the process start (earlier)
+    assert 0 < row["first_step_s"] < row["first_step_process_s"]
+    assert report["kernel_cache"]
 
 
 def test_bench_train_table_states_the_mfu_formula(cli):

@@ -75,6 +75,13 @@ def test_metrics_jsonl_has_every_field(finished_run):
         assert r["mfu"] is None  # no peak FLOP/s is known for a CPU
     assert train[-1]["tokens"] == 6 * 8 * 32
     assert all(math.isfinite(r["val_loss"]) for r in valid)
+    (first,) = [r for r in records if "time_to_first_step_s" in r]
+    assert first["step"] == 1 and first["time_to_first_step_s"] > 0
+
+
+def test_the_log_says_when_the_first_step_ended_and_where_kernels_persist(finished_run):
+    _, result = finished_run
+    assert "first step done" in result.output and "kernel cache" in result.output
 
 
 def test_run_directory_layout(finished_run):

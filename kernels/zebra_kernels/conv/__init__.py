@@ -41,8 +41,9 @@ def causal_conv1d(
         backend: "auto", "torch" or "fla" (see `resolve_backend`).
 
     Returns:
-        y `[B, T, C]` in x's dtype, and the final state `[N, C, W]` (float32; float64 for float64 inputs)
-        or None.
+        y `[B, T, C]` in x's dtype, and the final state `[N, C, W]` or None. The state holds raw inputs, so it
+        keeps the initial state's dtype (promoted with x's: a bf16 cache for bf16 inputs stays bf16, with no
+        cast in a decode step); without an initial state it is float32 (float64 for float64 inputs).
 
     Examples:
         >>> x, weight = torch.randn(2, 10, 8), torch.randn(8, 4)
@@ -62,6 +63,8 @@ def causal_conv1d(
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
     N = num_sequences(x, cu_seqlens)
     check_state(initial_state, (N, C, weight.shape[1]))
+    out_dtype, dtype = x.dtype, compute_dtype(x, weight, bias, initial_state)
+    state_dtype = dtype if initial_state is None else torch.promote_types(initial_state.dtype, x.dtype)
 
     if resolve_backend(backend, x.device) == "fla":
         from zebra_kernels.conv.fla import fla_causal_conv1d
@@ -75,9 +78,8 @@ def causal_conv1d(
             output_final_state=output_final_state,
             cu_seqlens=cu_seqlens,
         )
-        return y.to(x.dtype), state
+        return y.to(out_dtype), (None if state is None else state.to(state_dtype))
 
-    out_dtype, dtype = x.dtype, compute_dtype(x, weight, bias, initial_state)
     if cu_seqlens is None:
         y, state = torch_causal_conv1d(x.to(dtype), weight, bias, activation, initial_state)
     else:
@@ -86,4 +88,4 @@ def causal_conv1d(
             unpack(x.to(dtype), cu_seqlens), weight, bias, activation, initial_state, lengths
         )
         y = pack(y, cu_seqlens)
-    return y.to(out_dtype), (state if output_final_state else None)
+    return y.to(out_dtype), (state.to(state_dtype) if output_final_state else None)

@@ -1,7 +1,7 @@
 """Depthwise causal conv1d on FLA's Triton kernels (`fla.modules.causal_conv1d`), GPU only.
 
-FLA's cache is `[N, C, W]` in x's dtype; it holds raw inputs, so the float32 states zebra_kernels hands out
-convert both ways without loss.
+FLA's cache is `[N, C, W]` in x's dtype; it holds raw inputs, so states in x's dtype or float32 convert both
+ways without loss. The final state comes back in x's dtype (the caller casts it to the state dtype it promises).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def fla_causal_conv1d(
         else:
             cache = initial_state.to(x.dtype, memory_format=torch.contiguous_format, copy=True)
         y, cache = causal_conv1d_update(x=x, cache=cache, weight=weight, bias=bias, activation=activation)
-        return y, cache.float() if output_final_state else None
+        return y, cache if output_final_state else None
     state = None if initial_state is None else initial_state.to(x.dtype).contiguous()
     y, final_state = causal_conv1d(
         x=x,
@@ -47,4 +47,4 @@ def fla_causal_conv1d(
         activation=activation,
         cu_seqlens=None if cu_seqlens is None else cu_seqlens.to(x.device, torch.long),
     )
-    return y, None if final_state is None else final_state.float()
+    return y, final_state

@@ -52,6 +52,8 @@ def delta_rule(
     use_gate_in_kernel: bool,
     A_log: torch.Tensor | None,
     dt_bias: torch.Tensor | None,
+    use_beta_sigmoid_in_kernel: bool,
+    allow_neg_eigval: bool,
     mode: str,
     chunk_size: int,
     backend: str,
@@ -60,6 +62,8 @@ def delta_rule(
     _check_shapes(variant, q, k, v, g, beta)
     if use_gate_in_kernel and A_log is None:
         raise ValueError("use_gate_in_kernel=True needs A_log [HV]")
+    if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
+        raise ValueError("allow_neg_eigval=True needs use_beta_sigmoid_in_kernel=True (beta as logits)")
     T, K, HV, V = q.shape[1], q.shape[3], v.shape[2], v.shape[3]
     N = num_sequences(q, cu_seqlens)
     check_state(initial_state, (N, HV, K, V))
@@ -90,12 +94,16 @@ def delta_rule(
             use_gate_in_kernel=use_gate_in_kernel,
             A_log=A_log,
             dt_bias=dt_bias,
+            use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+            allow_neg_eigval=allow_neg_eigval,
         )
 
     return _torch_delta_rule(
         variant, q, k, v, g, beta, scale=scale, initial_state=initial_state,
         output_final_state=output_final_state, cu_seqlens=cu_seqlens, use_qk_l2norm=use_qk_l2norm,
-        use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias, mode=mode, chunk_size=chunk_size,
+        use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
+        use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval, mode=mode,
+        chunk_size=chunk_size,
     )  # fmt: skip
 
 
@@ -142,6 +150,8 @@ def _torch_delta_rule(
     use_gate_in_kernel: bool,
     A_log: torch.Tensor | None,
     dt_bias: torch.Tensor | None,
+    use_beta_sigmoid_in_kernel: bool,
+    allow_neg_eigval: bool,
     mode: str,
     chunk_size: int,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -150,6 +160,8 @@ def _torch_delta_rule(
     T, H, HV = q.shape[1], q.shape[2], v.shape[2]
     out_dtype, dtype = v.dtype, compute_dtype(q, k, v, g, beta, initial_state, A_log, dt_bias)
     q, k, v, beta = (x.to(dtype) for x in (q, k, v, beta))
+    if use_beta_sigmoid_in_kernel:
+        beta = beta.sigmoid() * 2.0 if allow_neg_eigval else beta.sigmoid()
     g = variant.gate(g, A_log, dt_bias) if use_gate_in_kernel else g.to(dtype)
     if not variant.per_channel:
         g = g[..., None]  # [B, T, HV, 1]: one decay for all K channels

@@ -2,7 +2,8 @@
 
 FLA 0.6.0's `fla.ops.gated_delta_rule` (GDN) and `fla.ops.kda` (KDA) take g as the activated log decay by
 default and the raw gate projection with `use_gate_in_kernel=True` (plus A_log [HV] and dt_bias: [HV] for GDN,
-[HV*K] for KDA); all four kernels support grouped value heads, L2-normalise q/k in the kernel, and keep states
+[HV*K] for KDA), beta as logits with `use_beta_sigmoid_in_kernel=True` (x2 with `allow_neg_eigval`, as FLA's
+layers pass them); all four kernels support grouped value heads, L2-normalise q/k in the kernel, and keep states
 `[N, HV, K, V]` float32 (state_v_first=False). The recurrent kernels have no backward.
 """
 
@@ -30,6 +31,8 @@ def fla_delta_rule(
     use_gate_in_kernel: bool,
     A_log: torch.Tensor | None,
     dt_bias: torch.Tensor | None,
+    use_beta_sigmoid_in_kernel: bool,
+    allow_neg_eigval: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Shapes as `zebra_kernels.gated_delta_rule` (`per_channel=False`) or `kimi_delta_rule` (True); mode is
     "chunk" or "recurrent" (already resolved)."""
@@ -44,7 +47,8 @@ def fla_delta_rule(
 
     v = as_fla_float(v)
     q, k = q.to(v.dtype), k.to(v.dtype)
-    g = g.float()  # FLA's own tests and layers keep the log decay in float32
+    # FLA's own tests and layers keep the log decay in float32; the raw gate input goes as it is (FLA's layers)
+    g = as_fla_float(g) if use_gate_in_kernel else g.float()
     beta = as_fla_float(beta)
     h0 = None if initial_state is None else initial_state.float()  # chunk_kda asserts a float32 state
     kwargs = dict(
@@ -56,6 +60,8 @@ def fla_delta_rule(
     )
     if use_gate_in_kernel:
         kwargs.update(use_gate_in_kernel=True, A_log=as_fla_float(A_log), dt_bias=as_fla_float(dt_bias))
+    if use_beta_sigmoid_in_kernel:
+        kwargs.update(use_beta_sigmoid_in_kernel=True, allow_neg_eigval=allow_neg_eigval)
     if mode == "chunk":
         refuse_broken_backward(q, k, v, g, beta, h0, A_log, dt_bias)
         o, final_state = chunk(q, k, v, g, beta, **kwargs)

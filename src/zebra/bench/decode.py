@@ -2,20 +2,29 @@
 
 What is measured, per batch size B (random prompt ids, greedy, no stop token, one warm-up run first):
 - engine prefill: `Engine.prefill` of B x P tokens into a fresh cache; tokens/s = B * P / seconds.
-- engine decode: N one-token steps as a streaming caller runs them (sample, copy the token to the host, feed it);
-  ms/token = seconds / N (one step emits B tokens), tokens/s = B * N / seconds.
+- engine step: N one-token `Engine.step` calls, each fed the argmax of the last logits on the device, with no
+  host read in between (one synchronisation at the end): the model's own step, graph replay included;
+  ms/token = seconds / N (one step emits B tokens).
+- engine decode: the full `Engine.generate` loop that `zebra generate` and chat run (token choice, the copy of
+  every token to the host, stop checks, streaming), timed from its first yielded column to its last:
+  ms/token = seconds / (N - 1), tokens/s = B * (N - 1) / seconds. `loop_over_step` = decode / step.
 - cache: bytes the engine's cache holds after P + N tokens, next to `zebra.arch.decode_cache` (latents in the
   model dtype, states in float32) times B. A static cache is allocated for P + N tokens up front.
 - HF: `model.generate(max_new_tokens=N, min_new_tokens=N)` on the same model, each token time-stamped by a
   streamer: prefill = prompt to first new token, decode ms/token = first to last new token / (N - 1).
+- FLA (zebra models of one GDN or KDA mixer, on a GPU): the model's weights written by `zebra convert --to fla`,
+  loaded with FLA's own class (GatedDeltaNetForCausalLM / KDAForCausalLM), timed with HF `generate` as above.
+  Hybrids and other models get a note instead (FLA has no class for them).
 - roofline: bytes one decode step must read (every weight once; the lm_head read, the embedding table not, when
   untied) plus the cache (states read and written, latents read at the mean context length), divided by the
-  bandwidth of a large device-to-device copy measured in the same run (2 x bytes / seconds).
+  bandwidth of a large device-to-device copy measured in the same run (2 x bytes / seconds);
+  `roofline_ratio` = step ms / roofline ms.
 """
 
 from __future__ import annotations
 
 import platform
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -25,9 +34,10 @@ from typing import Any
 import torch
 
 from zebra import arch
+from zebra.caches import use_kernel_cache
 from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError
-from zebra.generation import Engine, SamplingParams, sample_next_token
+from zebra.generation import Engine
 from zebra.generation.loading import load_model
 from zebra.models import ZebraForCausalLM
 from zebra.recipes import load_recipe
@@ -55,16 +65,21 @@ class DecodeBenchRow:
     batch: int
     prefill_tokens_per_s: float
     prefill_ms: float
-    decode_ms_per_token: float
+    step_ms_per_token: float  # Engine.step fed on the device, no host reads
+    step_tokens_per_s: float
+    decode_ms_per_token: float  # the Engine.generate loop users run
     decode_tokens_per_s: float
+    loop_over_step: float  # decode ms / step ms
     cache_bytes: int
     cache_bytes_arch: int | None  # zebra models only
     roofline_ms: float
-    roofline_ratio: float  # measured decode ms / roofline ms
+    roofline_ratio: float  # step ms / roofline ms
     peak_memory_bytes: int | None
     hf_decode_ms_per_token: float | None = None
     hf_prefill_ms: float | None = None
-    speedup_vs_hf: float | None = None
+    speedup_vs_hf: float | None = None  # HF ms / engine decode ms
+    fla_decode_ms_per_token: float | None = None
+    speedup_vs_fla: float | None = None  # FLA ms / engine decode ms
 
 
 @dataclass
@@ -82,6 +97,7 @@ class DecodeBenchReport:
     compile: bool
     torch_version: str
     rows: list[DecodeBenchRow]
+    fla: str | None = None  # FLA's class that ran, or why it did not
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,29 +106,18 @@ class DecodeBenchReport:
 def run_decode_bench(
     cfg: DecodeBenchConfig, on_progress: Callable[[float, float | None, str], None] | None = None
 ) -> DecodeBenchReport:
-    """Measure the engine (and HF generate) on cfg.model for every batch size; see the module docstring.
+    """Measure the engine (and HF generate, and FLA's class) on cfg.model for every batch size; see the module
+    docstring.
 
-    `on_progress(done, total, note)` is called as each phase starts (build, bandwidth, then one engine run and
-    one HF run per batch size), with the phases done so far.
+    `on_progress(done, total, note)` is called as each phase starts (build, bandwidth, FLA's model, then one
+    engine run, one HF run and one FLA run per batch size), with the phases done so far.
     """
-    phases = 2 + len(cfg.batches) * (2 if cfg.hf else 1)
-    done = 0
-
-    def say(note: str) -> None:
-        nonlocal done
-        if on_progress is not None:
-            on_progress(done, phases, note)
-        done += 1
-
-    if cfg.prompt < 1 or cfg.new < 2 or not cfg.batches or min(cfg.batches) < 1:
-        raise ZebraError(
-            "need --prompt >= 1, --new >= 2 and batch sizes >= 1",
-            fix="e.g. --batch 1,8 --prompt 2048 --new 256",
-        )
-    if cfg.cache not in ("auto", "static", "dynamic"):
-        raise ZebraError(f"--cache {cfg.cache}: unknown", fix="use auto, static or dynamic")
+    _check_config(cfg)
     device = resolve_device(cfg.device)
-    say(f"building {cfg.model} on {device}")
+    use_kernel_cache()
+    phases = 3 + len(cfg.batches) * (1 + 2 * cfg.hf)
+    progress = _Progress(on_progress, phases)
+    progress.say(f"building {cfg.model} on {device}")
     model = build_model(cfg.model, device=device, dtype=cfg.dtype, seed=cfg.seed)
     if cfg.cache == "static" and model.config.model_type != "zebra":
         raise ZebraError(
@@ -125,19 +130,25 @@ def run_decode_bench(
         compile=cfg.compile,
         max_seq_len=cfg.prompt + cfg.new,
     )
-    say("measuring memory bandwidth")
+    progress.say("measuring memory bandwidth")
     bandwidth = measure_bandwidth(engine.device)
     weight_bytes = weight_bytes_per_step(model)
+    progress.say("FLA's model class (from zebra convert --to fla)")
+    fla, fla_note = fla_twin(model) if cfg.hf else (None, "skipped (--no-hf)")
     gen = torch.Generator().manual_seed(cfg.seed)
     rows = []
     for batch in cfg.batches:
         prompts = torch.randint(0, model.config.vocab_size, (batch, cfg.prompt), generator=gen)
-        say(f"engine, batch {batch}")
+        progress.say(f"engine, batch {batch}")
         row = _bench_engine(engine, prompts, cfg.new, weight_bytes, bandwidth)
         if cfg.hf:
-            say(f"HF generate, batch {batch}")
+            progress.say(f"HF generate, batch {batch}")
             row.hf_prefill_ms, row.hf_decode_ms_per_token = _bench_hf(model, prompts, cfg.new)
             row.speedup_vs_hf = row.hf_decode_ms_per_token / row.decode_ms_per_token
+            progress.say(f"FLA's class with HF generate, batch {batch}")
+            if fla is not None:
+                row.fla_decode_ms_per_token = _bench_hf(fla, prompts, cfg.new)[1]
+                row.speedup_vs_fla = row.fla_decode_ms_per_token / row.decode_ms_per_token
         rows.append(row)
     return DecodeBenchReport(
         model=cfg.model,
@@ -153,7 +164,56 @@ def run_decode_bench(
         compile=engine.compiled,
         torch_version=torch.__version__,
         rows=rows,
+        fla=fla_note,
     )
+
+
+class _Progress:
+    """`on_progress(done, total, note)` as each phase starts."""
+
+    def __init__(self, on_progress, total: int):
+        self.on_progress, self.total, self.done = on_progress, total, 0
+
+    def say(self, note: str) -> None:
+        if self.on_progress is not None:
+            self.on_progress(self.done, self.total, note)
+        self.done += 1
+
+
+def _check_config(cfg: DecodeBenchConfig) -> None:
+    if cfg.prompt < 1 or cfg.new < 2 or not cfg.batches or min(cfg.batches) < 1:
+        raise ZebraError(
+            "need --prompt >= 1, --new >= 2 and batch sizes >= 1",
+            fix="e.g. --batch 1,8 --prompt 2048 --new 256",
+        )
+    if cfg.cache not in ("auto", "static", "dynamic"):
+        raise ZebraError(f"--cache {cfg.cache}: unknown", fix="use auto, static or dynamic")
+
+
+def fla_twin(model: torch.nn.Module) -> tuple[Any, str]:
+    """FLA's own class with `model`'s weights, through `zebra convert --to fla` (written to a temporary folder
+    and loaded back in `model`'s dtype on its device), and a note naming it; or (None, why not)."""
+    from zebra.convert import convert, export_hf
+    from zebra.convert.fla import fla_config
+
+    device = next(model.parameters()).device
+    if getattr(model.config, "model_type", None) != "zebra":
+        return None, f"not run: MODEL is a {model.config.model_type} model, not a zebra one"
+    try:
+        fla_config(model.config, arch.resolve_pattern(model.config))
+    except ZebraError as e:
+        return None, f"not run: {e.message}"
+    if device.type != "cuda":
+        return None, "not run: FLA's kernels need a GPU"
+    import fla  # noqa: F401  (registers FLA's model types with the Auto classes)
+    from transformers import AutoModelForCausalLM
+
+    with tempfile.TemporaryDirectory(prefix="zebra-bench-fla-") as tmp:
+        src = export_hf(model.state_dict(), model.config, f"{tmp}/zebra", tokenizer="none")
+        fla_dir = convert(src, "fla", f"{tmp}/fla").output
+        dtype = next(model.parameters()).dtype
+        twin = AutoModelForCausalLM.from_pretrained(str(fla_dir), dtype=dtype).to(device).eval()
+    return twin, f"{type(twin).__name__} (zebra convert --to fla), HF generate"
 
 
 def build_model(spec: str, *, device: str, dtype: str, seed: int = 0) -> torch.nn.Module:
@@ -182,29 +242,13 @@ def _bench_engine(
     engine: Any, prompts: torch.Tensor, new: int, weight_bytes: int, bandwidth: float
 ) -> DecodeBenchRow:
     batch, prompt_len = prompts.shape
-    greedy = SamplingParams()
-    device = engine.device
-
-    def one_run(n_new: int) -> tuple[float, float, Any]:
-        state = engine.new_state(batch, capacity=prompt_len + new)
-        ids = prompts.to(device)
-        _sync(device)
-        t0 = time.perf_counter()
-        engine.prefill(state, ids)
-        _sync(device)
-        t1 = time.perf_counter()
-        for _ in range(n_new):
-            nxt = sample_next_token(state.logits, greedy)
-            nxt.tolist()  # a streaming caller needs the tokens on the host every step
-            engine.step(state, nxt)
-        _sync(device)
-        return t1 - t0, time.perf_counter() - t1, state
-
-    _reset_peak(device)
-    one_run(min(new, 8))  # warm-up: kernels, autotuning, CUDA graph capture
-    prefill_s, decode_s, state = one_run(new)
+    _reset_peak(engine.device)
+    capacity = prompt_len + new
+    _engine_runs(engine, prompts, min(new, 8), capacity)  # warm-up: kernels, autotuning, CUDA graph capture
+    prefill_s, step_s, state = _engine_runs(engine, prompts, new, capacity)
     cache_bytes = engine.cache_bytes(state)
-    ms = decode_s / new * 1e3
+    decode_s = _generate_seconds(engine, prompts, new)
+    step_ms, decode_ms = step_s / new * 1e3, decode_s / (new - 1) * 1e3
     arch_bytes = None
     if getattr(engine.config, "model_type", None) == "zebra":
         element = next(engine.model.parameters()).element_size()
@@ -220,14 +264,47 @@ def _bench_engine(
         batch=batch,
         prefill_tokens_per_s=batch * prompt_len / prefill_s,
         prefill_ms=prefill_s * 1e3,
-        decode_ms_per_token=ms,
-        decode_tokens_per_s=batch * new / decode_s,
+        step_ms_per_token=step_ms,
+        step_tokens_per_s=batch * new / step_s,
+        decode_ms_per_token=decode_ms,
+        decode_tokens_per_s=batch * (new - 1) / decode_s,
+        loop_over_step=decode_ms / step_ms,
         cache_bytes=cache_bytes,
         cache_bytes_arch=arch_bytes,
         roofline_ms=roofline_ms,
-        roofline_ratio=ms / roofline_ms,
-        peak_memory_bytes=_peak(device),
+        roofline_ratio=step_ms / roofline_ms,
+        peak_memory_bytes=_peak(engine.device),
     )
+
+
+def _engine_runs(engine: Any, prompts: torch.Tensor, n_new: int, capacity: int) -> tuple[float, float, Any]:
+    """(prefill seconds, seconds of `n_new` steps fed on the device, the state): the prefill into a fresh cache
+    for `capacity` tokens, then steps each fed the argmax of the last logits, synchronised once at the end."""
+    device = engine.device
+    state = engine.new_state(prompts.shape[0], capacity=capacity)
+    ids = prompts.to(device)
+    _sync(device)
+    t0 = time.perf_counter()
+    engine.prefill(state, ids)
+    _sync(device)
+    t1 = time.perf_counter()
+    tokens = state.logits.argmax(-1)
+    for _ in range(n_new):
+        tokens = engine.step(state, tokens).argmax(-1)
+    _sync(device)
+    return t1 - t0, time.perf_counter() - t1, state
+
+
+def _generate_seconds(engine: Any, prompts: torch.Tensor, new: int) -> float:
+    """Seconds from the first to the last column of `Engine.generate` (greedy, no stop ids, `new` tokens), after
+    a short warm-up call (the token chooser's capture)."""
+    rows = prompts.tolist()
+    for _ in engine.generate(rows, max_new_tokens=min(new, 8)):
+        pass
+    stamps = [time.perf_counter() for _ in engine.generate(rows, max_new_tokens=new)]
+    if len(stamps) != new:
+        raise RuntimeError(f"Engine.generate yielded {len(stamps)} columns, not {new}")
+    return stamps[-1] - stamps[0]
 
 
 @torch.inference_mode()

@@ -7,7 +7,10 @@ it: the recipe's precision (bf16 autocast, fp32 master weights), AdamW with the 
 - tokens/s = B * T * steps / seconds (the device synchronises every step, as in training);
 - MFU = train_flops_per_token x tokens/s / peak dense bf16 FLOP/s of the device, train_flops_per_token =
   6 N + causal MLA attention (`zebra.arch.train_flops_per_token`, the same count for both models);
-- peak memory: the CUDA allocator's peak during the timed steps (none on CPU).
+- peak memory: the CUDA allocator's peak during the timed steps (none on CPU);
+- first step: seconds from the start of a model's build to the end of its first step (build, compile, kernel
+  compilation and autotuning), and from the start of the process (zebra's row: the time to first step a user
+  waits): what a warm start (the kernel cache, `zebra.caches`) shortens.
 `--against fla` runs FLA's own GatedDeltaNetForCausalLM / KDAForCausalLM built at the recipe's shapes
 (`zebra.convert.fla.fla_config`), with the same step code and data, in the same process.
 
@@ -34,11 +37,12 @@ from typing import Any
 import torch
 
 from zebra import arch
+from zebra.caches import use_kernel_cache
 from zebra.convert.fla import fla_config
 from zebra.errors import ZebraError
 from zebra.recipes import load_recipe
 from zebra.train.dist import DistEnv
-from zebra.train.metrics import device_peak_flops
+from zebra.train.metrics import device_peak_flops, process_seconds
 from zebra.train.optim import build_optimizer
 from zebra.train.parallelize import parallelize
 from zebra.train.step import TrainStep
@@ -69,6 +73,8 @@ class TrainBenchRow:
     mfu: float | None
     peak_memory_gb: float | None
     loss: float  # of the last timed step
+    first_step_s: float  # from the start of this model's build to the end of its first step
+    first_step_process_s: float | None  # from the start of the process to the end of its first step (Linux)
 
 
 @dataclass
@@ -84,6 +90,7 @@ class TrainBenchReport:
     peak_flops: float | None
     torch_version: str
     rows: list[TrainBenchRow]
+    kernel_cache: str | None = None  # where compiled kernels and autotuning results persist
 
     @property
     def ratio(self) -> float | None:
@@ -179,7 +186,7 @@ def training_step(model, recipe, cfg: TrainBenchConfig, device, *, loss_fn=None,
 
 def _measure(
     name: str,
-    model,
+    build: Callable[[], Any],
     recipe,
     cfg: TrainBenchConfig,
     device,
@@ -189,17 +196,21 @@ def _measure(
     loss_fn=None,
     score_last: bool = True,
 ) -> TrainBenchRow:
-    """Time `training_step` on `model` (arguments as there)."""
+    """Build the model (`build()`) and time `training_step` on it (other arguments as there)."""
+    first = _FirstStep()
+    model = build()
     params = sum(p.numel() for p in model.parameters())  # tied weights once
     step, batch = training_step(model, recipe, cfg, device, loss_fn=loss_fn, score_last=score_last)
     for _ in range(cfg.warmup):
         step([batch])
+        first.done()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
     for _ in range(cfg.steps):
         result = step([batch])  # syncs (the loss and grad norm come to the host)
+        first.done()
     seconds = time.perf_counter() - start
     tok_s = cfg.batch * cfg.seq_len * cfg.steps / seconds
     return TrainBenchRow(
@@ -211,7 +222,24 @@ def _measure(
         mfu=flops_per_token * tok_s / peak if peak else None,
         peak_memory_gb=torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
         loss=result.loss,
+        first_step_s=first.seconds,
+        first_step_process_s=first.process_seconds,
     )
+
+
+class _FirstStep:
+    """When a model's first step ended: seconds since its build began, and since the process started."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.seconds: float | None = None
+        self.process_seconds: float | None = None
+
+    def done(self) -> None:
+        """A step just ended (and synchronised); the first call records the times."""
+        if self.seconds is None:
+            self.seconds = time.perf_counter() - self.started
+            self.process_seconds = process_seconds()
 
 
 def run_train_bench(
@@ -225,6 +253,7 @@ def run_train_bench(
     if cfg.against not in (None, "fla"):
         raise ZebraError(f"--against {cfg.against}: unknown", fix="the only comparison is --against fla")
     recipe = load_recipe(cfg.recipe, overrides=cfg.overrides)
+    cache = use_kernel_cache()
     device = (
         torch.device("cuda", torch.cuda.current_device())
         if torch.cuda.is_available()
@@ -239,15 +268,24 @@ def run_train_bench(
     rows = []
     models = 2 if cfg.against == "fla" else 1
     progress(0, models, f"zebra: {cfg.warmup} warm-up + {cfg.steps} timed steps")
-    rows.append(_measure("zebra", build_model(recipe, device), recipe, cfg, device, flops, peak))
+    rows.append(_measure("zebra", lambda: build_model(recipe, device), recipe, cfg, device, flops, peak))
     if cfg.against == "fla":
         gc.collect()
         torch.cuda.empty_cache()
         progress(1, models, f"fla: {cfg.warmup} warm-up + {cfg.steps} timed steps")
-        fla = fla_model(recipe, device)
-        name = f"fla ({type(fla).__name__})"
+        fla_name = "fla (GatedDeltaNetForCausalLM / KDAForCausalLM)"
         rows.append(
-            _measure(name, fla, recipe, cfg, device, flops, peak, loss_fn=fla_loss_sum, score_last=False)
+            _measure(
+                fla_name,
+                lambda: fla_model(recipe, device),
+                recipe,
+                cfg,
+                device,
+                flops,
+                peak,
+                loss_fn=fla_loss_sum,
+                score_last=False,
+            )
         )
     return TrainBenchReport(
         recipe=recipe.name,
@@ -261,4 +299,5 @@ def run_train_bench(
         peak_flops=peak,
         torch_version=torch.__version__,
         rows=rows,
+        kernel_cache=cache["TRITON_CACHE_DIR"],
     )

@@ -154,12 +154,14 @@ class ChatSession:
         return ids
 
     def _record_reply(self, reply: list[int]) -> None:
-        """Every token but the last is in the cache; a last stop token is left to the template's turn end."""
+        """The cache holds the reply but the token the engine left unfed (`state.unfed`); an unfed stop token is
+        left to the template's turn end, any other is fed first next turn."""
         t = self.transcript
         content = [i for i in reply if i not in self.stop_ids]
         text = self.tokenizer.decode(content, skip_special_tokens=False)
         t.text += text
-        t.pending = [reply[-1]] if reply and reply[-1] not in self.stop_ids else []
+        unfed = self.state.unfed
+        t.pending = [unfed] if unfed is not None and unfed not in self.stop_ids else []
         t.messages.append(
             {"role": "assistant", "content": self.tokenizer.decode(content, skip_special_tokens=True)}
         )

@@ -106,16 +106,26 @@ def _decode_table(report) -> None:
     def mib(n: int | None) -> str:
         return "" if n is None else f"{n / 2**20:,.2f}"
 
+    def ms(x: float | None) -> str:
+        return "" if x is None else f"{x:.3f}"
+
+    def times(x: float | None) -> str:
+        return "" if x is None else f"{x:.1f}x"
+
     rows = []
     for r in report.rows:
         rows.append(
             [
                 r.batch,
                 f"{r.prefill_tokens_per_s:,.0f}",
-                f"{r.decode_ms_per_token:.3f}",
+                ms(r.step_ms_per_token),
+                ms(r.decode_ms_per_token),
                 f"{r.decode_tokens_per_s:,.1f}",
-                "" if r.hf_decode_ms_per_token is None else f"{r.hf_decode_ms_per_token:.3f}",
-                "" if r.speedup_vs_hf is None else f"{r.speedup_vs_hf:.1f}x",
+                f"{r.loop_over_step:.2f}",
+                ms(r.hf_decode_ms_per_token),
+                times(r.speedup_vs_hf),
+                ms(r.fla_decode_ms_per_token),
+                times(r.speedup_vs_fla),
                 f"{r.roofline_ms:.3f}",
                 f"{r.roofline_ratio:.2f}x",
                 mib(r.cache_bytes),
@@ -126,12 +136,16 @@ def _decode_table(report) -> None:
     cols = [
         "batch",
         "prefill tok/s",
+        "step ms/tok",
         "decode ms/tok",
         "decode tok/s",
+        "loop/step",
         "HF ms/tok",
         "vs HF",
+        "FLA ms/tok",
+        "vs FLA",
         "roofline ms",
-        "x roofline",
+        "step/roofline",
         "cache MiB",
         "arch MiB",
         "peak MiB",
@@ -142,6 +156,10 @@ def _decode_table(report) -> None:
         title=f"decode: {report.model} on {report.device}, {report.dtype}, prompt {report.prompt} + {report.new} new, "
         f"{report.cache} cache{', CUDA graph' if report.cuda_graph else ''}{', compiled' if report.compile else ''}",
         justify={c: "right" for c in cols},
+    )
+    out.text(
+        "step = Engine.step fed on the device; decode = the Engine.generate loop (zebra generate, chat); "
+        f"FLA: {report.fla}"
     )
     out.text(
         f"roofline = (weights {report.weight_bytes_per_step / 1e9:.3f} GB + cache bytes per step) / "
@@ -268,7 +286,7 @@ def train_(
     if json_:
         out.json(report.to_dict())
         return
-    cols = ["model", "params", "tokens/s", "ms/step", "TFLOP/s", "MFU", "peak GB"]
+    cols = ["model", "params", "tokens/s", "ms/step", "TFLOP/s", "MFU", "peak GB", "first step s"]
     rows = [
         [
             r.model,
@@ -278,6 +296,7 @@ def train_(
             f"{r.tflops:.3g}",
             "-" if r.mfu is None else f"{100 * r.mfu:.1f}%",
             "-" if r.peak_memory_gb is None else f"{r.peak_memory_gb:.1f}",
+            f"{r.first_step_s:.1f}",
         ]
         for r in report.rows
     ]
@@ -290,6 +309,12 @@ def train_(
     )
     if report.ratio is not None:
         out.text(f"zebra / fla tokens/s: {report.ratio:.2f}x")
+    start = report.rows[0].first_step_process_s
+    out.text(
+        "first step s: from the start of the model's build (compile, kernel compilation, autotuning); "
+        + ("" if start is None else f"zebra's first step ended {start:.1f} s after the process started; ")
+        + f"kernel cache: {report.kernel_cache}"
+    )
     peak = (
         f"{report.peak_flops / 1e12:,.0f} TFLOP/s peak"
         if report.peak_flops

@@ -8,10 +8,10 @@ so the corpus is tokenized once.
 from __future__ import annotations
 
 import fcntl
-import os
 from pathlib import Path
 
 import zebra.data.tokenizers as tok
+from zebra.caches import zebra_cache_dir
 from zebra.data.bundled_corpus import CORPUS_PATH
 from zebra.data.indexed import check_prefix
 from zebra.data.manifest import Manifest, manifest_path, read_manifest, shard_paths
@@ -77,7 +77,7 @@ def _folder_prefixes(folder: Path, manifest: Manifest, weight: float) -> list[tu
 
 def cache_dir() -> Path:
     """`$ZEBRA_CACHE`, or `~/.cache/zebra`."""
-    return Path(os.environ.get("ZEBRA_CACHE") or Path.home() / ".cache" / "zebra").expanduser()
+    return zebra_cache_dir()
 
 
 def bundled_prefix(tokenizer: str = "byte") -> Path:

@@ -1,4 +1,5 @@
-"""Host checks: the Hugging Face token for gated tokenizers, and free disk for the data.
+"""Host checks: the Hugging Face token for gated tokenizers, the kernel cache (warm starts), and free disk for the
+data.
 
 The token's value is never read into a message: only whether it is set.
 """
@@ -7,9 +8,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from zebra.caches import KERNEL_CACHE_ENV, cache_settings
 from zebra.doctor.check import Check, ok, warn
 
 # Disk a FineWeb-Edu sample needs, download plus tokenized Megatron files (int32 ids), rounded up.
@@ -41,6 +44,49 @@ def check_hf_token(env: Mapping[str, str] = os.environ) -> Check:
         f"HF_TOKEN is not set and {cached_note}: gated tokenizers such as {GATED_EXAMPLE} cannot download",
         "export HF_TOKEN=<a read token from https://huggingface.co/settings/tokens>, or run `hf auth login`",
     )
+
+
+def check_kernel_cache(env: Mapping[str, str] = os.environ) -> Check:
+    """Where compiled GPU kernels and autotuning results persist between runs (`zebra.caches`): the folders in
+    effect, what they hold, and whether they are writable and survive a reboot."""
+    zebra_values = cache_settings(dict(env))
+    effective = {key: env.get(key) or value for key, value in zebra_values.items()}
+    triton = Path(effective["TRITON_CACHE_DIR"]).expanduser()
+    files, size = _folder_usage(triton)
+    yours = [
+        key for key in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR") if effective[key] != zebra_values[key]
+    ]
+    detail = (
+        f"Triton kernels and autotuning results in {triton} ({files:,} files, {size / 1e6:,.0f} MB), "
+        f"torch.compile in {effective['TORCHINDUCTOR_CACHE_DIR']}"
+        + (f"; {' and '.join(yours)} set by you" if yours else "")
+    )
+    fix = f"export {KERNEL_CACHE_ENV}=<a folder kept between runs> (and unset TRITON_CACHE_DIR)"
+    if not os.access(_existing(triton), os.W_OK):
+        return warn("kernel-cache", f"not writable: {detail}", fix)
+    if _existing(triton).is_relative_to(_existing(Path(tempfile.gettempdir()))):
+        return warn("kernel-cache", f"under the temporary folder, emptied by a reboot: {detail}", fix)
+    if effective["TRITON_CACHE_AUTOTUNING"] != "1":
+        return warn(
+            "kernel-cache",
+            f"TRITON_CACHE_AUTOTUNING={effective['TRITON_CACHE_AUTOTUNING']}: some autotuning reruns every time; "
+            + detail,
+            "unset TRITON_CACHE_AUTOTUNING (zebra sets it to 1)",
+        )
+    return ok("kernel-cache", detail)
+
+
+def _folder_usage(folder: Path) -> tuple[int, int]:
+    """(files, bytes) under `folder` (0, 0 when it does not exist yet)."""
+    files = size = 0
+    for root, _dirs, names in os.walk(folder):
+        for name in names:
+            try:
+                size += (Path(root) / name).stat().st_size
+                files += 1
+            except OSError:
+                continue
+    return files, size
 
 
 def _existing(path: Path) -> Path:

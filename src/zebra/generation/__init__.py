@@ -11,8 +11,9 @@ Public API:
     SamplingParams(temperature=0.0, top_k=0, top_p=1.0), sample_next_token(logits, params, generator)
     TextStream(tokenizer), stream_completion(engine, tokenizer, prompt, ...)   text on top of the engine
 
-Modules, each importing only those before it: state, forward, token_sampling -> decode_step (the
-runners) -> engine -> text -> loading (`load_model`, `load_engine`; imported by name, not re-exported here).
+Modules, each importing only those before it: state, forward, token_sampling (sampling, the device-side
+TokenChooser) -> decode_step (the runners) -> decode_loop (the host side of a decode) -> engine -> text -> loading
+(`load_model`, `load_engine`; imported by name, not re-exported here).
 """
 
 from zebra.generation.engine import Engine, generate_tokens

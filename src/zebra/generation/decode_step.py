@@ -1,28 +1,49 @@
-"""How the engine runs the model: caches, prefill, the one-token step, cloning.
+"""How the engine runs the model: caches, prefill, the one-token step, token choice, cloning.
 
 Two runners:
 - `DecodeRunner` (dynamic): the model's own growing cache; works for any HF causal LM (ZebraForCausalLM, FLA,
-  Llama). Every step is a normal eager forward.
+  Llama). Every step is a normal eager forward, and tokens are chosen eagerly on the model's device.
 - `StaticRunner`: a `ZebraCache` pre-allocated for `capacity` tokens and updated in place (states copied, latents
   written at the device-side offset, unused slots masked by position). On a GPU the one-token step is captured
-  once per batch size in a CUDA graph (warm-up on a side stream, then `torch.cuda.graph`) and replayed after an
-  in-place copy of the new tokens into the graph's input buffer, so a decode step costs one graph launch instead
-  of hundreds of kernel launches from Python. Optionally the step is `torch.compile`d before capture.
+  once per slot in a CUDA graph (warm-up on a side stream, then `torch.cuda.graph`) and replayed after an in-place
+  copy of the new tokens into the graph's input buffer, so a decode step costs one graph launch instead of
+  hundreds of kernel launches from Python. Token choice (`TokenChooser.choose`) is captured too, once per sampling
+  kind, writing its tokens straight into the step graph's input. Optionally the step is `torch.compile`d before
+  capture. The cache's `feed` flag lets the engine launch a step before it has read the previous token.
 
-A static runner owns one cache per batch size (the graph is bound to its buffers): a new state of batch B resets
-and reuses that cache, so only one state per batch size is live at a time.
+A static runner owns one slot (cache, graphs, chooser) per batch size: a new state of batch B resets and reuses
+that cache when it is large enough, so only one state per batch size is live at a time. A slot is sized by
+`bucket_capacity` (powers of two up to the engine's `max_seq_len`), so requests of similar lengths share one slot;
+when a request needs more, the old slot's graphs and cache are released before the new ones are allocated and
+captured. Every graph has its own memory pool: a pool is never shared with a graph that may be released first.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Collection
 from typing import Any
 
 import torch
 
 from zebra.generation.forward import LogitsForward
 from zebra.generation.state import DecodeState
+from zebra.generation.token_sampling import SamplingParams, TokenChooser
 from zebra.models import ZebraCache
+
+WARMUP_STEPS = 3  # eager runs on a side stream before a capture: kernel selection, autotuning, allocator
+
+
+def bucket_capacity(tokens: int, limit: int) -> int:
+    """The capacity a static slot gets for a request of `tokens`: the next power of two, but not past `limit`
+    (the engine's `max_seq_len`) unless the request itself is longer."""
+    bucket = 1 << max(tokens - 1, 0).bit_length()
+    return max(tokens, min(bucket, limit))
+
+
+def stop_slots(n: int) -> int:
+    """Stop-id slots of a chooser for `n` stop ids: a power of two, at least 8 (one captured chooser serves them)."""
+    return max(8, 1 << max(n - 1, 0).bit_length())
 
 
 class DecodeRunner:
@@ -34,7 +55,10 @@ class DecodeRunner:
         device: where the model and its cache live.
         use_graph: capture the one-token step in a CUDA graph (`StaticRunner` only).
         compile: `torch.compile` the step before its capture (`StaticRunner` only).
+        capacity_limit: the largest bucket a static slot is rounded up to (`StaticRunner` only).
     """
+
+    lagged = False  # the cache has no feed flag: the engine reads each token before the next step
 
     def __init__(
         self,
@@ -44,12 +68,14 @@ class DecodeRunner:
         *,
         use_graph: bool,
         compile: bool,
+        capacity_limit: int,
     ):
         self.model = model
         self.forward = forward
         self.device = device
         self.use_graph = use_graph
         self.compile = compile
+        self.capacity_limit = capacity_limit
 
     def new_state(self, batch: int, capacity: int) -> DecodeState:
         return DecodeState(cache=None, batch=batch)
@@ -73,6 +99,38 @@ class DecodeRunner:
         """Bytes of the cache's layer tensors (HF caches and ZebraCache keep them in `.layers`)."""
         return tensor_bytes(getattr(state.cache, "layers", state.cache))
 
+    # ---------------------------------------------------------------- token choice on the device
+    def chooser(
+        self,
+        state: DecodeState,
+        sampling: SamplingParams,
+        stop_ids: Collection[int],
+        max_new_tokens: int,
+        seed: int,
+    ) -> TokenChooser:
+        """The chooser for one decode call on `state`, started: buffers set for these settings, its random
+        stream (a generator on the device) seeded with `seed`."""
+        vocab = state.logits.shape[-1]
+        chooser = TokenChooser(state.batch, vocab, self.device, stop_slots=stop_slots(len(stop_ids)))
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        chooser.start(sampling, stop_ids, max_new_tokens, generator)
+        return chooser
+
+    def choose(self, state: DecodeState, chooser: TokenChooser) -> None:
+        """Choose the next tokens from `state.logits` into `chooser.tokens` (on the device)."""
+        chooser.choose(state.logits)
+
+    def feed(self, state: DecodeState, chooser: TokenChooser) -> None:
+        """Run one step on `chooser.tokens`; sets `state.logits`."""
+        state.logits, state.cache = self.forward(chooser.tokens, state.cache)
+
+    def retract(self, state: DecodeState) -> None:
+        """The last `feed` ran with every row stopped, so the cache did not take its tokens (lagged runners)."""
+        raise RuntimeError("a runner without a feed flag never steps past a stop")
+
+    def finish(self, state: DecodeState, chooser: TokenChooser) -> None:
+        """A decode call is over: leave `state` ready for the next feed."""
+
 
 def tensor_bytes(obj: Any, _seen: set[int] | None = None) -> int:
     """Bytes of every distinct tensor reachable from `obj` (lists, tuples, dicts and object attributes)."""
@@ -92,20 +150,15 @@ def tensor_bytes(obj: Any, _seen: set[int] | None = None) -> int:
 
 
 class StaticRunner(DecodeRunner):
-    """Static `ZebraCache` per batch size; the one-token step replayed from a CUDA graph when `use_graph`."""
+    """Static `ZebraCache` per batch size; the step and token choice replayed from CUDA graphs when `use_graph`."""
 
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        forward: LogitsForward,
-        device: torch.device,
-        *,
-        use_graph: bool,
-        compile: bool,
-    ):
-        super().__init__(model, forward, device, use_graph=use_graph, compile=compile)
+    lagged = True  # the static cache's feed flag makes a step after the last token a no-op
+
+    def __init__(self, model, forward, device, *, use_graph: bool, compile: bool, capacity_limit: int):
+        super().__init__(
+            model, forward, device, use_graph=use_graph, compile=compile, capacity_limit=capacity_limit
+        )
         self._slots: dict[int, _StaticSlot] = {}
-        self._pool = None
         self._step_fn = torch.compile(forward, dynamic=False) if compile else forward
 
     def new_state(self, batch: int, capacity: int) -> DecodeState:
@@ -115,13 +168,15 @@ class StaticRunner(DecodeRunner):
 
     def _slot(self, batch: int, capacity: int) -> _StaticSlot:
         slot = self._slots.get(batch)
-        if slot is None or slot.cache.max_length < capacity:
-            capacity = max(capacity, slot.cache.max_length if slot else 0)
-            self._slots.pop(batch, None)
-            slot = _StaticSlot(self._new_cache(batch, capacity))
-            if self.use_graph:
-                self._capture(slot)
-            self._slots[batch] = slot
+        if slot is not None and slot.cache.max_length >= capacity:
+            return slot
+        if slot is not None:  # release the old graphs and cache before the new ones take memory
+            del self._slots[batch]
+            slot.release()
+        slot = _StaticSlot(self._new_cache(batch, bucket_capacity(capacity, self.capacity_limit)))
+        self._slots[batch] = slot
+        if self.use_graph:
+            self._capture_step(slot)
         return slot
 
     def _new_cache(self, batch: int, capacity: int) -> ZebraCache:
@@ -130,14 +185,18 @@ class StaticRunner(DecodeRunner):
             self.model.config, batch_size=batch, max_length=capacity, dtype=dtype, device=self.device
         )
 
+    def _live_slot(self, state: DecodeState) -> _StaticSlot:
+        slot = self._slots.get(state.batch)
+        if slot is None or slot.cache is not state.cache:
+            raise RuntimeError("this decode state was replaced by a newer state of the same batch size")
+        return slot
+
     def prefill(self, state: DecodeState, ids: torch.Tensor) -> torch.Tensor:
         logits, _ = self.forward(ids, state.cache)
         return logits
 
     def step(self, state: DecodeState, tokens: torch.Tensor) -> torch.Tensor:
-        slot = self._slots[state.batch]
-        if slot.cache is not state.cache:
-            raise RuntimeError("this decode state was replaced by a newer state of the same batch size")
+        slot = self._live_slot(state)
         if slot.graph is None:
             logits, _ = self._step_fn(tokens[:, None], state.cache)
             return logits
@@ -145,6 +204,56 @@ class StaticRunner(DecodeRunner):
         slot.graph.replay()
         state.cache.seen_tokens += 1  # the graph advanced the device offset; keep the host count in step
         return slot.logits.clone()
+
+    def chooser(self, state, sampling, stop_ids, max_new_tokens, seed) -> TokenChooser:
+        """The slot's chooser (its buffers bound to the captured graphs), started; captured for this sampling
+        kind on first use. The slot keeps one generator: a captured graph draws from the one it was recorded
+        with."""
+        slot = self._live_slot(state)
+        slots = stop_slots(len(stop_ids))
+        if slot.chooser is None or slot.chooser.stop_ids.numel() < slots:
+            vocab = self.model.config.vocab_size
+            slot.release_choosers()
+            slot.chooser = TokenChooser(
+                state.batch, vocab, self.device, stop_slots=slots, running=state.cache.feed
+            )
+            if slot.graph is not None:  # the chosen tokens are the step graph's input
+                slot.chooser.tokens = slot.tokens
+        chooser = slot.chooser
+        chooser.start(sampling, stop_ids, max_new_tokens, slot.generator)
+        if slot.graph is not None and sampling.kind not in slot.choice_graphs:
+            self._capture_choice(slot)
+            chooser.start(sampling, stop_ids, max_new_tokens, slot.generator)  # undo the warm-up's changes
+        slot.generator.manual_seed(seed)
+        return chooser
+
+    def choose(self, state: DecodeState, chooser: TokenChooser) -> None:
+        slot = self._live_slot(state)
+        graph = slot.choice_graphs.get(chooser.kind)
+        if graph is None:
+            chooser.choose(state.logits)
+            return
+        if state.logits is not slot.logits:  # logits from a prefill: where the captured chooser reads them
+            slot.logits.copy_(state.logits)
+        graph.replay()
+
+    def feed(self, state: DecodeState, chooser: TokenChooser) -> None:
+        slot = self._live_slot(state)
+        if slot.graph is None:
+            state.logits, _ = self._step_fn(chooser.tokens, state.cache)
+            return
+        slot.graph.replay()
+        state.cache.seen_tokens += 1
+        state.logits = slot.logits  # valid until the next replay; `finish` keeps a copy
+
+    def retract(self, state: DecodeState) -> None:
+        state.cache.uncount(1)
+
+    def finish(self, state: DecodeState, chooser: TokenChooser) -> None:
+        state.cache.feed.fill_(True)  # after any step already queued: the next tokens enter the cache again
+        slot = self._slots.get(state.batch)
+        if slot is not None and slot.logits is not None and state.logits is slot.logits:
+            state.logits = slot.logits.clone()
 
     def clone(self, state: DecodeState, n: int) -> DecodeState:
         """Copy every row n times into the (reset) static cache for batch B * n (n == 1: the same state)."""
@@ -172,37 +281,79 @@ class StaticRunner(DecodeRunner):
         return target
 
     @torch.inference_mode()
-    def _capture(self, slot: _StaticSlot) -> None:
-        """Warm up on a side stream, then record the one-token step into `slot.graph`."""
+    def _capture_step(self, slot: _StaticSlot) -> None:
+        """Warm up on a side stream, then record the one-token step into `slot.graph` (its own memory pool)."""
         cache = slot.cache
         slot.tokens = torch.zeros(cache.batch_size, 1, dtype=torch.long, device=self.device)
-        # Capture with a non-empty cache so the model records its "continue from the state" branch.
+
+        def one_step():
+            return self._step_fn(slot.tokens, cache)
+
+        def rewind():  # capture with a non-empty cache so the model records its "continue from the state" branch
+            cache.seen_tokens = 1
+            cache.offset_tensor.fill_(1)
+
         cache.reset()
-        cache.seen_tokens = 1
-        cache.offset_tensor.fill_(1)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                self._step_fn(slot.tokens, cache)
-                cache.seen_tokens = 1
-                cache.offset_tensor.fill_(1)
-        torch.cuda.current_stream().wait_stream(side)
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            slot.logits, _ = self._step_fn(slot.tokens, cache)
-        torch.cuda.synchronize()
+        rewind()
+        graph, (slot.logits, _) = _capture(one_step, after_warmup=rewind)
         slot.graph = graph
         cache.reset()
 
+    @torch.inference_mode()
+    def _capture_choice(self, slot: _StaticSlot) -> None:
+        """Record `slot.chooser.choose(slot.logits)` for the chooser's sampling kind (its own memory pool);
+        the warm-up and capture change the chooser's buffers, which the caller starts again."""
+        chooser = slot.chooser
+        generator = None if chooser.kind == "greedy" else chooser.generator  # greedy draws no random numbers
+        graph, _ = _capture(lambda: chooser.choose(slot.logits), generator=generator)
+        slot.choice_graphs[chooser.kind] = graph
+
+
+def _capture(fn, *, after_warmup=None, generator: torch.Generator | None = None):
+    """Run `fn` WARMUP_STEPS times on a side stream, then record it into a new CUDA graph with its own memory
+    pool (registering `generator`, so each replay draws fresh random numbers from it). Returns (graph, output)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(WARMUP_STEPS):
+            fn()
+            if after_warmup is not None:
+                after_warmup()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    if generator is not None:
+        graph.register_generator_state(generator)
+    with torch.cuda.graph(graph):
+        out = fn()
+    torch.cuda.synchronize()
+    return graph, out
+
 
 class _StaticSlot:
-    """One batch size's static cache, and its captured step (graph, input tokens `[B, 1]`, output logits `[B, V]`)."""
+    """One batch size's static cache and what is bound to its buffers: the captured step (graph, input tokens
+    `[B, 1]`, output logits `[B, V]`), the chooser and its captured graphs (one per sampling kind)."""
 
-    def __init__(self, cache: Any):
+    def __init__(self, cache: ZebraCache):
         self.cache = cache
+        self.generator = torch.Generator(device=cache.offset_tensor.device)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.tokens: torch.Tensor | None = None
         self.logits: torch.Tensor | None = None
+        self.chooser: TokenChooser | None = None
+        self.choice_graphs: dict[str, torch.cuda.CUDAGraph] = {}
+
+    def release_choosers(self) -> None:
+        """Drop the chooser graphs (and their pools) before the chooser's buffers go."""
+        for graph in self.choice_graphs.values():
+            graph.reset()
+        self.choice_graphs = {}
+
+    def release(self) -> None:
+        """Free the graphs, their memory pools and the cache now, before a replacement is allocated."""
+        if self.graph is not None:
+            torch.cuda.synchronize()  # no replay of these graphs may still be running
+        self.release_choosers()
+        if self.graph is not None:
+            self.graph.reset()
+        self.graph = self.tokens = self.logits = self.chooser = None
+        self.cache = None

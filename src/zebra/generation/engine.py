@@ -19,10 +19,11 @@ from typing import Any
 
 import torch
 
+from zebra.generation.decode_loop import DecodeLoop
 from zebra.generation.decode_step import DecodeRunner, StaticRunner
 from zebra.generation.forward import logits_forward
 from zebra.generation.state import DecodeState
-from zebra.generation.token_sampling import SamplingParams, sample_next_token
+from zebra.generation.token_sampling import SamplingParams
 
 
 class Engine:
@@ -34,7 +35,8 @@ class Engine:
             or `auto`: static on a GPU for zebra models, dynamic otherwise.
         cuda_graph: capture the decode step in a CUDA graph (static cache on a GPU only).
         compile: `torch.compile` the decode step before its CUDA-graph capture (ignored without a graph).
-        max_seq_len: capacity of static caches used by chat (`generate` sizes them to prompt + new tokens).
+        max_seq_len: capacity of static caches used by chat; `generate` sizes them to prompt + new tokens rounded
+            up to a power of two, but not past this (so requests of similar lengths share one cache and graph).
     """
 
     def __init__(
@@ -64,7 +66,12 @@ class Engine:
         # compiled code guards on the cache's host-side token count, so it is only worth it inside a graph
         self.compiled = compile and self.cuda_graph
         self.runner = runner(
-            model, self.forward_logits, self.device, use_graph=self.cuda_graph, compile=self.compiled
+            model,
+            self.forward_logits,
+            self.device,
+            use_graph=self.cuda_graph,
+            compile=self.compiled,
+            capacity_limit=self.max_seq_len,
         )
 
     # ------------------------------------------------------------------ state
@@ -149,8 +156,10 @@ class Engine:
     ) -> Iterator[list[int | None]]:
         """Continue a live batch-1 `state` (e.g. a chat): feed `ids`, then stream new tokens as `generate` does.
 
-        Every yielded token but the last is fed to the cache; the caller feeds the last one with its next
-        `ids` if it wants it in the history (a chat drops a final end-of-turn token, its template adds one).
+        Every yielded token is fed to the cache but the last one when the stream ended on a stop id or on
+        `max_new_tokens` (after `should_stop()` it may be fed already): afterwards `state.unfed` is that token or
+        None. The caller feeds it with its next `ids` if it wants it in the history (a chat drops a final
+        end-of-turn token, its template adds one).
         """
         if state.batch != 1:
             raise ValueError("generate_from continues a batch-1 state")
@@ -172,33 +181,19 @@ class Engine:
         seed: int | None,
         should_stop: Callable[[], bool] | None,
     ) -> Iterator[list[int | None]]:
-        sampling = sampling or SamplingParams()
-        generator = None
-        if seed is not None and not sampling.greedy:
-            generator = torch.Generator(device=self.device).manual_seed(seed)
-        batch = state.batch
-        produced = [0] * batch
-        done = [max_new_tokens <= 0] * batch
-        while not all(done) and not (should_stop and should_stop()):
-            next_ids = sample_next_token(state.logits, sampling, generator)  # [B] on the model's device
-            sampled = next_ids.tolist()
-            column: list[int | None] = [None] * batch
-            any_forced = False
-            for b in range(batch):
-                if forced[b]:  # still inside this row's prompt: feed the prompt token, emit nothing
-                    sampled[b] = forced[b].pop(0)
-                    any_forced = True
-                    continue
-                if done[b]:
-                    continue
-                column[b] = sampled[b]
-                produced[b] += 1
-                done[b] = sampled[b] in stop_ids or produced[b] >= max_new_tokens
-            if any(t is not None for t in column):
-                yield column
-            if all(done) or (should_stop and should_stop()):
-                return
-            self.step(state, torch.tensor(sampled, dtype=torch.long) if any_forced else next_ids)
+        if seed is None:  # a fresh seed from torch's default generator (so torch.manual_seed still decides)
+            seed = int(torch.empty((), dtype=torch.int64).random_(2**62).item())
+        loop = DecodeLoop(
+            self.runner,
+            state,
+            forced,
+            max_new_tokens=max_new_tokens,
+            sampling=sampling or SamplingParams(),
+            stop_ids=stop_ids,
+            seed=seed,
+            should_stop=should_stop,
+        )
+        yield from loop
 
     def _capacity_for(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> int:
         return max(len(p) for p in prompts) + max_new_tokens

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import zebra.models  # noqa: F401  (registers `zebra` with AutoConfig / AutoModelForCausalLM)
+from zebra.caches import use_kernel_cache
 from zebra.convert.pipeline import export_run
 from zebra.data.tokenizers import load_tokenizer
 from zebra.device import resolve_device, resolve_dtype
@@ -145,6 +146,7 @@ def _load(
 
     model_dir = resolve_model_dir(model)
     register_model_types(model_dir)
+    use_kernel_cache()  # compiled kernels and autotuning persist between runs
     device = resolve_device(device)
     kwargs: dict[str, Any] = {}
     if (td := resolve_dtype(dtype, device, auto_on_gpu=auto_on_gpu)) is not None:

@@ -26,6 +26,8 @@ class DecodeState:
         length: tokens fed so far (the same for every row).
         logits: `[B, V]` float32 logits after the last fed token (None before the first feed).
         capacity: tokens the cache can hold (static caches); None when it grows on demand.
+        unfed: after a decode call on a batch-1 state, its last output token when the cache does not hold it
+            (the caller feeds it with its next ids if it wants it in the history); None otherwise.
     """
 
     cache: Any
@@ -33,10 +35,15 @@ class DecodeState:
     length: int = 0
     logits: torch.Tensor | None = None
     capacity: int | None = None
+    unfed: int | None = None
+
+    def has_room(self, n: int) -> bool:
+        """Whether `n` more tokens fit (always, for a cache that grows)."""
+        return self.capacity is None or self.length + n <= self.capacity
 
     def check_room(self, n: int) -> None:
         """Raise `CacheFullError` when `n` more tokens do not fit a fixed-capacity cache."""
-        if self.capacity is not None and self.length + n > self.capacity:
+        if not self.has_room(n):
             raise CacheFullError(
                 f"the cache holds {self.capacity} tokens; {self.length} used, {n} more requested "
                 f"(pass a larger max_seq_len / capacity)"

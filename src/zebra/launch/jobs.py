@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 import re
 import subprocess
 import time
@@ -21,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from zebra.caches import zebra_cache_dir
 from zebra.errors import ZebraError
 
 FINISHED = {
@@ -36,8 +36,7 @@ def exit_file(folder: str | Path, job_id: str, task: int) -> Path:
 
 
 def registry_path() -> Path:
-    cache = os.environ.get("ZEBRA_CACHE") or Path.home() / ".cache" / "zebra"
-    return Path(cache).expanduser() / "jobs.json"
+    return zebra_cache_dir() / "jobs.json"
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """`ZebraCache`: the decode state of a Zebra model, one slot per sublayer, of the kind its mixer's
 `zebra.mixers.MixerSpec.state` names:
 
-- "recurrent" (`M`, `G`, `K`): the recurrent state (float32) and the short-convolution state (float32, the last W
-  raw conv inputs, `[B, C, W]`; None for a mixer without a convolution);
+- "recurrent" (`M`, `G`, `K`): the recurrent state (float32) and the short-convolution state (the last W raw conv
+  inputs, `[B, C, W]`, in the model dtype in a static cache: the inputs are model-dtype values, so nothing is lost
+  and a decode step needs no cast; None for a mixer without a convolution);
 - "latent" (MLA, `*`): per token the normalised key/value latent `[B, L, kv_lora_rank]` and the roped shared
   key `[B, L, qk_rope_head_dim]` (model dtype); never expanded keys/values;
 - None (MLP, `-`): nothing.
@@ -12,6 +13,9 @@ Two forms:
 - static (`ZebraCache(config, batch_size=B, max_length=L, dtype=..., device=...)`): every tensor is allocated up
   front and updated in place, and the write position is a device tensor (`offset_tensor`), so a CUDA-graph decode
   engine can capture `model(..., cache=cache)` once and replay it. Unused latent slots are masked by position.
+  `feed`, a 0-d bool device tensor (True unless set), says whether a forward's tokens enter the cache: with False
+  the states and the offset stay as they were (the latents written at the offset are overwritten by the next
+  fed token), so an engine may launch a step before it knows whether the sequence has ended.
 
 `offset` is the number of tokens already in the cache when a forward starts; `ZebraModel.forward` calls
 `advance(T)` once after all sublayers ran. The cache subclasses `transformers.Cache`, so `generate()` (greedy,
@@ -61,7 +65,8 @@ class ZebraCache(Cache):
         config: the model's `ZebraConfig` (its `layer_pattern` decides each slot's kind, `zebra.mixers`).
         batch_size: with `max_length`, pre-allocate a static cache for this many sequences.
         max_length: static capacity in tokens (prompt + generated).
-        dtype: dtype of the MLA latents in a static cache (the model's dtype); states are always float32.
+        dtype: the model's dtype: a static cache keeps MLA latents and conv states in it; recurrent states are
+            float32 (float64 for a float64 model).
         device: device of a static cache.
     """
 
@@ -83,6 +88,7 @@ class ZebraCache(Cache):
         self.max_length = max_length
         self.seen_tokens = 0
         self.offset_tensor: torch.Tensor | None = None
+        self.feed: torch.Tensor | None = None
         if self.static:
             if batch_size is None or batch_size < 1 or max_length < 1:
                 raise ValueError(
@@ -90,10 +96,11 @@ class ZebraCache(Cache):
                 )
             state_dtype = torch.float64 if dtype == torch.float64 else torch.float32
             for spec, layer in zip(specs, self.layers, strict=True):
-                t_dtype = dtype if spec.state == "latent" else state_dtype
                 for name, shape in spec.state_shapes(config, batch_size, max_length).items():
+                    t_dtype = state_dtype if name == "recurrent" else dtype
                     setattr(layer, name, torch.zeros(shape, dtype=t_dtype, device=device))
             self.offset_tensor = torch.zeros((), dtype=torch.long, device=device)
+            self.feed = torch.ones((), dtype=torch.bool, device=device)
 
     # ------------------------------------------------------------------ used by the mixers
     @property
@@ -111,12 +118,13 @@ class ZebraCache(Cache):
         return layer.recurrent, layer.conv
 
     def update_recurrent(self, layer_idx: int, recurrent: torch.Tensor, conv: torch.Tensor | None) -> None:
-        """Store the new states (in place in a static cache); `conv` is None for a mixer without a convolution."""
+        """Store the new states (in place in a static cache, where `feed` False keeps the old ones); `conv` is None
+        for a mixer without a convolution."""
         layer = self.layers[layer_idx]
         if self.static:
-            layer.recurrent.copy_(recurrent)
-            if conv is not None:
-                layer.conv.copy_(conv)
+            for old, new in ((layer.recurrent, recurrent), (layer.conv, conv)):
+                if new is not None:
+                    torch.where(self.feed, new.to(old.dtype), old, out=old)
         else:
             layer.recurrent, layer.conv = recurrent, conv
 
@@ -145,10 +153,15 @@ class ZebraCache(Cache):
         return layer.latent, layer.k_rope
 
     def advance(self, T: int) -> None:
-        """Count T more cached tokens (called once per model forward, after every sublayer)."""
+        """Count T more cached tokens (called once per model forward, after every sublayer; in a static cache the
+        device offset moves only when `feed` is True, and `uncount` corrects the host count afterwards)."""
         self.seen_tokens += T
         if self.static:
-            self.offset_tensor.add_(T)
+            self.offset_tensor.add_(self.feed, alpha=T)
+
+    def uncount(self, T: int) -> None:
+        """Take back the host count of a forward that ran with `feed` False (its tokens did not enter the cache)."""
+        self.seen_tokens -= T
 
     # ------------------------------------------------------------------ batch manipulation
     def _map(self, fn, *, in_place: bool) -> None:
@@ -186,6 +199,7 @@ class ZebraCache(Cache):
         ]
         if self.offset_tensor is not None:
             new.offset_tensor = self.offset_tensor.clone()
+            new.feed = self.feed.clone()
         return new
 
     def reset(self) -> None:
@@ -193,6 +207,7 @@ class ZebraCache(Cache):
         if self.static:
             self._map(torch.zeros_like, in_place=True)
             self.offset_tensor.zero_()
+            self.feed.fill_(True)
         else:
             for i, layer in enumerate(self.layers):
                 if layer is not None:

@@ -68,6 +68,18 @@ def mfu(flops_per_token: float, tokens_per_s: float, n_devices: int, peak: float
     return flops_per_token * tokens_per_s / (n_devices * peak)
 
 
+def process_seconds() -> float | None:
+    """Seconds since this process started (Linux `/proc`; None where that cannot be read): with the end of the
+    first optimizer step, the time to first step a user waits (imports, build, data, kernel compilation)."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        started = int(stat.rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")  # field 22, since boot
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(uptime - started, 0.0)
+
+
 def peak_memory_gb(device) -> float:
     """Peak memory of this rank: CUDA allocator peak on GPUs, max resident set size of the process on CPU."""
     if device.type == "cuda":

@@ -15,13 +15,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zebra import arch
+from zebra.caches import kernel_cache_dir, use_kernel_cache
 from zebra.data import load_tokenizer
 from zebra.errors import ZebraError
 from zebra.recipes import Recipe, load_recipe
 from zebra.train import checkpoint as ckpt
 from zebra.train.data import batch_plan, build_datasets, micro_batches
 from zebra.train.dist import DistEnv, all_reduce_sum, barrier, destroy_distributed, init_distributed
-from zebra.train.metrics import IntervalMeter, MetricsLog, device_peak_flops, mfu, peak_memory_gb
+from zebra.train.metrics import (
+    IntervalMeter,
+    MetricsLog,
+    device_peak_flops,
+    mfu,
+    peak_memory_gb,
+    process_seconds,
+)
 from zebra.train.optim import build_optimizer, build_scheduler
 from zebra.train.parallelize import choose_parallel, parallelize
 from zebra.train.plot import plot_runs
@@ -310,6 +318,7 @@ class Trainer:
         """Optimizer steps until `train.max_steps` or a stop signal all ranks agree on."""
         t, p, view = self.recipe.train, self.progress, self.view
         end, meter = LoopEnd(last_saved), IntervalMeter()
+        first_step = True
         view.begin(step=p.step, total=t.max_steps)
         try:
             with StopSignals() as signals:
@@ -320,6 +329,9 @@ class Trainer:
                         flags=(1.0 if signals.received else 0.0,),
                     )
                     self.advance(res)
+                    if first_step:
+                        self.first_step_done()
+                        first_step = False
                     meter.add(res.loss, res.tokens, res.applied)
                     last = p.step == t.max_steps
                     if p.step % t.log_interval == 0 or last:
@@ -337,6 +349,16 @@ class Trainer:
         finally:
             view.end()
         return end
+
+    def first_step_done(self) -> None:
+        """Record and show how long this process took to finish its first step (warm starts)."""
+        seconds = process_seconds()
+        if seconds is not None:
+            self.record({"step": self.progress.step, "time_to_first_step_s": seconds})
+            self.view.note(
+                f"first step done {seconds:.1f} s after start (kernel cache {kernel_cache_dir()}: a second "
+                "run on this machine skips compiling and autotuning)"
+            )
 
     def validate(self, valid) -> float:
         """Evaluate, record and show the validation loss at this step."""
@@ -454,6 +476,7 @@ def train_rank(
     if not config.is_file():
         raise ZebraError(f"{config}: not found", fix="start runs with `zebra train RECIPE`, which writes it")
     recipe = load_recipe(config)
+    use_kernel_cache()
     env = init_distributed(device)
     try:
         return Trainer(recipe, run_dir, env, view).fit(resume)

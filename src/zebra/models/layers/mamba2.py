@@ -11,6 +11,7 @@ from torch import nn
 from transformers import initialization as init
 
 from zebra.models.layers.norm import GatedRMSNorm
+from zebra.models.layers.packed import derived
 from zebra.models.layers.recurrent import (
     RecurrentMixer,
     depthwise_conv,
@@ -122,7 +123,9 @@ class Mamba2(RecurrentMixer):
         )  # [B, T, Di + 2*G*N]
         x, b, c = xbc.split([self.d_inner, G * N, G * N], dim=-1)
         dt = zero_padding(F.softplus(float32_or_64(dt) + self.dt_bias), context.mask)  # [B, T, Hm]
-        A = -torch.exp(float32_or_64(self.A_log))  # [Hm]
+        A = derived(
+            self, "A", [self.A_log], lambda t: -torch.exp(float32_or_64(t[0]))
+        )  # [Hm], once per version
         y, state = mamba2_ssd(
             x.view(B, T, Hm, P),
             dt,

@@ -1,40 +1,72 @@
-"""Several bias-free projections of one input as one matmul while decoding.
+"""Fewer kernels per decode step: several projections of one input as one matmul, and weights derived from
+parameters (stacked, reshaped, activated) made once per weight version instead of once per step.
 
 A one-token decode step is bound by kernel launches, not bytes: GDN's six input projections are six GEMVs over
-the same `[B, 1, D]`. `project` runs them as one GEMV over their weights stacked by rows, built on first use and
-rebuilt whenever a weight is replaced or updated in place (keyed by storage and version counter). Training and
-prefill (grad enabled, or more than one token) call the projections one by one, so nothing changes for them and
-no stacked copy is made.
+the same `[B, 1, D]`. `project` runs them as one GEMV over their weights stacked by rows. `derived` keeps such a
+tensor on the module (not in its state dict), built on first use and rebuilt whenever a source tensor is replaced
+or updated in place (keyed by storage and version counter). With grad enabled (training) nothing is kept: the
+tensor is recomputed on every call, so autograd sees the parameters; prefill (more than one token) projects one
+by one, so nothing changes for it and no stacked copy is made.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 
-def project(module: nn.Module, hidden_states: torch.Tensor, names: Sequence[str]) -> list[torch.Tensor]:
+def derived(
+    module: nn.Module,
+    name: str,
+    sources: Sequence[torch.Tensor],
+    make: Callable[[Sequence[torch.Tensor]], torch.Tensor],
+) -> torch.Tensor:
+    """`make(sources)`, kept on `module` as `_<name>` while grad is disabled and the sources unchanged.
+
+    Args:
+        module: the owner (the tensor is not a parameter or buffer: not in its state dict).
+        name: a name unique on `module`.
+        sources: the tensors it is made from (parameters).
+        make: the computation (e.g. `torch.cat`).
+    """
+    if torch.is_grad_enabled():
+        return make(sources)
+    key = tuple((t.data_ptr(), t._version) for t in sources)
+    attr = "_" + name
+    cached = module.__dict__.get(attr)
+    if cached is None or cached[0] != key:
+        cached = (key, make(sources))
+        module.__dict__[attr] = cached
+    return cached[1]
+
+
+def project(
+    module: nn.Module, hidden_states: torch.Tensor, names: Sequence[str], *, joined: int = 0
+) -> list[torch.Tensor]:
     """`[module.get_submodule(name)(hidden_states) for name in names]` for bias-free `nn.Linear`s.
 
     Args:
         module: the owner of the projections; the stacked weight is kept on it (not in its state dict).
         hidden_states: `[B, T, D]`.
         names: submodule names (`"q_proj"`, `"f_proj.0"`) of `nn.Linear(D, out_i, bias=False)` projections.
+        joined: the first `joined` outputs come back as one tensor `[B, T, out_0 + ... ]` (a view of the
+            stacked output while decoding, concatenated otherwise), followed by the others.
 
     Returns:
-        One `[B, T, out_i]` per name (views into one output when stacked).
+        One `[B, T, out_i]` per name (views into one output when stacked), the first `joined` of them as one.
     """
     linears = [module.get_submodule(name) for name in names]
+    widths = [lin.out_features for lin in linears]
     if hidden_states.shape[1] != 1 or torch.is_grad_enabled():
-        return [linear(hidden_states) for linear in linears]
-    key = tuple((lin.weight.data_ptr(), lin.weight._version) for lin in linears)
-    attr = "_stacked_" + "_".join(names).replace(".", "_")
-    cached = module.__dict__.get(attr)
-    if cached is None or cached[0] != key:
-        cached = (key, torch.cat([lin.weight for lin in linears]))  # [sum out_i, D]
-        module.__dict__[attr] = cached
-    out = F.linear(hidden_states, cached[1])  # [B, 1, sum out_i]
-    return list(out.split([lin.out_features for lin in linears], dim=-1))
+        outs = [linear(hidden_states) for linear in linears]
+        head = [torch.cat(outs[:joined], dim=-1)] if joined else []
+        return head + outs[joined:]
+    name = "stacked_" + "_".join(names).replace(".", "_")
+    weight = derived(module, name, [lin.weight for lin in linears], torch.cat)  # [sum out_i, D]
+    out = F.linear(hidden_states, weight)  # [B, 1, sum out_i]
+    if joined:
+        widths = [sum(widths[:joined]), *widths[joined:]]
+    return list(out.split(widths, dim=-1))

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from zebra.models.layers.packed import project
+from zebra.models.layers.packed import derived, project
 from zebra_kernels import causal_conv1d
 
 if TYPE_CHECKING:
@@ -164,7 +164,8 @@ class DeltaRuleMixer(RecurrentMixer):
     they set `kernel`, `gate` (the kernel's `use_gate_in_kernel` formula) and `a_low`, list in `projections` the
     bias-free linears of the input (one GEMV while decoding, `packed.project`), and give the raw decay and the
     output gate from those projections.
-    Without padding the gate runs inside the kernel; with padding it runs here so pads get the no-op decay 0.
+    Without padding the gate and beta's sigmoid run inside the kernel (as in FLA's layers); with padding they run
+    here so pads get the no-op update (decay 0, beta 0).
     """
 
     kernel: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]  # gated_delta_rule / kimi_delta_rule
@@ -190,22 +191,26 @@ class DeltaRuleMixer(RecurrentMixer):
     def mix(self, hidden_states, state, conv_state, context):
         B, T, _ = hidden_states.shape
         H, K, HV, V = self.num_heads, self.head_dim, self.num_v_heads, self.head_v_dim
-        projected = dict(zip(self.projections, project(self, hidden_states, self.projections), strict=True))
-        qkv = torch.cat([projected["q_proj"], projected["k_proj"], projected["v_proj"]], -1)
-        weight = torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight]).squeeze(
-            1
-        )  # [C, W]
-        qkv, conv_state = self.short_conv(qkv, weight, None, conv_state, context)  # [B, T, 2*H*K + HV*V]
+        qkv, *rest = project(self, hidden_states, self.projections, joined=3)  # [B, T, 2*H*K + HV*V], ...
+        projected = dict(zip(self.projections[3:], rest, strict=True))
+        qkv, conv_state = self.short_conv(qkv, self.conv_weight(), None, conv_state, context)
         q, k, v = qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
         q, k, v = q.view(B, T, H, K), k.view(B, T, H, K), v.view(B, T, HV, V)
 
-        beta = float32_or_64(projected["b_proj"]).sigmoid()  # [B, T, HV]
-        if self.allow_neg_eigval:
-            beta = beta * 2.0
         g = self.raw_decay(projected)  # [B, T, HV] or [B, T, HV, K]
-        if context.mask is None:  # the gate is fused into the kernel
-            gate_kwargs = {"use_gate_in_kernel": True, "A_log": self.A_log, "dt_bias": self.dt_bias}
-        else:
+        if context.mask is None:  # the gate and beta's sigmoid are fused into the kernel
+            beta = projected["b_proj"]  # [B, T, HV] logits
+            gate_kwargs = {
+                "use_gate_in_kernel": True,
+                "A_log": self.A_log,
+                "dt_bias": self.dt_bias,
+                "use_beta_sigmoid_in_kernel": True,
+                "allow_neg_eigval": self.allow_neg_eigval,
+            }
+        else:  # pads get the no-op update: decay 0 and beta 0
+            beta = float32_or_64(projected["b_proj"]).sigmoid()  # [B, T, HV]
+            if self.allow_neg_eigval:
+                beta = beta * 2.0
             g, gate_kwargs = zero_padding(self.gate(g, self.A_log, self.dt_bias), context.mask), {}
             beta = zero_padding(beta, context.mask)
         o, state = self.kernel(
@@ -223,3 +228,8 @@ class DeltaRuleMixer(RecurrentMixer):
         )  # [B, T, HV, V]
         o = self.o_norm(o, self.output_gate(projected).view(B, T, HV, V))
         return self.o_proj(o.reshape(B, T, HV * V)), state, conv_state
+
+    def conv_weight(self) -> torch.Tensor:
+        """The q/k/v short-conv weights as one `[C, W]` (made once per weight version while decoding)."""
+        convs = [self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight]
+        return derived(self, "conv_weight", convs, lambda ws: torch.cat(ws).squeeze(1))

@@ -1,0 +1,58 @@
+"""zebra's cache folders: the root (`$ZEBRA_CACHE`, default ~/.cache/zebra: the tokenized sample corpus, the job
+registry, kernels) and the kernel cache that gives warm starts.
+
+Warm starts: where compiled GPU kernels and autotuning results persist between runs.
+
+Triton compiles every GPU kernel zebra runs (FLA's and torch.compile's) on first use and autotunes many of them;
+on a fresh machine that is minutes before a 1B model's first step. Kept on disk, a second run skips both:
+- compiled Triton kernels: `TRITON_CACHE_DIR` (Triton's default, ~/.triton/cache, also persists; zebra moves it
+  under its own folder so that one place holds everything and one variable moves it);
+- autotuning results: Triton stores them next to the kernels for an autotuner with `cache_results` (FLA 0.6.0
+  asks for it on its kernels through `FLA_CACHE_RESULTS`, on by default) and, with `TRITON_CACHE_AUTOTUNING=1`
+  (set here), for every other autotuner too. FLA keeps no autotuning cache of its own: its `FLA_CACHE_MODE` /
+  `FLA_CONFIG_DIR` only read per-GPU config files (off by default) and write nothing;
+- torch.compile (inductor) artefacts: `TORCHINDUCTOR_CACHE_DIR` (default: under /tmp, which a reboot or a fresh
+  container empties).
+
+`use_kernel_cache()` points these at `kernel_cache_dir()` unless they are set already (a value you set wins).
+Triton and inductor read them when they compile, so it works when called any time before the first kernel; the
+trainer, the benchmarks and the inference loaders call it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import MutableMapping
+from pathlib import Path
+
+KERNEL_CACHE_ENV = "ZEBRA_KERNEL_CACHE"
+
+
+def zebra_cache_dir(env: MutableMapping[str, str] = os.environ) -> Path:
+    """`$ZEBRA_CACHE`, or `~/.cache/zebra`."""
+    return Path(env.get("ZEBRA_CACHE") or Path.home() / ".cache" / "zebra").expanduser()
+
+
+def kernel_cache_dir(env: MutableMapping[str, str] = os.environ) -> Path:
+    """`$ZEBRA_KERNEL_CACHE`, else `$ZEBRA_CACHE/kernels`, else `~/.cache/zebra/kernels`."""
+    if env.get(KERNEL_CACHE_ENV):
+        return Path(env[KERNEL_CACHE_ENV]).expanduser()
+    return zebra_cache_dir(env) / "kernels"
+
+
+def cache_settings(env: MutableMapping[str, str] = os.environ) -> dict[str, str]:
+    """The variables `use_kernel_cache` sets, with zebra's values (before any value already in `env`)."""
+    root = kernel_cache_dir(env)
+    return {
+        "TRITON_CACHE_DIR": str(root / "triton"),
+        "TRITON_CACHE_AUTOTUNING": "1",
+        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+    }
+
+
+def use_kernel_cache(env: MutableMapping[str, str] = os.environ) -> dict[str, str]:
+    """Set each cache variable that is not set yet to its folder under `kernel_cache_dir()`; returns the values in
+    effect (yours where you set one)."""
+    for key, value in cache_settings(env).items():
+        env.setdefault(key, value)
+    return {key: env[key] for key in cache_settings(env)}
