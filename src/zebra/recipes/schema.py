@@ -160,6 +160,12 @@ class DataSpec:
     split: str = spec("99,1,0", doc="train,valid,test split weights over documents")
     seq_len: int = spec(2048, doc="training sequence length", min=8)
     num_workers: int = spec(2, doc="DataLoader worker processes", min=0, max=64)
+    order: str = spec(
+        "megatron",
+        doc="sample order: megatron (GPTDataset windows, shuffled with train.seed) or fla (a convert-fla "
+        "folder's chunks in FLA's training order)",
+        choices=("megatron", "fla"),
+    )
 
 
 @dataclass(kw_only=True)

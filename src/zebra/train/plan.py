@@ -92,6 +92,10 @@ def resolve_data(recipe: Recipe) -> None:
         )
     from zebra.data import resolve_prefixes
 
+    if recipe.data.order == "fla":  # a one-line error now, not on every rank
+        from zebra.data.fla_order import fla_folder
+
+        fla_folder(recipe.data.paths, recipe.data.seq_len, recipe.train.global_batch_size)
     _check_vocab(recipe)
     resolved = []
     for entry in recipe.data.paths:
