@@ -314,20 +314,22 @@ def order(
     if json_:
         out.json(report.to_dict())
         return
+    out.text(
+        escape(
+            f"{report.data} in {report.order} order ({report.recipe}): global batch {report.global_batch} = "
+            f"{report.micro_batch} x {report.ranks} rank(s) x {report.accumulation} accumulation"
+        )
+    )
     rows = []
     for s, per_rank in enumerate(report.steps):
         for r, batches in enumerate(per_rank):
             for a, batch in enumerate(batches):
                 shown = [str(x) if isinstance(x, int) else "+".join(map(str, x)) for x in batch]
-                rows.append([s, r, a, ", ".join(shown)])
+                rows.append([s + 1, r, a, ", ".join(shown)])
     out.table(
         ["step", "rank", "micro-batch", "rows"],
         rows,
-        title=escape(
-            f"{report.data} in {report.order} order: {report.recipe}, global batch {report.global_batch} = "
-            f"{report.micro_batch} x {report.ranks} rank(s) x {report.accumulation} accumulation"
-        ),
         justify={"step": "right", "rank": "right", "micro-batch": "right"},
     )
     if report.order == "megatron":
-        out.text("megatron samples are windows of seq_len + 1 tokens: a+b is a window over rows a and b")
+        out.text("a megatron sample is a window of seq_len + 1 tokens: a+b is a window over rows a and b")

@@ -21,7 +21,7 @@ from zebra.train.data import RankBatchSampler, batch_plan, build_datasets, fla_d
 
 @dataclass
 class OrderReport:
-    """`steps[s][r][a]` is rank r's micro-batch a of step s: a row per sample (fla), or a list of rows per
+    """`steps[s][r][a]` is rank r's micro-batch a of step s + 1: a row per sample (fla), or a list of rows per
     sample (megatron)."""
 
     order: str
@@ -50,7 +50,10 @@ def sample_order(
     from zebra.train.plan import resolve_data
 
     recipe = load_recipe(recipe_name, overrides=[*overrides, f"data.paths={data}", "data.mock=false"])
-    resolve_data(recipe)
+    if (
+        recipe.data.order == "megatron"
+    ):  # megatron's dataset needs the prefixes and the tokenizer; FLA's neither
+        resolve_data(recipe)
     G = recipe.train.global_batch_size
     micro, accumulation = batch_plan(G, recipe.train.micro_batch_size, ranks)
     with tempfile.TemporaryDirectory(prefix="zebra-order-") as cache:
