@@ -95,7 +95,7 @@ def prep(
         tokenizer=tokenizer,
         workers=workers,
         max_docs=max_docs,
-        max_tokens=int(max_tokens) if max_tokens is not None else None,
+        max_tokens=max_tokens,
         shards=shards,
         dtype=dtype,
         force=force,
