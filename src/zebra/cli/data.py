@@ -51,7 +51,13 @@ def prep(
     split: Annotated[str, typer.Option("--split", help="Hub dataset split.")] = "train",
     tokenizer: TokenizerOpt = "meta-llama/Llama-3.2-1B",
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Data folder (default: data/<name of the source>).")
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Data folder (default: data/<name of the source>; data/fineweb-edu-10BT for --sample 10BT, "
+            "with -<tokenizer> after it for another --tokenizer).",
+        ),
     ] = None,
     workers: Annotated[
         int | None, typer.Option("--workers", "-w", help="Tokenizer processes (default: all cores).")
@@ -75,6 +81,7 @@ def prep(
         fineweb_sample_source,
         fineweb_sample_tokens,
         open_source,
+        sample_folder,
     )
 
     if sample and source:
@@ -88,7 +95,7 @@ def prep(
         if sample
         else open_source(source, text_field=text_field, config=config, split=split)
     )
-    folder = output or Path("data") / _default_name(sample, src)
+    folder = output or (sample_folder(sample, tokenizer) if sample else Path("data") / _default_name(src))
     plan = plan_prep(
         src,
         folder,
@@ -121,9 +128,7 @@ def prep(
     _prep_summary(result.folder, result.manifest, result.notes, json_, seconds=result.seconds)
 
 
-def _default_name(sample: str | None, src) -> str:
-    if sample:
-        return f"fineweb-edu-{sample}"
+def _default_name(src) -> str:
     name = Path(src.name).name if src.kind == "local" else src.name.split("/")[-1]
     for suffix in (".gz", ".jsonl", ".json", ".parquet", ".arrow"):
         name = name.removesuffix(suffix)

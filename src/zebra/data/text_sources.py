@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 from zebra.errors import ZebraError
 
 FINEWEB_EDU = "HuggingFaceFW/fineweb-edu"
+DEFAULT_TOKENIZER = "meta-llama/Llama-3.2-1B"  # prep's default, and the guide's 1B recipes' tokenizer
 FINEWEB_SAMPLES = {
     "10BT": "sample-10BT",
     "100BT": "sample-100BT",
@@ -160,6 +161,31 @@ def fineweb_sample_source(sample: str) -> Source:
     if sample not in FINEWEB_SAMPLES:
         raise ZebraError(f"--sample {sample}: unknown", fix=f"use one of {', '.join(FINEWEB_SAMPLES)}")
     return Source("hub", FINEWEB_EDU, "text", config=FINEWEB_SAMPLES[sample], split="train")
+
+
+def sample_folder(sample: str, tokenizer: str = DEFAULT_TOKENIZER) -> Path:
+    """Where `zebra data prep --sample SAMPLE --tokenizer TOKENIZER` writes by default: `data/fineweb-edu-10BT`
+    for the default tokenizer, else with the tokenizer's name after it (`data/fineweb-edu-10BT-gla-1.3B-100B`),
+    so data of two tokenizers never meets in one folder. The guide's recipes name these folders."""
+    name = f"fineweb-edu-{sample}"
+    if tokenizer != DEFAULT_TOKENIZER:
+        name += "-" + (Path(tokenizer.rstrip("/")).name or "tokenizer")
+    return Path("data") / name
+
+
+def prep_command(target: str | Path, tokenizer: str) -> str:
+    """The `zebra data prep` command that writes the data folder `target` with `tokenizer`: the FineWeb-Edu
+    sample whose default folder it is (`--output` only when it lies elsewhere), else a local corpus."""
+    import shlex
+
+    target = Path(target)
+    tok_flag = "" if tokenizer == DEFAULT_TOKENIZER else f" --tokenizer {shlex.quote(tokenizer)}"
+    for sample in FINEWEB_SAMPLES:
+        default = sample_folder(sample, tokenizer)
+        if target.name == default.name:
+            out_flag = "" if target == default else f" --output {shlex.quote(str(target))}"
+            return f"zebra data prep --sample {sample}{tok_flag}{out_flag}"
+    return f"zebra data prep --source CORPUS --tokenizer {shlex.quote(tokenizer)} --output {shlex.quote(str(target))}"
 
 
 def fineweb_sample_tokens(sample: str) -> float:
