@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # One GPU session in as few calls as possible: benchmarks first (timed alone), then the `gpu`-marked tests in
-# parallel workers (Triton compilation is CPU-bound). Results land in $OUT (at most 8 files):
+# parallel workers (Triton compilation is CPU-bound). Results land in $OUT:
 #   summary.txt  bench.log  bench_train.json  decode_<recipe>.json  pytest_gpu.log  gpu_report.jsonl  profile.txt
+#   parity_{fp32,bf16}.json  parity_bf16.png  (phase parity: `zebra bench parity` on $PARITY_DATA, see
+#   scripts/build-parity-data.sh)
 # DECODE_RECIPES, TESTS and WORKERS override the decode recipes, the test paths and the xdist workers;
 # BENCH_TRAINER=0 skips the 20-step trainer run after the bench.
 # DEADLINE=S (seconds since start) caps the test phases so that the call ends in time.
 # Usage, from the repo root on the GPU machine after shared/gpu/setup.sh put FLA + Triton in /tmp/site:
-#   bash scripts/gpu-session.sh [bench] [decode] [profile] [tests] [tests-train]     (default: bench decode tests)
+#   bash scripts/gpu-session.sh [bench] [decode] [profile] [parity] [tests] [tests-train]  (default: bench decode tests)
 set -uo pipefail
 OUT=${OUT:-/tmp/zebra-gpu}; mkdir -p "$OUT"
 export PYTHONPATH=/tmp/site:$PWD/src:$PWD/kernels:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
@@ -47,6 +49,16 @@ for phase in "${phases[@]}"; do
       timeout "${TEST_TIMEOUT:-420}" python3 -m pytest -q -m gpu -p no:cacheprovider -s --timeout 400 tests/train \
         2>&1 | tee -a "$OUT/pytest_gpu.log" | tail -30
       note "tests train: $(grep -E 'passed|failed|error' "$OUT/pytest_gpu.log" | tail -1)";;
+    parity)  # the data from scripts/build-parity-data.sh, carried to $PARITY_DATA
+      data=${PARITY_DATA:-data/parity-python-docs}/chunks
+      for precision in fp32 bf16; do
+        steps=250; [ $precision = fp32 ] && steps=5
+        timeout 400 python3 -m zebra.cli.main bench parity 1b-gdn-pure --data "$data" --steps $steps --batch 4 \
+          --set model.vocab_size=16384 --set train.precision=$precision --output /tmp/parity-$precision --json \
+          > "$OUT/parity_$precision.json" 2>> "$log"
+        note "parity $precision rc=$? $(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: r[k] for k in ('step1_diff', 'max_rel_diff', 'final_rel_diff')}, r['zebra_loss'][-1], r['fla_loss'][-1])" "$OUT/parity_$precision.json" 2>&1 | tail -1)"
+      done
+      cp /tmp/parity-bf16/parity.png "$OUT/parity_bf16.png" 2>/dev/null;;
     *) note "unknown phase $phase";;
   esac
   note "phase $phase: $((SECONDS - t0)) s"
