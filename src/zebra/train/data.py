@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zebra.data import load_tokenizer
 from zebra.data.paths import parse_data_path
 from zebra.errors import ZebraError
 
@@ -49,8 +50,6 @@ def tokenizer_info(recipe: Recipe) -> TokenizerInfo:
     """The recipe's tokenizer as megatron needs it; mock data needs no tokenizer (EOD 0, the model's vocab)."""
     if recipe.data.mock:
         return TokenizerInfo(name="mock", vocab_size=recipe.model.vocab_size, eod=0)
-    from zebra.data.tokenizers import load_tokenizer
-
     tok = load_tokenizer(recipe.data.tokenizer)
     eod = tok.eos_token_id
     if eod is None:
