@@ -14,7 +14,7 @@ from zebra.data.fla_order import FlaOrder
 from zebra.recipes import load_recipe
 from zebra.train.data import build_datasets, fla_dataset, micro_batches
 from zebra.train.dist import DistEnv
-from zebra.train.plan import resolve_data
+from zebra.train.run import resolve_data
 
 from .helpers import write_fla_data
 

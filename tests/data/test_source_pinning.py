@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from zebra.data.folder import ShardFolder
 from zebra.data.manifest import read_manifest
 from zebra.data.prep import plan_prep, run_prep
 from zebra.data.text_sources import fineweb_sample_source, open_source
@@ -18,15 +19,17 @@ class Stop(Exception):
 
 
 def _interrupted_prep(source, out, **kw) -> None:
-    """Run a prep and stop it once its first shard is committed (as a kill would)."""
+    """Run a prep and stop it right after its first shard is committed (as a kill would), whatever the timing."""
+    commit = ShardFolder.commit
 
-    def stop_after_a_shard(*_, **__):
-        if read_manifest(out).shards:
-            raise Stop
+    def commit_then_stop(self, *, complete, **stats):
+        commit(self, complete=complete, **stats)
+        raise Stop
 
-    with pytest.raises(Stop):
-        run_prep(plan_prep(source, out, tokenizer="byte", workers=1, **kw), on_progress=stop_after_a_shard)
-    assert not read_manifest(out).complete
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(Stop):
+        patch.setattr(ShardFolder, "commit", commit_then_stop)
+        run_prep(plan_prep(source, out, tokenizer="byte", workers=1, **kw))
+    assert len(read_manifest(out).shards) == 1 and not read_manifest(out).complete
 
 
 def _first_letter_replaced(jsonl: str) -> str:

@@ -143,8 +143,14 @@ def train_losses(step, batches: list[dict[str, Any]], on_step: Callable[[int], N
     return losses
 
 
-def run_parity(cfg: ParityConfig, *, on_phase: Callable[[str], None] = lambda _: None) -> ParityReport:
-    """Train zebra's model, then FLA's, from the same weights on the same batches; write the report."""
+def run_parity(
+    cfg: ParityConfig, *, on_progress: Callable[[float, float | None, str], None] | None = None
+) -> ParityReport:
+    """Train zebra's model, then FLA's, from the same weights on the same batches; write the report.
+
+    `on_progress(done, total, note)` is called after every step of either model (total: both models' steps).
+    """
+    progress = on_progress or (lambda _done, _total, _note: None)
     import torch
 
     from zebra.bench.train import check_fla_comparable, fla_loss_sum, fla_model, make_step
@@ -163,9 +169,11 @@ def run_parity(cfg: ParityConfig, *, on_phase: Callable[[str], None] = lambda _:
     zebra = build_model(recipe, device)
     initial = {k: v.detach().to("cpu", copy=True) for k, v in zebra.state_dict().items()}
     params = sum(p.numel() for p in zebra.parameters())
-    on_phase(f"zebra: {cfg.steps} steps")
+    progress(0, 2 * cfg.steps, "zebra")
     zebra_loss = train_losses(
-        make_step(zebra, recipe, device, schedule=True), batches, _phase(on_phase, "zebra", cfg)
+        make_step(zebra, recipe, device, schedule=True),
+        batches,
+        lambda done: progress(done, 2 * cfg.steps, "zebra"),
     )
     del zebra
     gc.collect()
@@ -175,9 +183,8 @@ def run_parity(cfg: ParityConfig, *, on_phase: Callable[[str], None] = lambda _:
     fla.load_state_dict(fla_state_dict(initial), strict=True)
     fla_class = type(fla).__name__
     del initial
-    on_phase(f"fla: {cfg.steps} steps")
     step = make_step(fla, recipe, device, loss_fn=fla_loss_sum, schedule=True)
-    fla_loss = train_losses(step, batches, _phase(on_phase, "fla", cfg))
+    fla_loss = train_losses(step, batches, lambda done: progress(cfg.steps + done, 2 * cfg.steps, fla_class))
     report = ParityReport(
         recipe=recipe.name,
         data=str(cfg.data),
@@ -194,10 +201,6 @@ def run_parity(cfg: ParityConfig, *, on_phase: Callable[[str], None] = lambda _:
     )
     write_parity(report, Path(cfg.output))
     return report
-
-
-def _phase(on_phase: Callable[[str], None], name: str, cfg: ParityConfig) -> Callable[[int], None]:
-    return lambda done: on_phase(f"{name}: step {done} of {cfg.steps}")
 
 
 def write_parity(report: ParityReport, output: Path) -> dict[str, Path]:

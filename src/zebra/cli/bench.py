@@ -330,8 +330,8 @@ def parity(
     cfg = ParityConfig(
         recipe=recipe, data=data, steps=steps, batch=batch, output=output, overrides=set_ or []
     )
-    with out.stderr.status("building") as status:
-        report = run_parity(cfg, on_phase=lambda msg: status.update(msg))
+    with out.progress("parity", unit="step", enabled=not json_) as bar:
+        report = run_parity(cfg, on_progress=bar)
     if json_:
         out.json(report.to_dict())
         return

@@ -47,7 +47,7 @@ def sample_order(
         ZebraError: anything `zebra train` would refuse for this recipe and data (one line).
     """
     from zebra.recipes import load_recipe
-    from zebra.train.plan import resolve_data
+    from zebra.train.run import resolve_data
 
     recipe = load_recipe(recipe_name, overrides=[*overrides, f"data.paths={data}", "data.mock=false"])
     if (
