@@ -14,6 +14,10 @@
 # Needs: apt-get install -y python3.11-doc.   Usage: scripts/build-parity-data.sh [OUT]
 set -euo pipefail
 OUT=${1:-data/parity-python-docs}
+python3 -c "import zebra.data.python_docs" 2>/dev/null || {
+  echo "error: zebra.data.python_docs (the python3.11-doc corpus reader, from the upcycle branch) is not installed" >&2
+  exit 1
+}
 VOCAB=${VOCAB:-16384}
 SEQ_LEN=${SEQ_LEN:-2048}
 rm -rf "$OUT"

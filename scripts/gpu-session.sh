@@ -49,11 +49,11 @@ for phase in "${phases[@]}"; do
       timeout "${TEST_TIMEOUT:-420}" python3 -m pytest -q -m gpu -p no:cacheprovider -s --timeout 400 tests/train \
         2>&1 | tee -a "$OUT/pytest_gpu.log" | tail -30
       note "tests train: $(grep -E 'passed|failed|error' "$OUT/pytest_gpu.log" | tail -1)";;
-    parity)  # the data from scripts/build-parity-data.sh, carried to $PARITY_DATA
+    parity)  # the data from scripts/build-parity-data.sh, carried to $PARITY_DATA (e.g. carry data/parity-python-docs)
       data=${PARITY_DATA:-data/parity-python-docs}/chunks
       for precision in fp32 bf16; do
-        steps=250; [ $precision = fp32 ] && steps=5
-        timeout 400 python3 -m zebra.cli.main bench parity 1b-gdn-pure --data "$data" --steps $steps --batch 4 \
+        steps=250 limit=400; [ $precision = fp32 ] && steps=5 limit=150  # both within one 600 s call
+        timeout $limit python3 -m zebra.cli.main bench parity 1b-gdn-pure --data "$data" --steps $steps --batch 4 \
           --set model.vocab_size=16384 --set train.precision=$precision --output /tmp/parity-$precision --json \
           > "$OUT/parity_$precision.json" 2>> "$log"
         note "parity $precision rc=$? $(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: r[k] for k in ('step1_diff', 'max_rel_diff', 'final_rel_diff')}, r['zebra_loss'][-1], r['fla_loss'][-1])" "$OUT/parity_$precision.json" 2>&1 | tail -1)"
