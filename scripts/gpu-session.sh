@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # One GPU session in as few calls as possible: benchmarks first (timed alone), then the `gpu`-marked tests in
-# parallel workers (Triton compilation is CPU-bound). Results land in $OUT (at most 8 files):
+# parallel workers (Triton compilation is CPU-bound). Results land in $OUT:
 #   summary.txt  bench.log  bench_train.json  decode_<recipe>.json  pytest_gpu.log  gpu_report.jsonl  profile.txt
 #   decode_ab.jsonl  warm.jsonl
+#   parity_{fp32,bf16}.json  parity_bf16.png  (phase parity: `zebra bench parity` on $PARITY_DATA, see
+#   scripts/build-parity-data.sh)
 # DECODE_RECIPES, TESTS and WORKERS override the decode recipes, the test paths and the xdist workers;
 # BENCH_TRAINER=0 skips the 20-step trainer run after the bench.
 # DEADLINE=S (seconds since start) caps the test phases so that the call ends in time.
 # Usage, from the repo root on the GPU machine after shared/gpu/setup.sh put FLA + Triton in /tmp/site:
-#   bash scripts/gpu-session.sh [bench] [decode] [profile] [tests] [tests-train]     (default: bench decode tests)
+#   bash scripts/gpu-session.sh [bench] [decode] [profile] [parity] [tests] [tests-train]  (default: bench decode tests)
+#   (more phases:)
 #   decode-tests     the decode engine's GPU tests only (graphs across requests, sampling, no per-token sync, ...)
 #   decode-ab        scripts/decode-ab.py on BASE (a snapshot of the commit before: git archive BASE_COMMIT src
 #                    kernels recipes | tar -x -C .base, carried) and on this tree: kernels/step, step ms, generate ms
@@ -127,6 +130,16 @@ print('first step', round(r['first_step_s'], 1), 's after build,', round(r['firs
         esac
       done
       python3 scripts/decode-checks.py "$OUT" | tee -a "$OUT/summary.txt";;
+    parity)  # the data from scripts/build-parity-data.sh, carried to $PARITY_DATA (e.g. carry data/parity-python-docs)
+      data=${PARITY_DATA:-data/parity-python-docs}/chunks
+      for precision in fp32 bf16; do
+        steps=250 limit=400; [ $precision = fp32 ] && steps=5 limit=150  # both within one 600 s call
+        timeout $limit python3 -m zebra.cli.main bench parity 1b-gdn-pure --data "$data" --steps $steps --batch 4 \
+          --set model.vocab_size=16384 --set train.precision=$precision --output /tmp/parity-$precision --json \
+          > "$OUT/parity_$precision.json" 2>> "$log"
+        note "parity $precision rc=$? $(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: r[k] for k in ('step1_diff', 'max_rel_diff', 'final_rel_diff')}, r['zebra_loss'][-1], r['fla_loss'][-1])" "$OUT/parity_$precision.json" 2>&1 | tail -1)"
+      done
+      cp /tmp/parity-bf16/parity.png "$OUT/parity_bf16.png" 2>/dev/null;;
     *) note "unknown phase $phase";;
   esac
   note "phase $phase: $((SECONDS - t0)) s"

@@ -43,3 +43,32 @@ def zebra_cache(tmp_path_factory, monkeypatch) -> Path:
     path = tmp_path_factory.getbasetemp() / "zebra-cache"
     monkeypatch.setenv("ZEBRA_CACHE", str(path))
     return path
+
+
+class FakeHub:
+    """The Hugging Face Hub, faked (the tests run offline): any dataset is `rows`, streamed by `datasets` itself,
+    at the commit `revision`; `loads` records the revision each `load_dataset` call asked for."""
+
+    def __init__(self, rows: list[dict]) -> None:
+        self.rows, self.revision, self.loads = rows, "rev-1", []
+
+    def load_dataset(self, path, name=None, *, split, streaming, revision=None, **kw):
+        import datasets
+
+        assert streaming
+        self.loads.append(revision)
+        return datasets.Dataset.from_list(self.rows).to_iterable_dataset()
+
+
+@pytest.fixture
+def fake_hub(monkeypatch) -> FakeHub:
+    """FineWeb-Edu (or any hub dataset) is the bundled corpus, with a commit sha that a test can move."""
+    import datasets
+
+    from zebra.data import text_sources
+
+    hub = FakeHub([{"text": t} for t in generate_documents(seed=11, num_documents=300)])
+    monkeypatch.setattr(text_sources, "_hub_reachable", lambda: True)
+    monkeypatch.setattr(text_sources, "_hub_revision", lambda src: hub.revision)
+    monkeypatch.setattr(datasets, "load_dataset", hub.load_dataset)
+    return hub

@@ -58,3 +58,21 @@ def expected_ids(tokenizer_name: str, texts: list[str]) -> list[list[int]]:
 
     tok = load_tokenizer(tokenizer_name)
     return [tok(t)["input_ids"] + [tok.eos_token_id] for t in texts]
+
+
+def write_fla_data(
+    folder: Path, chunks: list[list[int]], *, rows_per_shard: int = 500_000
+) -> tuple[Path, Path]:
+    """`chunks` as FLA's preprocess saves them (an Arrow `input_ids` dataset) and converted by `convert-fla`.
+
+    Returns:
+        (the Arrow folder, the convert-fla data folder).
+    """
+    import datasets
+
+    from zebra.data.fla import convert_fla
+
+    arrow = folder / "arrow"
+    datasets.Dataset.from_dict({"input_ids": chunks}).save_to_disk(str(arrow), num_shards=2)
+    convert_fla(arrow, folder / "chunks", rows_per_shard=rows_per_shard)
+    return arrow, folder / "chunks"

@@ -89,8 +89,66 @@ def test_hub_error_from_datasets_itself_is_one_line(cli, monkeypatch, tmp_path):
     from zebra.data import text_sources
 
     monkeypatch.setattr(text_sources, "_hub_reachable", lambda: True)
+    monkeypatch.setattr(text_sources, "_hub_revision", lambda src: "rev-1")
     r = cli("data", "prep", "--sample", "10BT", "-t", "byte", "-o", tmp_path / "out", "--yes")
     one_line_error(r, "cannot reach the Hugging Face Hub for HuggingFaceFW/fineweb-edu")
+
+
+def test_an_unreachable_hub_is_asked_once_and_fails_at_once(cli, monkeypatch, tmp_path):
+    """Offline without HF_HUB_OFFLINE: one connection attempt, then the one-line error. The hub libraries,
+    which would retry for half a minute, are never called."""
+    import socket
+
+    import datasets
+    import huggingface_hub
+
+    from zebra.data import text_sources
+
+    for proxy in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(proxy, raising=False)
+    probes, hub_calls = [], []
+    connect = socket.create_connection
+    monkeypatch.setattr(
+        socket, "create_connection", lambda addr, timeout=None: probes.append(addr) or connect(addr, timeout)
+    )
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: hub_calls.append(a) or 1 / 0)
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", lambda *a, **k: hub_calls.append(a) or 1 / 0)
+    text_sources._connects.cache_clear()
+    env = {"HF_HUB_OFFLINE": "", "HF_ENDPOINT": "http://127.0.0.1:9"}  # the discard port: nothing listens
+    r = cli("data", "prep", "--sample", "10BT", "-t", "byte", "-o", tmp_path / "out", "--yes", env=env)
+    one_line_error(
+        r, "cannot reach the Hugging Face Hub for HuggingFaceFW/fineweb-edu sample-10BT (no network)"
+    )
+    assert probes == [("127.0.0.1", 9)] and hub_calls == []
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf", "1e400"])
+def test_max_tokens_must_be_a_finite_number(cli, texts, tmp_path, value):
+    source = write_source("jsonl", tmp_path / "src", texts[:5])
+    r = cli("data", "prep", "--source", source, "-t", "byte", "-o", tmp_path / "out", "--max-tokens", value)
+    one_line_error(r, "--max-tokens")
+    assert "not a finite number" in r.stderr and "bug" not in r.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_max_tokens_accepts_a_float_count(cli, texts, tmp_path):
+    source = write_source("jsonl", tmp_path / "src", texts)
+    r = cli(
+        "data",
+        "prep",
+        "--source",
+        source,
+        "-t",
+        "byte",
+        "-o",
+        tmp_path / "out",
+        "--max-tokens",
+        "2e3",
+        "--json",
+    )
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    assert report["config"]["max_tokens"] == 2000 and 2000 <= report["totals"]["tokens"] < 2000 + 3000
 
 
 def test_prep_into_another_tokenizers_folder(cli, texts, bpe_dir, tmp_path):

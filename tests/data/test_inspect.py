@@ -61,3 +61,50 @@ def test_checksums(folder):
     path.write_bytes(bytes(data))
     with pytest.raises(ZebraError, match=r"\.bin: sha256 differs from manifest\.json"):
         inspect_data(str(folder), checksums=True)
+
+
+MALFORMED = {
+    "a shard without tokens": (lambda m: m["shards"][0].pop("tokens"), "shards[0] has no 'tokens'"),
+    "shards not a list": (lambda m: m.update(shards="abc"), "manifest.shards is 'abc', expected list[Shard]"),
+    "a string count": (
+        lambda m: m["shards"][0].update(tokens="12"),
+        "shards[0].tokens is '12', expected int",
+    ),
+    "a list tokenizer": (lambda m: m.update(tokenizer=[]), "manifest.tokenizer is [], expected dict"),
+    "a string flag": (lambda m: m.update(complete="yes"), "manifest.complete is 'yes', expected bool"),
+    "a bool count": (lambda m: m["shards"][1].update(rows=True), "shards[1].rows is True, expected int"),
+    "a string in skipped": (
+        lambda m: m["shards"][0].update(skipped={"empty": "x"}),
+        "expected dict[str, int]",
+    ),
+    "a shard outside the folder": (
+        lambda m: m["shards"][0].update(prefix="../../etc/passwd"),
+        "prefix '../../etc/passwd' is not a file name in the folder",
+    ),
+    "a shard that is not an object": (lambda m: m["shards"].append(3), "shards[2] is not an object"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_a_malformed_manifest_is_one_line_wherever_it_is_read(folder, case, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from zebra.cli.main import app
+    from zebra.data.prefixes import resolve_prefixes
+
+    path = folder / "manifest.json"
+    manifest = json.loads(path.read_text())
+    edit, message = MALFORMED[case]
+    edit(manifest)
+    path.write_text(json.dumps(manifest))
+    runner = CliRunner()
+    for args in (["data", "inspect", str(folder)], ["train", "tiny", "--data", str(folder), "--dry-run"]):
+        r = runner.invoke(app, args, env={"COLUMNS": "200"})
+        assert r.exit_code == 1 and "Traceback" not in r.output and "bug" not in r.output, r.output
+        errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "not a valid zebra data manifest" in errors[0], r.stderr
+        assert message in errors[0]
+    with pytest.raises(ZebraError, match="not a valid zebra data manifest"):
+        resolve_prefixes(str(folder))

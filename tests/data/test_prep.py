@@ -151,7 +151,7 @@ def test_resolve_prefixes_forms(texts, tmp_path):
     assert sum(w for _, w in weighted) == pytest.approx(0.25)
     plain = prefixes[1][0]
     assert resolve_prefixes(f"{plain}:3") == [(plain, 3.0)]
-    with pytest.raises(ZebraError, match=r"no manifest\.json folder"):
+    with pytest.raises(ZebraError, match=r"nothing: no data there"):
         resolve_prefixes(str(tmp_path / "nothing"))
 
 

@@ -71,3 +71,22 @@ def logged_step(run_dir: Path) -> int:
         return 0
     steps = [json.loads(line)["step"] for line in path.read_text().splitlines() if line.endswith("}")]
     return max(steps, default=0)
+
+
+def write_fla_folder(root: Path, seq_len: int, documents: int = 40) -> Path:
+    """FLA's preprocess over generated text with the byte tokenizer (ids are UTF-8 bytes): concatenated without
+    EOD, cut into `seq_len`-token chunks, saved as an Arrow dataset, then `zebra data convert-fla`d.
+
+    Returns:
+        The convert-fla data folder.
+    """
+    import datasets
+
+    from zebra.data.bundled_corpus import generate_documents
+    from zebra.data.fla import convert_fla
+
+    stream = [b for text in generate_documents(seed=3, num_documents=documents) for b in text.encode()]
+    chunks = [stream[i : i + seq_len] for i in range(0, len(stream) // seq_len * seq_len, seq_len)]
+    datasets.Dataset.from_dict({"input_ids": chunks}).save_to_disk(str(root / "arrow"))
+    convert_fla(root / "arrow", root / "chunks", tokenizer="byte")
+    return root / "chunks"

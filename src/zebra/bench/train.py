@@ -43,7 +43,7 @@ from zebra.errors import ZebraError
 from zebra.recipes import load_recipe
 from zebra.train.dist import DistEnv
 from zebra.train.metrics import device_peak_flops, process_seconds
-from zebra.train.optim import build_optimizer
+from zebra.train.optim import build_optimizer, build_scheduler
 from zebra.train.parallelize import parallelize
 from zebra.train.step import TrainStep
 from zebra.train.trainer import build_model
@@ -101,27 +101,30 @@ class TrainBenchReport:
         return {**asdict(self), "ratio": self.ratio}
 
 
-def check_fla_comparable(recipe, device) -> str:
-    """The recipe's layer pattern, or a ZebraError when FLA has no class for it or no kernels on `device`."""
+def check_fla_comparable(recipe, device=None, *, flag: str = "--against fla") -> str:
+    """The recipe's layer pattern, or a ZebraError (naming `flag`) when FLA has no class for it or, with a
+    `device`, no kernels there."""
     pattern = arch.resolve_pattern(arch.as_config(recipe.model.flat()))
     mixers = set(pattern[0::2])
     if len(mixers) != 1 or mixers & {"M", "*"} or set(pattern[1::2]) != {"-"}:
         raise ZebraError(
-            f"--against fla: recipe {recipe.name} has pattern {pattern[:16]}...; FLA has classes for pure GDN "
+            f"{flag}: recipe {recipe.name} has pattern {pattern[:16]}...; FLA has classes for pure GDN "
             "and pure KDA models only",
-            fix="compare a pure recipe (1b-gdn-pure, 1b-kda-pure, tiny-gdn, tiny-kda), or drop --against",
+            fix="use a pure recipe (1b-gdn-pure, 1b-kda-pure, tiny-gdn, tiny-kda)",
         )
-    if device.type != "cuda":
+    if device is not None and device.type != "cuda":
         raise ZebraError(
-            "--against fla: FLA's kernels need a GPU (they have no CPU path)",
+            f"{flag}: FLA's kernels need a GPU (they have no CPU path)",
             fix="run it on a CUDA/ROCm machine",
         )
     return pattern
 
 
 def fla_model(recipe, device):
-    """FLA's own model class at the recipe's shapes (pure GDN or pure KDA only), on `device`, fp32 weights."""
-    pattern = check_fla_comparable(recipe, device)
+    """FLA's own model class at the recipe's shapes (pure GDN or pure KDA only), on `device`, fp32 weights.
+
+    Built on any device (its forward needs FLA's GPU kernels: check the device with `check_fla_comparable`)."""
+    pattern = check_fla_comparable(recipe)
     from fla.models import GatedDeltaNetConfig, GatedDeltaNetForCausalLM, KDAConfig, KDAForCausalLM
 
     cfg = fla_config(recipe.model.to_config(), pattern)
@@ -148,13 +151,10 @@ def fla_loss_sum(model, tokens, labels, loss_mask):
     return mean * (targets[:, :-1] != -100).sum()
 
 
-def training_step(model, recipe, cfg: TrainBenchConfig, device, *, loss_fn=None, score_last: bool = True):
-    """The step the bench times on `model` (the trainer's `TrainStep`, the recipe's precision, activation
-    checkpointing and compile) and its one micro-batch of `cfg.batch` x `cfg.seq_len` random tokens.
-
-    `loss_fn` as `TrainStep`'s; `score_last=False` masks position T-1 out of the loss (FLA scores T-1 of T).
-    Returns (step, micro_batch).
-    """
+def make_step(model, recipe, device, *, loss_fn=None, schedule: bool = False):
+    """The trainer's `TrainStep` on one device for `model`: the recipe's precision (bf16 autocast, fp32 master
+    weights), AdamW with its parameter groups, gradient clipping, activation checkpointing and compile, and with
+    `schedule` its warm-up + decay learning rate (else the peak lr throughout). `loss_fn` as `TrainStep`'s."""
     t = recipe.train
     env = DistEnv(rank=0, local_rank=0, world_size=1, device=device)
     bf16 = t.precision == "bf16"
@@ -166,15 +166,26 @@ def training_step(model, recipe, cfg: TrainBenchConfig, device, *, loss_fn=None,
         activation_checkpointing=t.activation_checkpointing,
         compile=t.compile,
     )
-    step = TrainStep(
+    optimizer = build_optimizer(model, t, device)
+    return TrainStep(
         model,
-        build_optimizer(model, t, device),
-        None,
+        optimizer,
+        build_scheduler(optimizer, t) if schedule else None,
         env,
         autocast_bf16=bf16,
         clip_grad=t.clip_grad,
         loss_fn=loss_fn,
     )
+
+
+def training_step(model, recipe, cfg: TrainBenchConfig, device, *, loss_fn=None, score_last: bool = True):
+    """The step the bench times on `model` (`make_step`) and its one micro-batch of `cfg.batch` x `cfg.seq_len`
+    random tokens.
+
+    `loss_fn` as `TrainStep`'s; `score_last=False` masks position T-1 out of the loss (FLA scores T-1 of T).
+    Returns (step, micro_batch).
+    """
+    step = make_step(model, recipe, device, loss_fn=loss_fn)
     B, T = cfg.batch, cfg.seq_len
     gen = torch.Generator().manual_seed(cfg.seed)
     text = torch.randint(0, recipe.model.vocab_size, (B, T + 1), generator=gen)  # [B, T + 1]

@@ -1,7 +1,8 @@
-"""`zebra bench`: measure zebra itself (startup today; data, train and decode throughput join here)."""
+"""`zebra bench`: measure zebra itself: startup, data, training and decoding speed, and training parity with FLA."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -20,7 +21,10 @@ from zebra.cli._options import (
 from zebra.cli._output import out
 from zebra.errors import ZebraError
 
-app = typer.Typer(help="Measure startup, data, training and decoding speed.", no_args_is_help=True)
+app = typer.Typer(
+    help="Measure startup, data, training and decoding speed, and training parity with FLA.",
+    no_args_is_help=True,
+)
 
 
 @app.command(epilog=examples("zebra bench startup", "zebra bench startup --repeats 20 --json"))
@@ -323,4 +327,51 @@ def train_(
     out.text(
         f"MFU = {report.flops_per_token / 1e9:.4g} GFLOP/token (6N + causal MLA attention) x tokens/s / {peak}; "
         f"torch {report.torch_version}"
+    )
+
+
+@app.command(
+    "parity",
+    epilog=examples(
+        "zebra bench parity 1b-gdn-pure --data data/fla-docs --steps 200 --set model.vocab_size=16384 "
+        "--set data.tokenizer=data/fla-docs/tokenizer",
+        "zebra bench parity tiny-gdn --data data/fla-tiny --steps 20 --batch 4 --set train.precision=fp32",
+    ),
+)
+def parity(
+    recipe: Annotated[str, typer.Argument(help="A pure GDN or KDA recipe (name or YAML path).")],
+    data: Annotated[str, typer.Option("--data", help="A data folder written by `zebra data convert-fla`.")],
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Optimizer steps of each model.")] = 200,
+    batch: Annotated[int, typer.Option("--batch", "-b", min=1, help="Sequences (chunks) per step.")] = 8,
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Folder for parity.json, parity.png and both curves.")
+    ] = Path("parity"),
+    set_: SetOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Train zebra's model and FLA's own class from the same weights on the same FLA-order batches; compare losses."""
+    from zebra.bench.parity import ParityConfig, run_parity
+
+    cfg = ParityConfig(
+        recipe=recipe, data=data, steps=steps, batch=batch, output=output, overrides=set_ or []
+    )
+    with out.progress("parity", unit="step", enabled=not json_) as bar:
+        report = run_parity(cfg, on_progress=bar)
+    if json_:
+        out.json(report.to_dict())
+        return
+    out.table(
+        ["step", "zebra loss", "FLA loss", "rel diff"],
+        [
+            [i + 1, f"{z:.6f}", f"{f:.6f}", f"{abs(z - f) / abs(f):.2e}"]
+            for i, (z, f) in enumerate(zip(report.zebra_loss, report.fla_loss, strict=True))
+            if i < 3 or i + 1 == report.steps or (i + 1) % max(1, report.steps // 10) == 0
+        ],
+        title=f"parity: {report.recipe} ({report.params / 1e6:,.1f}M) vs FLA {report.fla_class} on {report.device}, "
+        f"{report.precision}, {report.batch} x {report.seq_len} tokens per step",
+        justify={"step": "right", "zebra loss": "right", "FLA loss": "right", "rel diff": "right"},
+    )
+    out.result(
+        f"step-1 difference {report.step1_diff:.2e}; largest relative difference {report.max_rel_diff:.2e}; "
+        f"final {report.final_rel_diff:.2e}; wrote {output}/parity.json and parity.png"
     )

@@ -1,4 +1,5 @@
-"""`zebra data`: prepare (tokenize) corpora into Megatron shards, convert FLA's data, inspect the result."""
+"""`zebra data`: prepare (tokenize) corpora into Megatron shards, convert FLA's data, inspect the result and
+show the order a training run reads it in."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from zebra.cli._options import ForceOpt, JsonOpt, YesOpt, examples
+from zebra.cli._options import ForceOpt, JsonOpt, SetOpt, YesOpt, examples
 from zebra.cli._output import out, progress_callback
 from zebra.cli._prompt import choose, confirm
 from zebra.errors import ZebraError
@@ -50,7 +51,13 @@ def prep(
     split: Annotated[str, typer.Option("--split", help="Hub dataset split.")] = "train",
     tokenizer: TokenizerOpt = "meta-llama/Llama-3.2-1B",
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Data folder (default: data/<name of the source>).")
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Data folder (default: data/<name of the source>; data/fineweb-edu-10BT for --sample 10BT, "
+            "with -<tokenizer> after it for another --tokenizer).",
+        ),
     ] = None,
     workers: Annotated[
         int | None, typer.Option("--workers", "-w", help="Tokenizer processes (default: all cores).")
@@ -74,6 +81,7 @@ def prep(
         fineweb_sample_source,
         fineweb_sample_tokens,
         open_source,
+        sample_folder,
     )
 
     if sample and source:
@@ -87,14 +95,14 @@ def prep(
         if sample
         else open_source(source, text_field=text_field, config=config, split=split)
     )
-    folder = output or Path("data") / _default_name(sample, src)
+    folder = output or (sample_folder(sample, tokenizer) if sample else Path("data") / _default_name(src))
     plan = plan_prep(
         src,
         folder,
         tokenizer=tokenizer,
         workers=workers,
         max_docs=max_docs,
-        max_tokens=int(max_tokens) if max_tokens is not None else None,
+        max_tokens=max_tokens,
         shards=shards,
         dtype=dtype,
         force=force,
@@ -120,9 +128,7 @@ def prep(
     _prep_summary(result.folder, result.manifest, result.notes, json_, seconds=result.seconds)
 
 
-def _default_name(sample: str | None, src) -> str:
-    if sample:
-        return f"fineweb-edu-{sample}"
+def _default_name(src) -> str:
     name = Path(src.name).name if src.kind == "local" else src.name.split("/")[-1]
     for suffix in (".gz", ".jsonl", ".json", ".parquet", ".arrow"):
         name = name.removesuffix(suffix)
@@ -289,3 +295,46 @@ def _render_inspect(r: dict) -> None:
         out.text(f"[bold]document {s['document']}[/] ({s['tokens']} tokens): ids {s['ids']}")
         if "text" in s:
             out.text(escape(repr(s["text"])))
+
+
+@app.command(
+    epilog=examples(
+        "zebra data order data/fla-10BT --recipe 1b-gdn-pure --steps 2 --set data.order=fla",
+        "zebra data order data/fla-10BT --recipe 1b-gdn-pure --steps 1 --ranks 4 --set data.order=fla --json",
+        "zebra data order @sample --recipe tiny --steps 3",
+    )
+)
+def order(
+    path: Annotated[str, typer.Argument(help="Data folder (or any data path the recipe could train on).")],
+    recipe: Annotated[str, typer.Option("--recipe", "-r", help="Recipe name or YAML path.")],
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Optimizer steps to show.")] = 1,
+    ranks: Annotated[int, typer.Option("--ranks", min=1, help="Data-parallel ranks.")] = 1,
+    set_: SetOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Which rows each rank reads at each step, in the recipe's data.order (megatron or fla)."""
+    from zebra.train.sample_order import sample_order
+
+    report = sample_order(path, recipe, steps=steps, ranks=ranks, overrides=set_ or [])
+    if json_:
+        out.json(report.to_dict())
+        return
+    out.text(
+        escape(
+            f"{report.data} in {report.order} order ({report.recipe}): global batch {report.global_batch} = "
+            f"{report.micro_batch} x {report.ranks} rank(s) x {report.accumulation} accumulation"
+        )
+    )
+    rows = []
+    for s, per_rank in enumerate(report.steps):
+        for r, batches in enumerate(per_rank):
+            for a, batch in enumerate(batches):
+                shown = [str(x) if isinstance(x, int) else "+".join(map(str, x)) for x in batch]
+                rows.append([s + 1, r, a, ", ".join(shown)])
+    out.table(
+        ["step", "rank", "micro-batch", "rows"],
+        rows,
+        justify={"step": "right", "rank": "right", "micro-batch": "right"},
+    )
+    if report.order == "megatron":
+        out.text("a megatron sample is a window of seq_len + 1 tokens: a+b is a window over rows a and b")

@@ -10,6 +10,7 @@ import os
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from typer.core import TyperGroup
 
 from zebra import __version__
@@ -30,9 +31,9 @@ class _ZebraGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except ZebraError as e:
-            out.error(e.message)
+            out.error(escape(e.message))  # plain text: a message may hold brackets ("dict[str, int]", paths)
             if e.fix:
-                out.hint(e.fix)
+                out.hint(escape(e.fix))
             raise typer.Exit(e.exit_code) from None
         except KeyboardInterrupt:
             out.error("interrupted")

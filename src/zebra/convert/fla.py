@@ -264,6 +264,12 @@ def fla_config(zebra_config: Any, pattern: str) -> dict[str, Any]:
     }
 
 
+def fla_state_dict(state_dict: dict[str, Any]) -> dict[str, Any]:
+    """A pure GDN / KDA Zebra state dict under FLA's names (`ZEBRA_TO_FLA`, the renames `--to fla` writes);
+    the tensors themselves are shared, not copied. FLA's class loads it with `load_state_dict(strict=True)`."""
+    return {ZEBRA_TO_FLA.rename(key): tensor for key, tensor in state_dict.items()}
+
+
 def export_fla(
     checkpoint: Any,
     output: Path,

@@ -127,12 +127,39 @@ def resume_manifest(folder: Path, fresh: Manifest, *, force: bool) -> Manifest:
             f"(vocab hash {str(old.tokenizer.get('vocab_hash'))[:12]}), not {fresh.tokenizer.get('name')}",
             fix=_FIX,
         )
+    changed = _changed_files(old.source, fresh.source)
+    if changed:
+        raise ZebraError(
+            f"{folder}: {changed}",
+            fix="restore the source files, pass --force to start over, or choose another --output",
+        )
     different = [k for k in ("source", "dtype", "config") if getattr(old, k) != getattr(fresh, k)]
     if different:
         detail = ", ".join(f"{k}: {_diff(getattr(old, k), getattr(fresh, k))}" for k in different)
         raise ZebraError(f"{folder} holds data prepared with other settings ({detail})", fix=_FIX)
     fresh.shards, fresh.complete = old.shards, old.complete
     return fresh
+
+
+def _changed_files(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """What changed in the local source files since the manifest `old` was written (None: nothing, or a
+    source of another kind or other files, which the settings check reports)."""
+    if not (old.get("kind") == new.get("kind") == "local" and old.get("files") == new.get("files")):
+        return None
+    before = old.get("fingerprints")
+    if before is None:
+        return "an older zebra started this folder without recording its source files, so a resume cannot check them"
+    for path, was, now in zip(new["files"], before, new["fingerprints"], strict=True):
+        if was != now:
+            how = (
+                f"{was['bytes']:,} bytes, now {now['bytes']:,}"
+                if was["bytes"] != now["bytes"]
+                else "the same size, other content in its first or last MiB"
+            )
+            return (
+                f"{path} changed since this folder was started ({how}); resuming would mix two versions of it"
+            )
+    return None
 
 
 def _diff(old: Any, new: Any) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +105,7 @@ def read_manifest(folder: str | Path) -> Manifest:
     """Load `folder/manifest.json` (or the manifest file itself).
 
     Raises:
-        ZebraError: missing, not JSON, or not a zebra data manifest.
+        ZebraError: missing, not JSON, not a zebra data manifest, or a field missing or of the wrong type.
     """
     path = Path(folder)
     if path.is_dir():
@@ -120,13 +120,53 @@ def read_manifest(folder: str | Path) -> Manifest:
         ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ZebraError(f"{path}: not a zebra data manifest", fix="pass a folder made by `zebra data prep`")
-    if data.get("format_version", 0) > FORMAT_VERSION:
-        raise ZebraError(
-            f"{path}: made by a newer zebra (format {data['format_version']})", fix="upgrade zebra"
-        )
-    data.pop("totals", None)
-    shards = [Shard(**s) for s in data.pop("shards", [])]
-    return Manifest(**data, shards=shards)
+    version = data.get("format_version", 0)
+    if isinstance(version, int) and version > FORMAT_VERSION:
+        raise ZebraError(f"{path}: made by a newer zebra (format {version})", fix="upgrade zebra")
+    manifest = _typed(Manifest, data, path, "manifest")
+    manifest.shards = [_typed(Shard, s, path, f"shards[{i}]") for i, s in enumerate(manifest.shards)]
+    for i, shard in enumerate(manifest.shards):
+        if shard.prefix in ("", ".", "..") or Path(shard.prefix).name != shard.prefix:
+            raise _malformed(path, f"shards[{i}].prefix {shard.prefix!r} is not a file name in the folder")
+    return manifest
+
+
+_TYPES = {"str": str, "int": int, "bool": bool, "dict": dict, "list": list}
+
+
+def _typed(cls: type, data: Any, path: Path, where: str) -> Any:
+    """`cls(**data)` for a dataclass, once every field is there with the type its annotation names (keys it
+    does not know, like `totals`, are left out).
+
+    Raises:
+        ZebraError: `data` is not an object, or a field is missing or of another type.
+    """
+    if not isinstance(data, dict):
+        raise _malformed(path, f"{where} is not an object")
+    kwargs = {}
+    for f in fields(cls):
+        if f.name not in data:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise _malformed(path, f"{where} has no {f.name!r}")
+            continue
+        value = kwargs[f.name] = data[f.name]
+        if not _is(value, f.type.split("[")[0]) or (
+            f.type == "dict[str, int]" and not all(_is(v, "int") for v in value.values())
+        ):
+            raise _malformed(path, f"{where}.{f.name} is {repr(value)[:60]}, expected {f.type}")
+    return cls(**kwargs)
+
+
+def _is(value: Any, type_name: str) -> bool:
+    """`isinstance` for the annotation `type_name` (str, int, bool, dict, list); a bool is no int here."""
+    return isinstance(value, _TYPES[type_name]) and (type_name == "bool" or not isinstance(value, bool))
+
+
+def _malformed(path: Path, detail: str) -> ZebraError:
+    return ZebraError(
+        f"{path}: not a valid zebra data manifest ({detail})",
+        fix="restore manifest.json, or delete the folder and prepare it again",
+    )
 
 
 def shard_paths(folder: str | Path, manifest: Manifest) -> list[Path]:

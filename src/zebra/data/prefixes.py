@@ -17,7 +17,7 @@ from zebra.data.indexed import check_prefix
 from zebra.data.manifest import Manifest, manifest_path, read_manifest, shard_paths
 from zebra.data.paths import BUNDLED, parse_data_path, prep_folder
 from zebra.data.prep import plan_prep, run_prep
-from zebra.data.text_sources import open_source
+from zebra.data.text_sources import open_source, prep_command
 from zebra.errors import ZebraError
 
 
@@ -26,7 +26,8 @@ def resolve_prefixes(entry: str, *, tokenizer: str = "byte") -> list[tuple[str, 
 
     Args:
         entry: `TARGET[:WEIGHT]` (`zebra.data.paths`).
-        tokenizer: what `@sample` is tokenized with (other targets are already tokenized).
+        tokenizer: what `@sample` is tokenized with (other targets are already tokenized); a missing folder's
+            error names the `zebra data prep` command that makes it with this tokenizer.
 
     Returns:
         `[(prefix, weight), ...]`. The weights of one entry sum to its WEIGHT and split it in proportion to
@@ -47,8 +48,9 @@ def resolve_prefixes(entry: str, *, tokenizer: str = "byte") -> list[tuple[str, 
         check_prefix(path)
         return [(str(path.resolve()), weight)]
     raise ZebraError(
-        f"data path {target}: no manifest.json folder and no {path.name}.bin/.idx",
-        fix=f"run `zebra data prep --output FOLDER` and use FOLDER, or give a Megatron PREFIX, or {BUNDLED}",
+        f"data path {target}: no data there (no {path}/manifest.json, no {path.name}.bin/.idx)",
+        fix=f"make it with `{prep_command(target, tokenizer)}`, or pass --data with a data folder, a Megatron "
+        f"PREFIX or {BUNDLED}",
     )
 
 

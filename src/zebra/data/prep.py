@@ -76,7 +76,7 @@ def plan_prep(
     tokenizer: str = "meta-llama/Llama-3.2-1B",
     workers: int | None = None,
     max_docs: int | None = None,
-    max_tokens: int | None = None,
+    max_tokens: float | None = None,
     shards: int | None = None,
     dtype: str = "auto",
     force: bool = False,
@@ -89,7 +89,8 @@ def plan_prep(
         output: the data folder; shards become `FOLDER/NAME_00000.bin/.idx` (NAME = the folder's name).
         tokenizer: HF tokenizer name or path, or `byte`.
         workers: tokenizer processes (default: all cores).
-        max_docs / max_tokens: stop after this many source rows / once this many tokens are written.
+        max_docs / max_tokens: stop after this many source rows / once this many tokens are written
+            (`max_tokens` may be a float such as 1e9; it must be finite).
         shards: number of shards (needs a known row count); default one shard per 100k rows.
         dtype: `auto`, `uint16` or `int32`.
         force: replace a folder that holds different data instead of failing.
@@ -98,11 +99,13 @@ def plan_prep(
     Raises:
         ZebraError: bad numbers, a tokenizer that does not fit the dtype, a folder with other data, no disk space.
     """
+    max_tokens = _token_count(max_tokens)
     _check_counts(workers=workers, max_docs=max_docs, max_tokens=max_tokens, shards=shards)
     folder = Path(output).expanduser().resolve()
     tokenizer_obj = tok.load_tokenizer(tokenizer)
     np_dtype = tok.token_dtype(tok.vocab_size(tokenizer_obj), dtype)
     existing = None if force or not manifest_path(folder).exists() else read_manifest(folder)
+    source.pin(existing.source if existing is not None else None)  # a resume reads the rows it started on
     total = source.count_rows()
     if max_docs is not None:
         total = min(total, max_docs) if total is not None else max_docs
@@ -155,6 +158,18 @@ def _fast_bpe(name: str, tokenizer: Any) -> tuple[FastBPESpec | None, list[str]]
     if fast is None:
         return None, [f"tokenizing with `tokenizers`, not the faster tiktoken encoder: {reason}"]
     return fast, []
+
+
+def _token_count(value: float | None) -> int | None:
+    """`--max-tokens` as a whole number of tokens (`1e9` -> 1000000000); `inf` and `nan` are refused."""
+    if value is None:
+        return None
+    if not math.isfinite(value):
+        raise ZebraError(
+            f"--max-tokens {value}: not a finite number",
+            fix="pass a token count such as 1e9, or leave it out",
+        )
+    return int(value)
 
 
 def _check_counts(**flags: int | None) -> None:

@@ -8,7 +8,9 @@ Row numbers are the unit of resumable work: the same source always yields the sa
 
 from __future__ import annotations
 
+import functools
 import gzip
+import hashlib
 import json
 import os
 import socket
@@ -21,6 +23,7 @@ from urllib.parse import urlparse
 from zebra.errors import ZebraError
 
 FINEWEB_EDU = "HuggingFaceFW/fineweb-edu"
+DEFAULT_TOKENIZER = "meta-llama/Llama-3.2-1B"  # prep's default, and the guide's 1B recipes' tokenizer
 FINEWEB_SAMPLES = {
     "10BT": "sample-10BT",
     "100BT": "sample-100BT",
@@ -28,6 +31,8 @@ FINEWEB_SAMPLES = {
 }  # --sample: config
 _FINEWEB_SAMPLE_TOKENS = {"10BT": 10e9, "100BT": 100e9, "350BT": 350e9}
 LOCAL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet", ".arrow")
+HUB_CONNECT_TIMEOUT = 5.0  # seconds for the one reachability probe
+_EDGE = 1 << 20  # a local file's fingerprint hashes its first and last MiB
 
 # Row status codes returned by `decode_texts` (one per row).
 OK, EMPTY, NON_UTF8, MISSING_FIELD, MALFORMED = 0, 1, 2, 3, 4
@@ -57,7 +62,11 @@ class RawBatch:
 
 @dataclass
 class Source:
-    """Where documents come from, described well enough to be recorded in a manifest and re-opened."""
+    """Where documents come from, described well enough to be recorded in a manifest and re-opened.
+
+    `pin` fixes what it reads before a prep starts: a hub dataset's commit (`revision`), or each local file's
+    size and a hash of its first and last MiB (`fingerprints`), so a resumed prep reads the same rows.
+    """
 
     kind: str  # "hub" | "local"
     name: str  # hub id, or the --source argument as given
@@ -65,15 +74,36 @@ class Source:
     config: str | None = None
     split: str = "train"
     files: list[Path] = field(default_factory=list)
+    revision: str | None = None  # hub: the dataset repository's commit sha (after `pin`)
+    fingerprints: list[dict[str, Any]] | None = None  # local: one per file (after `pin`)
 
     def describe(self) -> dict:
         """The manifest's `source` entry."""
         d: dict[str, Any] = {"kind": self.kind, "name": self.name}
         if self.kind == "hub":
-            d |= {"config": self.config, "split": self.split}
+            d |= {"config": self.config, "split": self.split, "revision": self.revision}
         else:
-            d["files"] = [str(f) for f in self.files]
+            d |= {"files": [str(f) for f in self.files], "fingerprints": self.fingerprints}
         return d
+
+    def pin(self, recorded: dict[str, Any] | None = None) -> None:
+        """Fix what this source reads: the hub dataset's commit (the one `recorded`, an earlier run's manifest
+        entry for the same dataset, names; else the current one), or the local files' fingerprints.
+
+        Raises:
+            ZebraError: the Hub is unreachable, or has no such dataset.
+        """
+        if self.kind == "local":
+            self.fingerprints = [file_fingerprint(f) for f in self.files]
+            return
+        earlier = recorded or {}
+        same = {k: earlier.get(k) for k in ("kind", "name", "config", "split")} == {
+            "kind": "hub",
+            "name": self.name,
+            "config": self.config,
+            "split": self.split,
+        }
+        self.revision = earlier.get("revision") if same and earlier.get("revision") else _hub_revision(self)
 
     def count_rows(self) -> int | None:
         """Number of rows when it is cheap to know (local files; hub metadata when present), else None."""
@@ -131,6 +161,31 @@ def fineweb_sample_source(sample: str) -> Source:
     if sample not in FINEWEB_SAMPLES:
         raise ZebraError(f"--sample {sample}: unknown", fix=f"use one of {', '.join(FINEWEB_SAMPLES)}")
     return Source("hub", FINEWEB_EDU, "text", config=FINEWEB_SAMPLES[sample], split="train")
+
+
+def sample_folder(sample: str, tokenizer: str = DEFAULT_TOKENIZER) -> Path:
+    """Where `zebra data prep --sample SAMPLE --tokenizer TOKENIZER` writes by default: `data/fineweb-edu-10BT`
+    for the default tokenizer, else with the tokenizer's name after it (`data/fineweb-edu-10BT-gla-1.3B-100B`),
+    so data of two tokenizers never meets in one folder. The guide's recipes name these folders."""
+    name = f"fineweb-edu-{sample}"
+    if tokenizer != DEFAULT_TOKENIZER:
+        name += "-" + (Path(tokenizer.rstrip("/")).name or "tokenizer")
+    return Path("data") / name
+
+
+def prep_command(target: str | Path, tokenizer: str) -> str:
+    """The `zebra data prep` command that writes the data folder `target` with `tokenizer`: the FineWeb-Edu
+    sample whose default folder it is (`--output` only when it lies elsewhere), else a local corpus."""
+    import shlex
+
+    target = Path(target)
+    tok_flag = "" if tokenizer == DEFAULT_TOKENIZER else f" --tokenizer {shlex.quote(tokenizer)}"
+    for sample in FINEWEB_SAMPLES:
+        default = sample_folder(sample, tokenizer)
+        if target.name == default.name:
+            out_flag = "" if target == default else f" --output {shlex.quote(str(target))}"
+            return f"zebra data prep --sample {sample}{tok_flag}{out_flag}"
+    return f"zebra data prep --source CORPUS --tokenizer {shlex.quote(tokenizer)} --output {shlex.quote(str(target))}"
 
 
 def fineweb_sample_tokens(sample: str) -> float:
@@ -217,6 +272,19 @@ def _local_files(path: Path) -> list[Path]:
         names = [f["filename"] for f in json.loads(state.read_text())["_data_files"]]
         return [path / n for n in names]
     return sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(LOCAL_SUFFIXES))
+
+
+def file_fingerprint(path: Path) -> dict[str, Any]:
+    """`{"bytes": size, "edges_sha256": sha256 of the first and last MiB}`: cheap, and it changes when the file
+    is replaced, grown, cut or edited near either end (a copy keeps it; an mtime would not)."""
+    size = path.stat().st_size
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read(_EDGE))
+        if size > _EDGE:
+            f.seek(max(_EDGE, size - _EDGE))
+            h.update(f.read())
+    return {"bytes": size, "edges_sha256": h.hexdigest()}
 
 
 def _is_json_array(path: Path) -> bool:
@@ -349,17 +417,48 @@ def _hub_error(src: Source, error: BaseException | None = None) -> ZebraError:
 
 
 def _hub_reachable() -> bool:
-    """False when offline mode is set or the Hub's host does not resolve (avoids minutes of retries)."""
+    """False when offline mode is set or no TCP connection to the Hub (or the proxy) opens within a few seconds.
+
+    Asked once per process: the libraries behind it would retry an unreachable Hub for half a minute.
+    """
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
         return False
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return True  # the proxy resolves names for us
-    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    proxy = next(
+        (
+            os.environ[v]
+            for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+            if os.environ.get(v)
+        ),
+        None,
+    )
+    url = urlparse(proxy or os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    return _connects(url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80))
+
+
+@functools.cache
+def _connects(host: str, port: int) -> bool:
     try:
-        socket.getaddrinfo(host, 443)
+        socket.create_connection((host, port), timeout=HUB_CONNECT_TIMEOUT).close()
     except OSError:
         return False
     return True
+
+
+def _hub_revision(src: Source) -> str:
+    """The commit sha of the dataset repository's main branch now."""
+    if not _hub_reachable():
+        raise _hub_error(src)
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    try:
+        return HfApi().dataset_info(src.name).sha
+    except RepositoryNotFoundError:
+        raise ZebraError(
+            f"{src.name}: no such dataset on the Hugging Face Hub", fix="check --source"
+        ) from None
+    except Exception as e:  # huggingface_hub's HTTP errors, its transport's connection errors
+        raise _hub_error(src, e) from None
 
 
 def _load_hub(src: Source) -> Any:
@@ -368,7 +467,9 @@ def _load_hub(src: Source) -> Any:
     import datasets
 
     try:
-        return datasets.load_dataset(src.name, name=src.config, split=src.split, streaming=True)
+        return datasets.load_dataset(
+            src.name, name=src.config, split=src.split, streaming=True, revision=src.revision
+        )
     except (ConnectionError, OSError) as e:
         raise _hub_error(src, e) from None
     except ValueError as e:  # e.g. unknown config or split

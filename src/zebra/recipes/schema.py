@@ -171,11 +171,19 @@ class ModelSpec:
 @dataclass(kw_only=True)
 class DataSpec:
     tokenizer: str = spec("meta-llama/Llama-3.2-1B", doc="HF tokenizer name or path, or 'byte' (built in)")
-    paths: list[str] = spec(doc="Megatron prefixes, each 'PREFIX' or 'PREFIX:weight' (blended)", factory=list)
+    paths: list[str] = spec(
+        doc="data folders, Megatron prefixes or @sample, each 'PATH' or 'PATH:weight' (blended)", factory=list
+    )
     mock: bool = spec(False, doc="train on random tokens (no data needed)")
     split: str = spec("99,1,0", doc="train,valid,test split weights over documents")
     seq_len: int = spec(2048, doc="training sequence length", min=8)
     num_workers: int = spec(2, doc="DataLoader worker processes", min=0, max=64)
+    order: str = spec(
+        "megatron",
+        doc="sample order: megatron (GPTDataset windows, shuffled with train.seed) or fla (a convert-fla "
+        "folder's chunks in FLA's training order)",
+        choices=("megatron", "fla"),
+    )
 
 
 @dataclass(kw_only=True)

@@ -5,6 +5,8 @@ The order is a pure function of the seed: global step `s` reads samples `[s*G, (
 shuffled) dataset, so the data position is just `consumed_samples` and a resumed run reads exactly what an
 uninterrupted one would. Within a step, micro-batch `a` of rank `r` holds samples
 `s*G + a*m*W + r*m + [0, m)` (G global batch, m micro batch, W ranks): any world size sees the same global batch.
+With `data.order: fla` the dataset is a convert-fla folder's chunks, and sample `g` is the chunk FLA's own
+trainer reads at that place (`zebra.data.fla_order`).
 """
 
 from __future__ import annotations
@@ -99,6 +101,8 @@ def build_datasets(
         train_samples: sequences the run will read (max_steps x global batch).
         valid_samples: sequences one validation pass reads (0: no validation set).
     """
+    if recipe.data.order == "fla" and not recipe.data.mock:
+        return fla_dataset(recipe, train_samples), None  # FLA trains on every chunk: no validation split
     with _quiet_megatron(), _megatron_process_group():
         from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
         from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
@@ -149,6 +153,19 @@ def build_datasets(
     if valid is not None and (valid_samples == 0 or len(valid) == 0):
         valid = None
     return train, valid
+
+
+def fla_dataset(recipe: Recipe, samples: int, *, ranks: int | None = None) -> torch.utils.data.Dataset:
+    """`data.order: fla`: `samples` samples of the recipe's convert-fla folder in FLA's order for `ranks`
+    data-parallel ranks (default: this process group's size), with the micro batch `batch_plan` gives them."""
+    import torch.distributed as dist
+
+    from zebra.data.fla_order import FlaChunkDataset, FlaOrder, fla_folder
+
+    world = ranks or (dist.get_world_size() if dist.is_initialized() else 1)
+    micro, accumulation = batch_plan(recipe.train.global_batch_size, recipe.train.micro_batch_size, world)
+    folder = fla_folder(recipe.data.paths, recipe.data.seq_len, recipe.train.global_batch_size)
+    return FlaChunkDataset(folder, FlaOrder(folder.chunks, world, micro, accumulation), samples)
 
 
 def batch_plan(global_batch: int, micro_batch: int, world_size: int) -> tuple[int, int]:

@@ -115,6 +115,10 @@ def resolve_data(recipe: Recipe) -> None:
             f"recipe {recipe.name} has no training data (data.paths is empty)",
             fix="pass --data PREFIX[:weight] (made by `zebra data prep`), --data @sample, or --mock-data",
         )
+    if recipe.data.order == "fla":  # a one-line error now, not on every rank
+        from zebra.data.fla_order import fla_folder
+
+        fla_folder(recipe.data.paths, recipe.data.seq_len, recipe.train.global_batch_size)
     _check_vocab(recipe)
     resolved = []
     for entry in recipe.data.paths:
