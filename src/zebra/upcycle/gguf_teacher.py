@@ -60,7 +60,7 @@ class GGUFSource(TensorSource):
         return torch.from_numpy(weights.weights.copy()).reshape(self.shapes()[name][0])
 
 
-def open_gguf(path: Path) -> Teacher:
+def open_gguf(path: Path, *, with_tokenizer: bool = True) -> Teacher:
     """Open a `.gguf` teacher; refuses architectures other than the Llama family (transformers' GGUF support)."""
     import importlib.util
 
@@ -83,7 +83,8 @@ def open_gguf(path: Path) -> Teacher:
     arch = _gguf_arch(config["model_type"])
     source = GGUFSource(path, arch, config, list(expected_shapes(shape)))
     check_tensors(shape, {n: s for n, (s, _) in source.shapes().items()}, str(path))
-    return Teacher(shape, source, _tokenizer(path), str(path), "gguf", torch.float32)
+    tokenizer = _tokenizer(path) if with_tokenizer else None
+    return Teacher(shape, source, tokenizer, str(path), "gguf", torch.float32)
 
 
 def _gguf_arch(model_type: str) -> str:

@@ -12,7 +12,7 @@ from zebra.upcycle.teacher import EMBED, Teacher, check_tensors, shape_from_hf_c
 HUB_FILES = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt", "*.tiktoken"]
 
 
-def open_hf(spec: str) -> Teacher:
+def open_hf(spec: str, *, with_tokenizer: bool = True) -> Teacher:
     """Open an HF causal LM folder (or download a hub id's config, safetensors and tokenizer files)."""
     from zebra.convert.sources import SafetensorsSource, StateDictSource, torch_load
 
@@ -39,7 +39,7 @@ def open_hf(spec: str) -> Teacher:
     shapes = {name: s for name, (s, _) in tensors.shapes().items()}
     check_tensors(shape, shapes, str(folder))
     dtype = tensors.shapes()[EMBED][1]
-    return Teacher(shape, tensors, _tokenizer(folder), spec, "hf", dtype)
+    return Teacher(shape, tensors, _tokenizer(folder) if with_tokenizer else None, spec, "hf", dtype)
 
 
 def _download(repo_id: str) -> Path:

@@ -32,7 +32,7 @@ from zebra.upcycle.teacher import Teacher, TeacherShape, check_tensors, layer_ke
 _NOT_DENSE_FIX = "upcycle a dense GPT (Llama-style: RMSNorm, SwiGLU, RoPE) Megatron checkpoint"
 
 
-def open_megatron_teacher(path: Path) -> Teacher:
+def open_megatron_teacher(path: Path, *, with_tokenizer: bool = True) -> Teacher:
     """Open a dense Megatron checkpoint (root, iteration folder or `model_optim_rng.pt`)."""
     from zebra.convert.megatron import is_torch_dist, is_torch_format, open_megatron, resolve_iteration_dir
 
@@ -50,9 +50,10 @@ def open_megatron_teacher(path: Path) -> Teacher:
     source = ConvertedSource(raw, pieces)
     check_tensors(shape, {p.name: p.shape for p in pieces}, origin)
     tokenizer = None
-    if getattr(args, "tokenizer_type", "") == "HuggingFaceTokenizer" and getattr(
+    named = getattr(args, "tokenizer_type", "") == "HuggingFaceTokenizer" and getattr(
         args, "tokenizer_model", None
-    ):
+    )
+    if with_tokenizer and named:
         from zebra.data.tokenizers import load_tokenizer
 
         tokenizer = load_tokenizer(str(args.tokenizer_model))

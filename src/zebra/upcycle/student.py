@@ -237,7 +237,6 @@ def _teacher_config(shape: TeacherShape) -> dict[str, Any]:
 
 def _plan_from_recipe(shape: TeacherShape, options: StudentOptions) -> StudentPlan:
     """A recipe's model shapes, checked against the teacher; one error lists every mismatch."""
-    from zebra import arch
     from zebra.recipes import load_recipe
 
     for flag, value in (("--kv-lora-rank", options.kv_lora_rank), ("--q-lora-rank", options.q_lora_rank),
@@ -252,23 +251,8 @@ def _plan_from_recipe(shape: TeacherShape, options: StudentOptions) -> StudentPl
     mismatches = []
     if options.mixer is not None and MIXERS[_check_mixer(options.mixer)] != mixer:
         mismatches.append(f"model.recurrent {mixer} (--mixer {options.mixer})")
-    try:
-        recipe_pattern = arch.resolve_pattern(arch.as_config(flat))
-    except ValueError as e:
-        raise ZebraError(f"{options.recipe}: {e}", fix="fix the recipe's model.pattern") from None
-    layers = len(recipe_pattern) // 2
-    if options.mla_layers is not None or options.mla is not None:
-        if options.mla_layers is not None:
-            mla_layers = _check_mla_layers(options.mla_layers, layers)
-        else:
-            mla_layers = mla_placement(layers, options.mla)  # type: ignore[arg-type]
-        recipe_pattern = pattern(layers, mla_layers, mixer)
-    mla_layers = tuple(i for i in range(layers) if recipe_pattern[2 * i] == "*")
-    kinds = set(recipe_pattern[0::2]) - {"*"}
-    if kinds - {MIXER_CHARS[mixer]} or set(recipe_pattern[1::2]) != {"-"}:
-        mismatches.append(
-            f"model.pattern {recipe_pattern!r} (expected mixer/MLP pairs with one recurrent kind)"
-        )
+    recipe_pattern = _recipe_pattern(flat, options, mixer, mismatches)
+    mla_layers = tuple(i for i in range(len(recipe_pattern) // 2) if recipe_pattern[2 * i] == "*")
     flat["layer_pattern"] = recipe_pattern
     expected = {**_teacher_config(shape), **mixer_shapes(shape, mixer, mismatches)}
     if "*" in recipe_pattern:
@@ -288,6 +272,27 @@ def _plan_from_recipe(shape: TeacherShape, options: StudentOptions) -> StudentPl
         )
     config = {**flat, **{k: v for k, v in shape.special_ids.items() if v is not None}}
     return StudentPlan(config, mla_layers, mixer, recipe)
+
+
+def _recipe_pattern(flat: dict[str, Any], options: StudentOptions, mixer: str, mismatches: list[str]) -> str:
+    """The recipe's sublayer pattern, or the recipe's layers with `--mla` / `--mla-layers`; a pattern that is not
+    mixer/MLP pairs of one recurrent kind goes to `mismatches`."""
+    from zebra import arch
+
+    try:
+        recipe_pattern = arch.resolve_pattern(arch.as_config(flat))
+    except ValueError as e:
+        raise ZebraError(f"--recipe {options.recipe}: {e}", fix="fix the recipe's model.pattern") from None
+    layers = len(recipe_pattern) // 2
+    if options.mla_layers is not None:
+        recipe_pattern = pattern(layers, _check_mla_layers(options.mla_layers, layers), mixer)
+    elif options.mla is not None:
+        recipe_pattern = pattern(layers, mla_placement(layers, options.mla), mixer)
+    if set(recipe_pattern[0::2]) - {"*", MIXER_CHARS[mixer]} or set(recipe_pattern[1::2]) != {"-"}:
+        mismatches.append(
+            f"model.pattern {recipe_pattern!r} (expected mixer/MLP pairs with one recurrent kind)"
+        )
+    return recipe_pattern
 
 
 def _same(got: Any, want: Any) -> bool:

@@ -233,15 +233,15 @@ def open_teacher(spec: str | Path, *, tokenizer: str | None = None) -> Teacher:
 
         if not path.is_file():
             raise ZebraError(f"{spec}: no such file", fix="check the path of the .gguf file")
-        teacher = open_gguf(path)
+        teacher = open_gguf(path, with_tokenizer=tokenizer is None)
     elif path.is_file() or (path.is_dir() and not (path / "config.json").is_file()):
         from zebra.upcycle.megatron_teacher import open_megatron_teacher
 
-        teacher = open_megatron_teacher(path)
+        teacher = open_megatron_teacher(path, with_tokenizer=tokenizer is None)
     elif path.is_dir() or _looks_like_hub_id(str(spec)):
         from zebra.upcycle.hf_teacher import open_hf
 
-        teacher = open_hf(str(spec))
+        teacher = open_hf(str(spec), with_tokenizer=tokenizer is None)
     else:
         raise ZebraError(
             f"{spec}: no such file or folder",
