@@ -156,7 +156,7 @@ def test_mla_equals_multi_query_attention_with_full_ranks_and_rope_on_every_chan
         cos_sin = teacher.model.rotary_emb(x, positions)
         expected = teacher.model.layers[1].self_attn(x, position_embeddings=cos_sin, attention_mask=None)[0]
         got = mla(x, position_ids=positions)
-    torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)  # the factors are float32 SVDs
 
 
 @pytest.mark.parametrize("mixer", MIXERS)
