@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from zebra.data.sample_corpus import generate_documents
+from zebra.data.bundled_corpus import generate_documents
 
 # Varied text: the generated corpus plus the hard cases (non-ASCII, emoji, control characters, special-token text).
 EXTRA_TEXTS = [

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from zebra.data.fla import convert_fla, fla_arrow_files, verify_against_arrow
-from zebra.data.manifest import read_manifest, resolve_prefixes
+from zebra.data.manifest import read_manifest
+from zebra.data.prefixes import resolve_prefixes
 from zebra.errors import ZebraError
 
 from .helpers import read_all
@@ -42,12 +43,21 @@ def fla_dir(chunks, tmp_path):
 
 
 def test_convert_keeps_every_chunk_in_order(chunks, fla_dir, bpe_dir, tmp_path):
-    result = convert_fla(fla_dir, tmp_path / "out", tokenizer=str(bpe_dir), rows_per_shard=100)
+    calls = []
+    result = convert_fla(
+        fla_dir,
+        tmp_path / "out",
+        tokenizer=str(bpe_dir),
+        rows_per_shard=100,
+        on_progress=lambda done, total, **counts: calls.append((done, total, counts)),
+    )
+    assert calls[-1] == (len(chunks), len(chunks), {"tok": len(chunks) * SEQ_LEN})
+    assert result.shards_written == len(result.manifest.shards) and result.shards_kept == 0
     assert len(chunks) > 300
     assert read_all(tmp_path / "out") == chunks  # no EOD added: a chunk is a document
     m = read_manifest(tmp_path / "out")
     assert m.complete and len(m.shards) == -(-len(chunks) // 100) and m.documents == len(chunks)
-    assert result["verified_tokens"] == len(chunks) * SEQ_LEN == m.tokens
+    assert result.verified_tokens == len(chunks) * SEQ_LEN == m.tokens
     assert m.dtype == "uint16" and m.tokenizer["vocab_size"] == 600
     assert sum(w for _, w in resolve_prefixes(str(tmp_path / "out"))) == pytest.approx(1.0)
 
@@ -67,8 +77,8 @@ def test_dataset_dict_layout_and_dtype_from_data(chunks, tmp_path):
 def test_rerun_resumes_and_detects_a_corrupt_shard(chunks, fla_dir, tmp_path):
     convert_fla(fla_dir, tmp_path / "out", rows_per_shard=200)
     again = convert_fla(fla_dir, tmp_path / "out", rows_per_shard=200)
-    assert again["shards_written"] == 0
     m = read_manifest(tmp_path / "out")
+    assert again.shards_written == 0 and again.shards_kept == len(m.shards) and again.manifest.complete
     data = tmp_path / "out" / f"{m.shards[1].prefix}.bin"
     tokens = np.fromfile(data, dtype=np.uint16)
     tokens[3 * SEQ_LEN + 5] ^= 1  # same size, one token of the shard's 4th chunk changed

@@ -86,9 +86,9 @@ def test_hub_offline_says_use_source(cli, args, what, tmp_path):
 
 def test_hub_error_from_datasets_itself_is_one_line(cli, monkeypatch, tmp_path):
     """Past our quick reachability check, the `datasets` library's own offline failure is mapped too."""
-    from zebra.data import sources
+    from zebra.data import text_sources
 
-    monkeypatch.setattr(sources, "_hub_reachable", lambda: True)
+    monkeypatch.setattr(text_sources, "_hub_reachable", lambda: True)
     r = cli("data", "prep", "--sample", "10BT", "-t", "byte", "-o", tmp_path / "out", "--yes")
     one_line_error(r, "cannot reach the Hugging Face Hub for HuggingFaceFW/fineweb-edu")
 

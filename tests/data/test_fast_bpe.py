@@ -16,7 +16,7 @@ import pytest
 from zebra.data.fast_bpe import ADVERSARIAL, FastBPE, fast_bpe_spec
 from zebra.data.manifest import read_manifest
 from zebra.data.prep import plan_prep, run_prep
-from zebra.data.sources import open_source
+from zebra.data.text_sources import open_source
 from zebra.data.tokenizers import load_tokenizer, train_bpe
 
 from .helpers import expected_ids, read_all, write_source
@@ -164,7 +164,7 @@ def test_tokenizer_with_a_normalizer_falls_back_in_prep(trained, corpus, tmp_pat
     assert encoders(manifest) == {"tokenizers": len(corpus)}
 
 
-def test_a_worker_whose_sample_check_fails_uses_hf(trained, corpus, tmp_path):
+def test_a_worker_whose_agreement_check_fails_uses_hf(trained, corpus, tmp_path):
     """A spec that drops Llama-3's bos gives other ids: the first documents show it, the worker falls back."""
 
     def drop_bos(plan):
@@ -217,7 +217,7 @@ def test_characters_the_regex_engines_split_differently_go_to_hf(trained, corpus
     assert [tok.bos_token_id, *raw] != ids[0]
 
 
-def test_sample_check_reports_a_different_split(trained, corpus):
+def test_agreement_check_reports_a_different_split(trained, corpus):
     tok = load_tokenizer(trained["gpt2-ranked"])
     spec, _ = fast_bpe_spec(tok)
     two_digits = dataclasses.replace(spec, pattern=spec.pattern.replace(r"\p{N}+", r"\p{N}{1,2}"))

@@ -6,7 +6,7 @@ import pytest
 
 from zebra.data.inspection import inspect_data
 from zebra.data.prep import plan_prep, run_prep
-from zebra.data.sources import open_source
+from zebra.data.text_sources import open_source
 from zebra.errors import ZebraError
 
 from .helpers import expected_ids, write_source

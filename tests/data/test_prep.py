@@ -7,9 +7,10 @@ import json
 import pytest
 
 from zebra.data.indexed import sha256_file
-from zebra.data.manifest import read_manifest, resolve_prefixes
+from zebra.data.manifest import read_manifest
+from zebra.data.prefixes import resolve_prefixes
 from zebra.data.prep import plan_prep, run_prep
-from zebra.data.sources import open_source
+from zebra.data.text_sources import open_source
 from zebra.errors import ZebraError
 
 from .helpers import expected_ids, read_all, write_jsonl, write_source
@@ -54,6 +55,26 @@ def test_max_docs_and_max_tokens(texts, tmp_path):
     _, result = prep(source, tmp_path / "tokens", max_tokens=budget, workers=2, shards=4)
     assert read_all(tmp_path / "tokens") == want[:10]
     assert result.manifest.complete and result.manifest.rows == 10
+
+
+def test_progress_reports_reach_the_total(texts, tmp_path):
+    source = write_source("jsonl", tmp_path / "src", texts)
+    calls = []
+
+    def record(done, total, **counts):
+        calls.append((done, total, counts))
+
+    result = run_prep(plan_prep(open_source(str(source)), tmp_path / "rows", tokenizer="byte"), record)
+    done, total, counts = calls[-1]
+    assert done == total == len(texts)  # rows of a source that says how many it has
+    assert (counts["docs"], counts["tok"]) == (result.manifest.documents, result.manifest.tokens)
+    assert [c[0] for c in calls] == sorted(c[0] for c in calls)
+    budget = result.manifest.tokens // 3
+    calls.clear()
+    plan = plan_prep(open_source(str(source)), tmp_path / "tokens", tokenizer="byte", max_tokens=budget)
+    result = run_prep(plan, record)
+    assert calls[-1][:2] == (result.manifest.tokens, budget)  # a token budget counts tokens
+    assert result.manifest.tokens >= budget
 
 
 def test_rerun_of_a_complete_folder_changes_nothing(texts, tmp_path):

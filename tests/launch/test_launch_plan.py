@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from zebra.launch import build_launch_plan, plan_run
+from zebra.launch import make_plan, with_launch_lists
+from zebra.launch.container import container_mounts
 from zebra.launch.environment import MASK, EnvVar, is_secret, passthrough, resolve
+from zebra.recipes import load_recipe
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SECRETS = {"HF_TOKEN": "hf_fakeSecretValue0123456789", "WANDB_API_KEY": "wandb-fake-secret-abcdef"}
@@ -53,7 +55,7 @@ def test_slurm_plan_two_nodes_of_eight_gpus(cli, tmp_path):
     assert launch["slurm"]["tasks"] == 16
     assert "torchrun" not in launch  # each task is one rank
     assert launch["rank_command"].split()[1:] == [
-        "-m", "zebra.train.entry", run_dir, "--resume", "auto", "--device", "cuda",
+        "-m", "zebra.cli.rank", run_dir, "--resume", "auto", "--device", "cuda",
     ]  # fmt: skip
     assert launch["env"]["HF_TOKEN"] == MASK and launch["env"]["WANDB_API_KEY"] == MASK
     assert launch["env"]["NCCL_DEBUG"] == "INFO" and "SOME_OTHER_VAR" not in launch["env"]
@@ -77,6 +79,25 @@ def test_human_dry_run_masks_secrets_too(cli, tmp_path):
     assert not any(value in result.output for value in SECRETS.values())
 
 
+def test_human_dry_run_shows_each_row_once(cli, tmp_path):
+    args = [
+        "tiny",
+        "--nproc",
+        "2",
+        "--nodes",
+        "2",
+        "--rdzv-endpoint",
+        "node1:29500",
+        "--mock-data",
+        "--dry-run",
+    ]
+    result = cli("train", *args, "-o", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    first_cells = [line.split("│")[1].strip() for line in result.stdout.splitlines() if line.startswith("│")]
+    assert first_cells.count("ranks") == 1 and first_cells.count("rendezvous") == 1
+    assert "2 node(s) x 2 cpu rank(s) = 4" in result.stdout and "node1:29500" in result.stdout
+
+
 def test_rocm_container_plan(cli, tmp_path):
     info = dry_run(
         cli, tmp_path, "1b-gdn-pure", "--launcher", "docker", "--gpus", "8", "--set", "launch.gpu_vendor=amd"
@@ -94,7 +115,7 @@ def test_rocm_container_plan(cli, tmp_path):
     assert c["env"]["HF_TOKEN"] == MASK and c["env"]["HSA_ENABLE_SDMA"] == "0"
     assert c["env"]["PYTHONPATH"].split(":")[0] == str(REPO_ROOT / "src")
     assert launch["torchrun"][:3] == ["--nproc-per-node=8", "--nnodes=1", "--standalone"]
-    assert launch["torchrun"][3:6] == ["-m", "zebra.train.entry", run_dir]
+    assert launch["torchrun"][3:6] == ["-m", "zebra.cli.rank", run_dir]
     assert c["command"].startswith("python3 -m torch.distributed.run --nproc-per-node=8")
 
 
@@ -138,13 +159,12 @@ def test_container_mounts_data_tokenizer_and_user_mounts(tmp_path, monkeypatch):
     data, tokenizer, extra = tmp_path / "data", tmp_path / "tok", tmp_path / "extra"
     for d in (data, tokenizer, extra):
         d.mkdir()
-    run = plan_run(
-        "tiny", launcher="docker", mock_data=True, output=tmp_path / "runs", mounts=[f"{extra}:/extra:ro"]
-    )
+    recipe = load_recipe("tiny", overrides=["launch.launcher=docker", "data.mock=true"])
+    run = make_plan(with_launch_lists(recipe, mounts=[f"{extra}:/extra:ro"]), output=tmp_path / "runs").run
     run.recipe.data.mock = False
     run.recipe.data.paths = [f"{data}/a_text_document:0.5", f"{data}/b_text_document:0.5"]
     run.recipe.data.tokenizer = str(tokenizer)
-    mounts = {m.target: m for m in build_launch_plan(run).mounts}
+    mounts = {m.target: m for m in container_mounts(run)}
     assert mounts[str(data)].read_only and mounts[str(data)].purpose == "data"  # one mount for both prefixes
     assert mounts[str(tokenizer)].purpose == "tokenizer"
     assert mounts["/extra"].source == str(extra) and mounts["/extra"].read_only
@@ -190,6 +210,6 @@ def test_secret_values_are_read_again_where_the_rank_starts():
     ],
 )
 def test_slurm_time_formats(text, minutes):
-    from zebra.launch.slurm import parse_time
+    from zebra.launch.slurm_spec import parse_time
 
     assert parse_time(text) == minutes

@@ -22,19 +22,18 @@ SLURM_TASKS = [*TINY, "--launcher", "slurm", "--nproc", "2"]
 @pytest.fixture(scope="module")
 def local_two_ranks(tmp_path_factory) -> list[tuple[int, float]]:
     """The reference: the same run on two local ranks through the elastic agent."""
-    from zebra.launch import plan_run
-    from zebra.train.launch import launch_local
-    from zebra.train.plan import prepare_run
+    from zebra.launch import make_plan, start
+    from zebra.recipes import load_recipe
+    from zebra.train.run import data_overrides, prepare_run
 
     output = tmp_path_factory.mktemp("local")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ZEBRA_TENSORBOARD", "0")
-        run = plan_run(
-            "tiny", launcher="local", overrides=SETS, mock_data=True, max_steps=STEPS, nproc=2, output=output
-        )
-        prepare_run(run)
-        launch_local(run.run_dir, nproc_per_node=2, device="cpu")
-    return losses(run.run_dir)
+        sets = ["launch.launcher=local", *SETS, *data_overrides(None, mock_data=True, max_steps=STEPS)]
+        plan = make_plan(load_recipe("tiny", overrides=sets), nproc=2, output=output)
+        prepare_run(plan.run)
+        start(plan)
+    return losses(plan.run_dir)
 
 
 @pytest.fixture

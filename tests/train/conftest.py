@@ -21,9 +21,9 @@ def zebra_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def sample_prefix(zebra_cache) -> str:
     """The bundled corpus tokenized with the byte tokenizer (a real Megatron .bin/.idx prefix)."""
-    from zebra.data import sample_prefix
+    from zebra.data import bundled_prefix
 
-    return str(sample_prefix("byte"))
+    return str(bundled_prefix("byte"))
 
 
 @pytest.fixture

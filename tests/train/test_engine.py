@@ -8,8 +8,8 @@ import math
 
 import pytest
 
+from zebra.launch import commands
 from zebra.recipes import load_recipe
-from zebra.train import launch
 from zebra.train.dist import first_slurm_host, slurm_to_torch_env
 from zebra.train.metrics import mfu, peak_flops
 from zebra.train.optim import lr_at, param_groups
@@ -68,18 +68,18 @@ def test_slurm_tasks_become_torch_ranks():
 
 
 def test_rank_and_torchrun_commands_for_launchers(tmp_path):
-    cmd = launch.rank_command(tmp_path / "run", python="python3")
+    cmd = commands.rank_command(tmp_path / "run", python="python3")
     assert cmd == [
         "python3",
         "-m",
-        "zebra.train.entry",
+        "zebra.cli.rank",
         str(tmp_path / "run"),
         "--resume",
         "auto",
         "--device",
         "auto",
     ]
-    one = launch.torchrun_command("r", nproc_per_node=8, python="python3")
+    one = commands.torchrun_command("r", nproc_per_node=8, python="python3")
     assert one[:6] == [
         "python3",
         "-m",
@@ -88,16 +88,18 @@ def test_rank_and_torchrun_commands_for_launchers(tmp_path):
         "--nnodes=1",
         "--standalone",
     ]
-    two = launch.torchrun_command("r", nproc_per_node=8, nnodes=2, rdzv_endpoint="n1:29500", python="python3")
-    assert "--rdzv-endpoint=n1:29500" in two and f"--rdzv-id={launch.run_id('r')}" in two
-    env = launch.rank_env(
+    two = commands.torchrun_command(
+        "r", nproc_per_node=8, nnodes=2, rdzv_endpoint="n1:29500", python="python3"
+    )
+    assert "--rdzv-endpoint=n1:29500" in two and f"--rdzv-id={commands.run_id('r')}" in two
+    env = commands.rank_env(
         rank=9, local_rank=1, world_size=16, local_world_size=8, master_addr="n1", master_port=29500
     )
     assert env["RANK"] == "9" and env["LOCAL_RANK"] == "1" and env["MASTER_PORT"] == "29500"
 
 
 def test_entry_point_reports_a_missing_run_as_one_line(tmp_path, capsys):
-    from zebra.train.entry import main
+    from zebra.cli.rank import main
 
     assert main([str(tmp_path / "nothing")]) == 1
     err = capsys.readouterr().err

@@ -11,14 +11,23 @@ Rounds alternate baseline / ours and the best time of each counts, which damps n
 
 from __future__ import annotations
 
+import gzip
 import json
+import multiprocessing as mp
 import os
+import resource
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+import zebra.data.tokenizers as tok
+from zebra.data.bundled_corpus import CORPUS_PATH
+from zebra.data.indexed import megatron_indexed, open_dataset
+from zebra.data.prep import default_workers, plan_prep, run_prep
+from zebra.data.text_sources import open_source
 
 _BASELINE: dict[str, Any] = {}
 
@@ -82,26 +91,21 @@ def bench_data(
     """Time both pipelines on one jsonl corpus.
 
     Args:
-        corpus: a jsonl file with a `text` field (default: the bundled sample corpus, `repeat` times over).
+        corpus: a jsonl file with a `text` field (default: the bundled corpus, `repeat` times over).
         tokenizer: tokenizer name or path, or `byte`.
         train_bpe: instead of `tokenizer`, train a byte-level BPE of this vocabulary on the corpus (offline) in
             Llama-3's form: its regex split, its ranked merges, a bos (`zebra.data.tokenizers.train_bpe`).
         workers: worker processes for both (default: all cores).
-        repeat: copies of the sample corpus when no corpus is given.
+        repeat: copies of the bundled corpus when no corpus is given.
         rounds: alternating runs of each pipeline; the fastest of each is reported.
         on_phase: called with a short description of what runs now.
     """
-    from zebra.data import tokenizers as tok
-    from zebra.data.indexed import megatron_indexed
-    from zebra.data.prep import default_workers, plan_prep, run_prep
-    from zebra.data.sources import open_source
-
     say = on_phase or (lambda _msg: None)
     workers = workers or default_workers()
     megatron_indexed()  # import once, outside the timings
     with tempfile.TemporaryDirectory(prefix="zebra-bench-data-") as tmp_dir:
         tmp = Path(tmp_dir)
-        path = Path(corpus) if corpus else _sample_jsonl(tmp / "corpus.jsonl", repeat)
+        path = Path(corpus) if corpus else _bundled_jsonl(tmp / "corpus.jsonl", repeat)
         name = tokenizer
         if train_bpe:
             say(f"training a {train_bpe}-token BPE on the corpus")
@@ -130,7 +134,7 @@ def bench_data(
         ) and _same_output(tmp / "baseline", ours, result.manifest)
         corpus_bytes = path.stat().st_size
     return DataBenchResult(
-        corpus=str(corpus) if corpus else f"bundled sample corpus x{repeat}",
+        corpus=str(corpus) if corpus else f"bundled corpus x{repeat}",
         corpus_bytes=corpus_bytes,
         documents=documents,
         tokens=tokens,
@@ -167,8 +171,6 @@ class _Clock:
 
 
 def _cpu_seconds() -> float:
-    import resource
-
     total = 0.0
     for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
         usage = resource.getrusage(who)
@@ -176,11 +178,7 @@ def _cpu_seconds() -> float:
     return total
 
 
-def _sample_jsonl(path: Path, repeat: int) -> Path:
-    import gzip
-
-    from zebra.data.sample_corpus import CORPUS_PATH
-
+def _bundled_jsonl(path: Path, repeat: int) -> Path:
     data = gzip.decompress(CORPUS_PATH.read_bytes())
     with open(path, "wb") as f:
         for _ in range(repeat):
@@ -201,10 +199,6 @@ def _baseline_encode(line: str) -> list[int]:
 
 def _baseline(path: Path, tokenizer: Any, dtype: Any, workers: int, prefix: Path) -> tuple[int, int]:
     """Megatron preprocess_data's loop: Pool.imap over lines, one encode per document, add_document each."""
-    import multiprocessing as mp
-
-    from zebra.data.indexed import megatron_indexed
-
     builder = megatron_indexed().IndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype.type)
     documents = tokens = 0
     ctx = mp.get_context("fork")
@@ -226,8 +220,6 @@ def _baseline(path: Path, tokenizer: Any, dtype: Any, workers: int, prefix: Path
 def _same_output(baseline: Path, folder: Path, manifest: Any) -> bool:
     """Our shards, concatenated, hold exactly the baseline's token bytes and document lengths."""
     import numpy as np
-
-    from zebra.data.indexed import open_dataset
 
     def lengths(prefix: Path) -> np.ndarray:
         ds = open_dataset(prefix)  # its arrays view a memory map that closes with it: copy

@@ -6,15 +6,16 @@ from __future__ import annotations
 import shlex
 import sys
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from rich.progress import Progress
 
 from zebra.cli._output import out
 
 if TYPE_CHECKING:
+    from zebra.launch import Callbacks, LaunchPlan
     from zebra.launch.jobs import JobRecord, JobStatus
-    from zebra.launch.plan import LaunchPlan
 
 PANEL = "Launcher (docker, slurm)"
 
@@ -89,14 +90,11 @@ FollowOpt = Annotated[
 
 
 def show_launch_plan(plan: LaunchPlan) -> None:
-    """The launch plan as tables: ranks, command, environment (secrets masked), container, sbatch."""
+    """The launch plan as tables: command, environment (secrets masked), container, sbatch (the ranks are in
+    the run's table)."""
     info = plan.describe()
     rows = [
         ["launcher", info["launcher"]],
-        [
-            "ranks",
-            f"{info['nodes']} node(s) x {info['ranks_per_node']} {info['device']} rank(s) = {info['world_size']}",
-        ],
         ["command" if plan.slurm is None or plan.container else "each task runs", info["command"]],
     ]
     if info.get("torchrun"):
@@ -143,31 +141,59 @@ def show_job(job: JobRecord) -> None:
     out.hint(f"zebra jobs logs {job.id} --follow   |   zebra jobs cancel {job.id}")
 
 
+def show_job_state(job: JobRecord, status: JobStatus) -> None:
+    """A followed job's new state (not its end: the command's result says that)."""
+    if not status.finished:
+        reason = f" ({status.reason})" if status.reason not in ("", "None") else ""
+        out.stderr.print(f"[dim]job {job.id}: {status.state}{reason}[/]")
+
+
+def stopped_following(job: JobRecord) -> NoReturn:
+    """Ctrl-C stopped following `job`; it runs on."""
+    out.hint(
+        f"stopped following; the job runs on: zebra jobs logs {job.id} --follow, zebra jobs cancel {job.id}"
+    )
+    raise typer.Exit(130)
+
+
 def follow_job(job: JobRecord, task: int = 0) -> JobStatus:
     """Stream a job's log here until it ends; Ctrl-C stops following, not the job."""
-    from zebra.launch.jobs import follow
+    from zebra.launch.jobs import follow_log
 
-    def on_state(status: JobStatus) -> None:
-        if not status.finished:
-            reason = f" ({status.reason})" if status.reason not in ("", "None") else ""
-            out.stderr.print(f"[dim]job {job.id}: {status.state}{reason}[/]")
+    status = follow_log(job, sys.stdout.buffer, task=task, on_state=lambda state: show_job_state(job, state))
+    if status is None:
+        stopped_following(job)
+    return status
+
+
+def callbacks() -> Callbacks:
+    """How `zebra.launch.start` reports here: launcher lines, the ranks' output, a training run's progress,
+    a submitted job and its states."""
+    from zebra.launch import Callbacks
+
+    return Callbacks(
+        log=out.text,
+        output=sys.stdout.buffer,
+        training=out.train_view(),
+        submitted=show_job,
+        job_state=show_job_state,
+    )
+
+
+def check(plan: LaunchPlan) -> None:
+    """The launcher's service is there, before anything is written; an image pull shows a progress bar."""
+    from zebra.launch import check_launcher
+
+    bars: list[Progress] = []
+
+    def progress(done: float, total: float) -> None:
+        if not bars:
+            bars.append(out.progress(f"pulling {plan.image}", total=None, unit="MB"))
+            bars[0].start()
+        bars[0].update(bars[0].task_ids[0], completed=done, total=total)
 
     try:
-        return follow(job, sys.stdout.buffer, task=task, on_state=on_state)
-    except KeyboardInterrupt:
-        out.hint(
-            f"stopped following; the job runs on: zebra jobs logs {job.id} --follow, zebra jobs cancel {job.id}"
-        )
-        raise typer.Exit(130) from None
-
-
-def check_launcher(plan: LaunchPlan) -> None:
-    """The launcher's service is there (an image pull shows a progress bar), before anything is written."""
-    from zebra.launch.run import check_launcher as check
-
-    if plan.launcher != "docker":
-        check(plan, log=out.text)
-        return
-    with out.progress(f"pulling {plan.image}", total=None, unit="MB") as bar:
-        task = bar.task_ids[0]
-        check(plan, log=out.text, progress=lambda done, total: bar.update(task, completed=done, total=total))
+        check_launcher(plan, log=out.text, progress=progress)
+    finally:
+        for bar in bars:
+            bar.stop()

@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
 from rich.progress import (
     BarColumn,
+    DownloadColumn,
     MofNCompleteColumn,
     Progress,
     ProgressColumn,
     Task,
     TextColumn,
     TimeRemainingColumn,
+    TransferSpeedColumn,
 )
 from rich.table import Table
 from rich.text import Text
+
+from zebra.train.view import TrainView
 
 
 class Output:
@@ -58,28 +65,50 @@ class Output:
     def hint(self, message: str) -> None:
         self.stderr.print(f"[dim]hint:[/] {message}", soft_wrap=True)
 
-    def progress(self, description: str, total: float | None, unit: str = "it") -> Progress:
-        """A transient progress bar on stderr showing count, rate and ETA.
+    def progress(
+        self, description: str, total: float | None = None, unit: str = "it", *, enabled: bool = True
+    ) -> ProgressBar:
+        """A transient progress bar on stderr: count (or bytes when `unit` is "B"), rate, ETA and a note.
 
-        with out.progress("tokenizing", total=n_docs, unit="doc") as bar:
-            task = bar.task_ids[0]
-            bar.advance(task)
+        The bar is itself the library's progress callback, `bar(done, total, note)`, so a command hands it over:
+
+            with out.progress("converting", unit="B", enabled=not json_) as bar:
+                convert(..., on_progress=bar)
+
+        `enabled=False` draws nothing (e.g. with --json). Rich's own API works too (`bar.advance(bar.task_ids[0])`).
         """
-        bar = Progress(
+        if unit == "B":
+            counts: tuple[ProgressColumn, ...] = (DownloadColumn(), TransferSpeedColumn())
+        else:
+            counts = (MofNCompleteColumn(), RateColumn(unit))
+        bar = ProgressBar(
             TextColumn("{task.description}"),
             BarColumn(),
-            MofNCompleteColumn(),
-            RateColumn(unit),
+            *counts,
             TimeRemainingColumn(),
+            TextColumn("{task.fields[note]}", style="dim"),
             console=self.stderr,
             transient=True,
+            disable=not enabled,
         )
-        bar.add_task(description, total=total)
+        bar.add_task(description, total=total, note="")
         return bar
 
     def json(self, data: Any) -> None:
         sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
         sys.stdout.flush()
+
+    def train_view(self) -> RichTrainView:
+        """How a training run shows here: a live progress bar on a terminal, one line per log step otherwise."""
+        return RichTrainView(self)
+
+
+class ProgressBar(Progress):
+    """A Rich `Progress` with one task that library code can drive as a plain callback."""
+
+    def __call__(self, done: float, total: float | None = None, note: str = "") -> None:
+        """The library's progress callback: `done` so far, `total` when known, and what is being done now."""
+        self.update(self.task_ids[0], completed=done, total=total, note=note)
 
 
 class RateColumn(ProgressColumn):
@@ -92,6 +121,118 @@ class RateColumn(ProgressColumn):
     def render(self, task: Task) -> Text:
         speed = task.finished_speed or task.speed
         return Text("" if speed is None else f"{speed:,.1f} {self.unit}/s", style="progress.data.speed")
+
+
+@contextmanager
+def progress_callback(description: str, *, unit: str | None = None) -> Iterator[Callable[..., None]]:
+    """A transient bar on stderr fed by a library's progress callback: yields that callback.
+
+    The library calls it as `callback(done, total=None, **counts)`. The bar fills with `done` of `total` (None:
+    not known, no bar), the ETA follows from it, and each count shows its value and its rate since the first
+    call (`tok=1234` -> `1,234 tok 617 tok/s`); with `unit`, `done` itself is shown the same way.
+
+        with progress_callback("converting", unit="chunks") as on_progress:
+            convert_fla(arrow_dir, output, on_progress=on_progress)
+    """
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[counts]}"),
+        TimeRemainingColumn(),
+        console=out.stderr,
+        transient=True,
+    )
+    task = bar.add_task(description, total=None, counts="")
+    first: dict[str, tuple[float, float]] = {}  # count name -> (time, value) at the first call
+
+    def update(done: float, total: float | None = None, **counts: float) -> None:
+        now = time.monotonic()
+        shown = []
+        for name, value in (({unit: done} if unit else {}) | counts).items():
+            form = ",.0f" if isinstance(value, int) else ",.1f"
+            t0, v0 = first.setdefault(name, (now, value))
+            rate = f" {(value - v0) / (now - t0):{form}} {name}/s" if now > t0 else ""
+            shown.append(f"{value:{form}} {name}{rate}")
+        bar.update(task, completed=done, total=total, counts="  ".join(shown))
+
+    with bar:
+        yield update
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def format_record(r: dict[str, Any]) -> str:
+    """`loss 2.3456 | lr 3.00e-03 | 12.3k tok/s | MFU 41.2% | mem 1.2 GB` from a metrics record."""
+    parts = [f"loss {r['loss']:.4f}", f"lr {r['lr']:.2e}", f"{r['tokens_per_s'] / 1e3:.1f}k tok/s"]
+    if r.get("mfu") is not None:
+        parts.append(f"MFU {100 * r['mfu']:.1f}%")
+    parts.append(f"mem {r['memory_gb']:.1f} GB")
+    if r.get("skipped_steps"):
+        parts.append(f"skipped {r['skipped_steps']}")
+    return " | ".join(parts)
+
+
+class RichTrainView(TrainView):
+    """The trainer's reports on this console: a live bar with the latest figures on a terminal, one plain line
+    per log step otherwise (logs, Slurm output files, pipes); warnings on stderr."""
+
+    def __init__(self, output: Output):
+        self.output, self.console = output, output.console
+        self.total = 0
+        self._last = (0, time.perf_counter())  # (step, time) of the previous log line
+        self._rate: float | None = None  # seconds per step, smoothed
+        self._progress: Progress | None = None
+        self._task = None
+
+    def begin(self, *, step: int, total: int) -> None:
+        self.total, self._last = total, (step, time.perf_counter())
+        if not self.console.is_terminal:
+            return
+        self._progress = Progress(
+            TextColumn("[bold]step {task.completed}/{task.total}"),
+            BarColumn(),
+            TextColumn("ETA {task.fields[eta]}"),
+            TextColumn("{task.fields[stats]}"),
+            console=self.console,
+            transient=False,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task("train", total=total, completed=step, eta="-", stats="starting")
+
+    def end(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def eta(self, step: int) -> float:
+        """Seconds left, from a moving average of the recent seconds per step (start-up and slow spells fade)."""
+        now = time.perf_counter()
+        last_step, last_t = self._last
+        if step > last_step:
+            rate = (now - last_t) / (step - last_step)
+            self._rate = rate if self._rate is None else 0.7 * self._rate + 0.3 * rate
+            self._last = (step, now)
+        return (self._rate or 0.0) * (self.total - step)
+
+    def log(self, record: dict[str, Any]) -> None:
+        step, eta = record["step"], format_duration(self.eta(record["step"]))
+        if self._progress is not None:
+            self._progress.update(self._task, completed=step, eta=eta, stats=format_record(record))
+        else:
+            self.console.print(
+                f"step {step}/{self.total} | {format_record(record)} | ETA {eta}", soft_wrap=True
+            )
+
+    def note(self, message: str) -> None:
+        self.console.print(message, soft_wrap=True)
+
+    def warn(self, message: str) -> None:
+        self.output.warn(message)
 
 
 out = Output()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from zebra.cli._options import ForceOpt, JsonOpt, YesOpt, examples
-from zebra.cli._output import out
+from zebra.cli._output import out, progress_callback
 from zebra.cli._prompt import choose, confirm
 from zebra.errors import ZebraError
 
@@ -69,15 +68,22 @@ def prep(
     json_: JsonOpt = False,
 ) -> None:
     """Tokenize a corpus into Megatron .bin/.idx shards (EOD after every document). Re-run to resume."""
-    from zebra.data.prep import plan_prep, run_prep, sample_nominal_tokens
-    from zebra.data.sources import SAMPLES, open_source, sample_source
+    from zebra.data.prep import plan_prep, run_prep
+    from zebra.data.text_sources import (
+        FINEWEB_SAMPLES,
+        fineweb_sample_source,
+        fineweb_sample_tokens,
+        open_source,
+    )
 
     if sample and source:
         raise ZebraError("--sample and --source are exclusive", fix="pass one of them")
     if not sample and not source:
-        sample = choose("Which FineWeb-Edu sample?", list(SAMPLES), yes=yes, flag="--sample or --source")
+        sample = choose(
+            "Which FineWeb-Edu sample?", list(FINEWEB_SAMPLES), yes=yes, flag="--sample or --source"
+        )
     src = (
-        sample_source(sample)
+        fineweb_sample_source(sample)
         if sample
         else open_source(source, text_field=text_field, config=config, split=split)
     )
@@ -92,7 +98,7 @@ def prep(
         shards=shards,
         dtype=dtype,
         force=force,
-        nominal_tokens=sample_nominal_tokens(sample) if sample else None,
+        nominal_tokens=fineweb_sample_tokens(sample) if sample else None,
     )
     if plan.manifest.complete:
         out.result(
@@ -109,9 +115,9 @@ def prep(
             raise ZebraError("cancelled", exit_code=1)
     if plan.resumed:
         out.text(escape(f"resuming {plan.folder}: {len(plan.manifest.shards)} shard(s) already done"))
-    with _PrepBar() as bar:
-        result = run_prep(plan, on_progress=bar.update)
-    _prep_summary(result.folder, result.manifest, plan.notes, json_, seconds=result.seconds)
+    with progress_callback("tokenizing") as on_progress:
+        result = run_prep(plan, on_progress=on_progress)
+    _prep_summary(result.folder, result.manifest, result.notes, json_, seconds=result.seconds)
 
 
 def _default_name(sample: str | None, src) -> str:
@@ -121,48 +127,6 @@ def _default_name(sample: str | None, src) -> str:
     for suffix in (".gz", ".jsonl", ".json", ".parquet", ".arrow"):
         name = name.removesuffix(suffix)
     return name or "data"
-
-
-class _PrepBar:
-    """Rich progress: documents (of the total when known), docs/s, tokens/s, text bytes, ETA."""
-
-    def __init__(self) -> None:
-        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.progress = Progress(
-            TextColumn("tokenizing"),
-            BarColumn(),
-            TextColumn("{task.fields[stats]}"),
-            TimeRemainingColumn(),
-            console=out.stderr,
-            transient=True,
-        )
-        self.task = self.progress.add_task("prep", total=None, stats="")
-        self.start: tuple[float, int, int] | None = None
-
-    def __enter__(self) -> _PrepBar:
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.progress.__exit__(*exc)
-
-    def update(self, p) -> None:
-        now = time.monotonic()
-        if self.start is None:
-            self.start = (now, p.documents, p.tokens)
-        t0, d0, k0 = self.start
-        dt = max(now - t0, 1e-9)
-        stats = (
-            f"{p.rows:,}{f'/{p.total_rows:,}' if p.total_rows else ''} docs  "
-            f"{(p.documents - d0) / dt:,.0f} docs/s  {(p.tokens - k0) / dt:,.0f} tok/s  "
-            f"{p.tokens:,} tok  {p.bytes / 1e6:,.1f} MB"
-        )
-        if p.max_tokens:
-            total, done = p.max_tokens, p.tokens
-        else:
-            total, done = p.total_rows, p.rows
-        self.progress.update(self.task, total=total, completed=done, stats=stats)
 
 
 def _prep_summary(
@@ -222,8 +186,7 @@ def convert_fla(
     """FLA's fixed-length token chunks -> Megatron shards, one chunk per document, order kept, then verified."""
     from zebra.data.fla import convert_fla as run
 
-    with out.progress("converting", total=None, unit="chunk") as bar:
-        task = bar.task_ids[0]
+    with progress_callback("converting", unit="chunks") as on_progress:
         result = run(
             arrow_dir,
             output,
@@ -231,24 +194,20 @@ def convert_fla(
             dtype=dtype,
             split=split,
             force=force,
-            on_progress=lambda rows, total, _tokens: bar.update(task, completed=rows, total=total),
+            on_progress=on_progress,
         )
-    for note in result["notes"]:
+    for note in result.notes:
         out.warn(escape(note))
-    manifest = result["manifest"]
+    manifest = result.manifest
     if json_:
         out.json(
-            {
-                "folder": str(Path(output).resolve()),
-                **manifest.to_json(),
-                "verified_tokens": result["verified_tokens"],
-            }
+            {"folder": str(result.folder), **manifest.to_json(), "verified_tokens": result.verified_tokens}
         )
         return
     out.result(
         escape(
             f"wrote {output}: {manifest.documents:,} chunks, {manifest.tokens:,} tokens ({manifest.dtype}); "
-            f"verified {result['verified_tokens']:,} tokens against the Arrow data"
+            f"verified {result.verified_tokens:,} tokens against the Arrow data"
         )
     )
 

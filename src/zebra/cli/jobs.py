@@ -7,8 +7,10 @@ from typing import Annotated
 
 import typer
 
+from zebra.cli._launch import follow_job
 from zebra.cli._options import JsonOpt, examples
 from zebra.cli._output import out
+from zebra.errors import ZebraError
 
 app = typer.Typer(
     help="The Slurm jobs zebra submitted: list them, read their logs, cancel them.",
@@ -56,10 +58,7 @@ def logs(
     task: Annotated[int, typer.Option("--task", min=0, help="Which task's log (0 = rank 0).")] = 0,
 ) -> None:
     """Print a job's log (task 0 unless --task), or stream it with --follow."""
-    from zebra.cli._launch import follow_job
-    from zebra.errors import ZebraError
-    from zebra.launch.jobs import find_job
-    from zebra.launch.run import check_finished
+    from zebra.launch.jobs import check_finished, find_job
 
     job = find_job(job_id)
     if task >= len(job.logs):

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from zebra.cli import _launch as L
 from zebra.cli._options import JsonOpt, SetOpt, YesOpt, examples
 from zebra.cli._output import out
+from zebra.cli._prompt import choose, confirm
 from zebra.errors import ZebraError
+
+if TYPE_CHECKING:
+    from zebra.launch import LaunchPlan
+    from zebra.train.run import TrainRun
 
 TRAIN_EXAMPLES = examples(
     "zebra train tiny",
@@ -80,98 +85,77 @@ def train(
     follow: L.FollowOpt = False,
 ) -> None:
     """Train a recipe: checkpoints, metrics.jsonl, a loss curve and an HF export land in OUTPUT/RUN."""
-    from zebra.cli._prompt import choose, confirm
-    from zebra.launch import build_launch_plan, launch_overrides, plan_run
-    from zebra.recipes import list_recipes
-    from zebra.train.plan import has_outputs, prepare_run
+    # the library loads here, not when the CLI starts (zebra --help stays fast)
+    from zebra.launch import launch_overrides, make_plan, start, with_launch_lists
+    from zebra.recipes import list_recipes, load_recipe
+    from zebra.train.run import data_overrides, prepare_run
 
     name = recipe or choose("Which recipe?", list_recipes(), yes=yes, flag="RECIPE")
-    launch_sets = launch_overrides(
-        image=image,
-        partition=partition,
-        account=account,
-        qos=qos,
-        time=time_limit,
-        container=container or None,
-    )
-    plan = plan_run(
-        name,
-        launcher=launcher.value if launcher else None,
-        mounts=mount or [],
-        sbatch_extra=sbatch_extra or [],
-        env=env or [],
-        overrides=[*(set_ or []), *launch_sets],
-        data=data,
-        mock_data=mock_data,
-        max_steps=max_steps,
+    sets = [
+        *(set_ or []),
+        *launch_overrides(
+            launcher=launcher.value if launcher else None,
+            image=image,
+            partition=partition,
+            account=account,
+            qos=qos,
+            time=time_limit,
+            container=container or None,
+        ),
+        *data_overrides(data, mock_data, max_steps),
+    ]
+    lists = {"mounts": mount or [], "sbatch_extra": sbatch_extra or [], "env": env or []}
+    plan = make_plan(
+        with_launch_lists(load_recipe(name, overrides=sets), **lists),
+        gpus=gpus,
+        nproc=nproc,
+        nodes=nodes,
+        rdzv_endpoint=rdzv_endpoint,
         output=output,
         run=run,
         resume=resume,
-        gpus=gpus,
-        nodes=nodes,
-        nproc=nproc,
-        rdzv_endpoint=rdzv_endpoint,
     )
-    launch = build_launch_plan(plan)
     if dry_run:
-        _show_plan(plan, json_, launch)
+        _show_plan(plan, json_)
         return
-    if plan.changed:
-        out.warn(f"{plan.run_dir}/config.yaml changes on resume: {', '.join(plan.changed[:8])}")
-    start_over = resume == "never" and has_outputs(plan.run_dir)
-    if start_over and not confirm(f"{plan.run_dir} holds an earlier run: delete it and start over?", yes=yes):
+    start_over = _confirm_start(plan.run, yes)
+    L.check(plan)
+    prepare_run(plan.run, start_over=start_over)
+    outcome = start(plan, L.callbacks(), follow=follow)
+    if not outcome.ended:  # a Slurm job runs on
+        if follow:
+            L.stopped_following(outcome.job)
+        return
+    _show_result(plan.run, outcome.stopped_by, json_)
+
+
+def _confirm_start(run: TrainRun, yes: bool) -> bool:
+    """Warn about recipe keys that change on resume; whether to delete an earlier run first (`--resume never`,
+    asked unless --yes)."""
+    from zebra.train.run import has_outputs
+
+    if run.changed:
+        out.warn(f"{run.run_dir}/config.yaml changes on resume: {', '.join(run.changed[:8])}")
+    start_over = run.resume == "never" and has_outputs(run.run_dir)
+    if start_over and not confirm(f"{run.run_dir} holds an earlier run: delete it and start over?", yes=yes):
         raise ZebraError(
-            f"{plan.run_dir}: holds an earlier run",
+            f"{run.run_dir}: holds an earlier run",
             fix="pass --yes to start over, or --run NAME for a new run",
         )
-    if launch.launcher != "local":
-        L.check_launcher(launch)
-    prepare_run(plan, start_over=start_over)
-    if launch.launcher == "docker":
-        from zebra.launch.run import run_docker
-
-        stopped_by = run_docker(launch, log=out.text)
-    elif launch.launcher == "slurm":
-        from zebra.launch.run import check_finished, submit_slurm
-
-        job = submit_slurm(launch)
-        L.show_job(job)
-        if not follow:
-            return
-        check_finished(job, L.follow_job(job))
-        stopped_by = None
-    elif plan.in_process:
-        from zebra.train.trainer import train_rank
-
-        result = train_rank(plan.run_dir, resume=resume, device=plan.device)
-        stopped_by = result.stopped_by
-    else:
-        from zebra.train.launch import launch_local
-
-        stopped_by = launch_local(
-            plan.run_dir,
-            nproc_per_node=plan.procs_per_node,
-            nnodes=plan.nodes,
-            rdzv_endpoint=plan.rdzv_endpoint,
-            resume=resume,
-            device=plan.device,
-        ).stopped_by
-    _show_result(plan, stopped_by, json_)
+    return start_over
 
 
-def _show_plan(plan, json_: bool, launch) -> None:
-    info = plan.summary()
+def _show_plan(plan: LaunchPlan, json_: bool) -> None:
+    info = plan.run.summary()
     if json_:
-        out.json({**info, "launch": launch.describe()})
+        out.json({**info, "launch": plan.describe()})
         return
     data = info["data"]
+    checkpoint = info["checkpoint_step"]
     rows = [
         ["recipe", f"{info['recipe']} ({info['source']})"],
         ["run directory", info["run_dir"]],
-        [
-            "ranks",
-            f"{info['nodes']} node(s) x {info['ranks_per_node']} {info['device']} rank(s) = {info['world_size']}",
-        ],
+        ["ranks", plan.run.ranks.describe()],
         [
             "batch",
             f"{info['micro_batch']} micro x {info['world_size']} rank(s) x {info['accumulation']} accumulation = "
@@ -182,24 +166,17 @@ def _show_plan(plan, json_: bool, launch) -> None:
         ["tokenizer", info["tokenizer"]],
         [
             "resume",
-            info["resume"]
-            + (
-                f" (checkpoint at step {info['checkpoint_step']})"
-                if info["checkpoint_step"] is not None
-                else ""
-            ),
+            info["resume"] + (f" (checkpoint at step {checkpoint})" if checkpoint is not None else ""),
         ],
     ]
-    if info["rdzv_endpoint"]:
-        rows.append(["rendezvous", info["rdzv_endpoint"]])
     out.table(["", "plan"], rows, title="zebra train --dry-run")
-    L.show_launch_plan(launch)
+    L.show_launch_plan(plan)
 
 
-def _show_result(plan, stopped_by: str | None, json_: bool) -> None:
+def _show_result(run: TrainRun, stopped_by: str | None, json_: bool) -> None:
     from zebra.train.summary import summarize_run
 
-    summary = summarize_run(plan.run_dir)
+    summary = summarize_run(run.run_dir)
     summary["stopped_by"] = stopped_by
     if json_:
         out.json(summary)
@@ -211,12 +188,12 @@ def _show_result(plan, stopped_by: str | None, json_: bool) -> None:
         out.result(
             f"stopped by {stopped_by} at step {summary['step']} ({loss}); checkpoint {summary['checkpoint']}"
         )
-        out.hint(f"continue with the same command and --resume auto (run {plan.run_dir})")
+        out.hint(f"continue with the same command and --resume auto (run {run.run_dir})")
         return
-    out.result(f"trained {plan.recipe.name} for {summary['step']} steps: {loss}")
+    out.result(f"trained {run.recipe.name} for {summary['step']} steps: {loss}")
     if summary["export"]:
         out.result(f"HF export: {summary['export']}")
-    out.result(f"metrics: {plan.run_dir / 'metrics.jsonl'}, loss curve: {plan.run_dir / 'loss.png'}")
+    out.result(f"metrics: {run.run_dir / 'metrics.jsonl'}, loss curve: {run.run_dir / 'loss.png'}")
 
 
 PLOT_EXAMPLES = examples(

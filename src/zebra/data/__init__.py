@@ -1,13 +1,38 @@
 """Data: sources, tokenizers and Megatron shards. The trainer's entry points are re-exported here.
 
-- `resolve_prefixes(path)` -> `[(prefix, weight), ...]` for one recipe data path (`@sample`, a data folder,
+- `parse_data_path(entry)` -> `(target, weight)` of one recipe data path `TARGET[:WEIGHT]`.
+- `resolve_prefixes(entry)` -> `[(prefix, weight), ...]` for one recipe data path (`@sample`, a data folder,
   or a plain Megatron prefix, each optionally `:WEIGHT`).
-- `sample_prefix(tokenizer)` -> the bundled sample corpus tokenized (cached), as a Megatron prefix.
+- `bundled_prefix(tokenizer)` -> the bundled corpus (`@sample`) tokenized (cached), as a Megatron prefix.
 - `load_tokenizer(name_or_path)` -> a `PreTrainedTokenizerFast` (`byte` is built in).
+- `read_manifest(folder)` -> what a data folder holds.
+
+Each is imported from its module on first use, so importing one light module (the recipe loader imports
+`zebra.data.paths`) does not load the whole data pipeline.
 """
 
-from zebra.data.manifest import read_manifest, resolve_prefixes
-from zebra.data.sample import sample_prefix
-from zebra.data.tokenizers import load_tokenizer
+from __future__ import annotations
 
-__all__ = ["load_tokenizer", "read_manifest", "resolve_prefixes", "sample_prefix"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from zebra.data.manifest import read_manifest
+    from zebra.data.paths import parse_data_path
+    from zebra.data.prefixes import bundled_prefix, resolve_prefixes
+    from zebra.data.tokenizers import load_tokenizer
+
+_ENTRY_POINTS = {
+    "bundled_prefix": "zebra.data.prefixes",
+    "load_tokenizer": "zebra.data.tokenizers",
+    "parse_data_path": "zebra.data.paths",
+    "read_manifest": "zebra.data.manifest",
+    "resolve_prefixes": "zebra.data.prefixes",
+}
+__all__ = ["bundled_prefix", "load_tokenizer", "parse_data_path", "read_manifest", "resolve_prefixes"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _ENTRY_POINTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_ENTRY_POINTS[name]), name)

@@ -15,13 +15,13 @@ They agree id for id when:
    token they make (so ids are ranks), and `ignore_merges` is on. Llama-3's tokenizer.json (converted from
    tiktoken) has this form; a vocabulary trained by `tokenizers` (one merge per token) does not, and falls back.
    One order is not pinned down by these checks: two overlapping merges that make the *same* token
-   (`ab|a` and `a|ba` in `aba`), which tiktoken breaks by position and HF by merge order; the sample check
+   (`ab|a` and `a|ba` in `aba`), which tiktoken breaks by position and HF by merge order; the agreement check
    below is what covers it.
 3. **The two regex engines split alike** (onig in HF, fancy-regex in tiktoken, with their own Unicode tables):
    every character a document contains is first probed in contexts that expose its regex classes (letter,
    number, space, case folding), comparing the exact piece boundaries (`FastBPE._probe`); a document with a
    character the engines split differently is encoded by HF instead.
-4. **A sample agrees** (`FastBPE.check`, in each worker): adversarial strings and the first documents, encoded
+4. **The first documents agree** (`FastBPE.check`, in each worker): adversarial strings and the first documents, encoded
    both ways, id for id, against `tokenizer(text)["input_ids"]`.
 
 Any failure means HF encodes (the caller's fallback); nothing here ever changes an id.
@@ -35,15 +35,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from zebra.data.tokenizers import byte_level_chars
-
-# What the ByteLevel pre-tokenizer splits with when `use_regex` is on (GPT-2's pattern, as `tokenizers` has it).
-GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-# Llama-3's Split pattern (tiktoken's cl100k_base), as in its tokenizer.json.
-LLAMA3_PATTERN = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"""
-    r"""|\s+(?!\S)|\s+"""
-)
+from zebra.data.tokenizers import GPT2_PATTERN, byte_level_chars
 
 # Contexts that expose a character's regex classes: letter or number run, space (with the look-ahead),
 # punctuation run, line breaks, apostrophe contractions (case folding), repetition.
@@ -259,7 +251,7 @@ def _outside(chars: Any) -> re.Pattern:
 
 
 class FastBPE:
-    """The tiktoken encoder of one worker, with the per-character guard (check 3) and the sample check (4).
+    """The tiktoken encoder of one worker, with the per-character guard (check 3) and the agreement check (4).
 
     Args:
         spec: from `fast_bpe_spec`.

@@ -4,22 +4,35 @@ FLA's `legacy/training/preprocess.py` (and flame's) tokenizes a corpus after `da
 concatenates the token streams without EOD and cuts them into fixed `seq_len` (2048) chunks, saved with
 `Dataset.save_to_disk` as Arrow files with an `input_ids` list column (and optionally `offsets`). Each chunk
 becomes one Megatron document, in the same order, so a model trained from the Megatron copy sees exactly
-FLA's sample order. After writing, every shard is read back through megatron-core's `IndexedDataset` and
+FLA's order of chunks. After writing, every shard is read back through megatron-core's `IndexedDataset` and
 compared with the Arrow data token for token.
 """
 
 from __future__ import annotations
 
-import time
+import json
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import zebra.data.tokenizers as tok
 from zebra import __version__
+from zebra.data.folder import FolderResult, ShardFolder, resume_manifest
+from zebra.data.indexed import open_dataset
+from zebra.data.manifest import Manifest, read_manifest
+from zebra.data.text_sources import arrow_batches
 from zebra.errors import ZebraError
 
 ROWS_PER_SHARD = 500_000  # ~1B tokens of 2048-token chunks
 COLUMN = "input_ids"
+
+
+@dataclass
+class ConvertResult(FolderResult):
+    """What `convert_fla` left in the folder, and how many tokens it compared with the Arrow data."""
+
+    verified_tokens: int
 
 
 def fla_arrow_files(arrow_dir: str | Path, split: str = "train") -> list[Path]:
@@ -28,8 +41,6 @@ def fla_arrow_files(arrow_dir: str | Path, split: str = "train") -> list[Path]:
     Raises:
         ZebraError: not a folder of Arrow files, or no `input_ids` column.
     """
-    import json
-
     root = Path(arrow_dir).expanduser()
     if not root.is_dir():
         raise ZebraError(f"{arrow_dir}: no such folder", fix="pass the folder FLA's preprocess.py saved")
@@ -44,9 +55,7 @@ def fla_arrow_files(arrow_dir: str | Path, split: str = "train") -> list[Path]:
         files = sorted(root.glob("*.arrow"))
     if not files:
         raise ZebraError(f"{arrow_dir}: no .arrow files", fix="pass the folder FLA's preprocess.py saved")
-    from zebra.data.sources import _arrow_batches
-
-    schema = next(iter(_arrow_batches(files[0]))).schema
+    schema = next(iter(arrow_batches(files[0]))).schema
     if COLUMN not in schema.names:
         raise ZebraError(
             f"{files[0].name}: no '{COLUMN}' column (has {', '.join(schema.names)})",
@@ -57,10 +66,8 @@ def fla_arrow_files(arrow_dir: str | Path, split: str = "train") -> list[Path]:
 
 def _chunks(files: list[Path]) -> Iterator[Any]:
     """`input_ids` columns (pyarrow ListArrays) of every record batch, in row order."""
-    from zebra.data.sources import _arrow_batches
-
     for path in files:
-        for rb in _arrow_batches(path):
+        for rb in arrow_batches(path):
             yield rb.column(COLUMN)
 
 
@@ -83,8 +90,8 @@ def convert_fla(
     split: str = "train",
     rows_per_shard: int = ROWS_PER_SHARD,
     force: bool = False,
-    on_progress: Callable[[int, int, int], None] | None = None,
-) -> dict[str, Any]:
+    on_progress: Callable[..., None] | None = None,
+) -> ConvertResult:
     """Write FLA's chunks as Megatron shards in `output` (a data folder), then verify them token for token.
 
     Args:
@@ -96,89 +103,69 @@ def convert_fla(
         split: the split of a DatasetDict.
         rows_per_shard: chunks per shard.
         force: replace a folder holding other data.
-        on_progress: called with (rows done, total rows, tokens done).
-
-    Returns:
-        {"manifest", "verified_tokens", "seconds", "shards_written", "notes"}
+        on_progress: called as `on_progress(chunks done, total chunks, tok=tokens done)`.
     """
-    from zebra.data import tokenizers as tok
-    from zebra.data.folder import (
-        clear_folder,
-        commit_shard,
-        remove_temporaries,
-        resume_manifest,
-        shard_name,
-        verify_committed,
-    )
-    from zebra.data.indexed import ShardWriter
-    from zebra.data.manifest import Manifest, write_manifest
-
-    start = time.monotonic()
     files = fla_arrow_files(arrow_dir, split)
     total_rows = sum(len(c) for c in _chunks(files))
     max_id = max((int(_flat(c)[0].max(initial=0)) for c in _chunks(files)), default=0)
-    tokenizer_info: dict[str, Any] = {}
-    vocab = max_id + 1
-    if tokenizer is not None:
-        loaded = tok.load_tokenizer(tokenizer)
-        vocab = tok.vocab_size(loaded)
-        tokenizer_info = {
-            "name": tokenizer,
-            "vocab_size": vocab,
-            "vocab_hash": tok.vocab_hash(loaded),
-            "eod_id": None,
-        }
-        if max_id >= vocab:
-            raise ZebraError(
-                f"{arrow_dir}: token id {max_id} is outside the {vocab}-id vocabulary of {tokenizer}",
-                fix="pass the --tokenizer FLA's preprocess used",
-            )
-    np_dtype = tok.token_dtype(vocab, dtype)
+    tokenizer_info, vocab = _tokenizer(tokenizer, max_id, arrow_dir)
     folder = Path(output).expanduser().resolve()
     fresh = Manifest(
         source={"kind": "fla-arrow", "name": str(Path(arrow_dir).expanduser().resolve()), "split": split},
         tokenizer=tokenizer_info,
-        dtype=np_dtype.name,
+        dtype=tok.token_dtype(vocab, dtype).name,
         config={"kind": "convert-fla", "rows_per_shard": rows_per_shard},
         zebra_version=__version__,
     )
-    manifest = resume_manifest(folder, fresh, force=force)
-    folder.mkdir(parents=True, exist_ok=True)
-    if force:
-        clear_folder(folder)
-    notes = verify_committed(folder, manifest)
-    write_manifest(folder, manifest)
-    kept = len(manifest.shards)
+    with ShardFolder(folder, resume_manifest(folder, fresh, force=force), force=force) as shards:
+        _write_chunks(shards, files, total_rows, rows_per_shard, on_progress)
+    verified = verify_against_arrow(folder, files)
+    return ConvertResult(**vars(shards.result()), verified_tokens=verified)
+
+
+def _tokenizer(name: str | None, max_id: int, arrow_dir: str | Path) -> tuple[dict[str, Any], int]:
+    """The manifest's tokenizer entry (empty without a tokenizer) and the vocabulary the dtype must hold."""
+    if name is None:
+        return {}, max_id + 1
+    loaded = tok.load_tokenizer(name)
+    vocab = tok.vocab_size(loaded)
+    if max_id >= vocab:
+        raise ZebraError(
+            f"{arrow_dir}: token id {max_id} is outside the {vocab}-id vocabulary of {name}",
+            fix="pass the --tokenizer FLA's preprocess used",
+        )
+    return tok.tokenizer_record(name, loaded, eod=False), vocab
+
+
+def _write_chunks(
+    shards: ShardFolder,
+    files: list[Path],
+    total_rows: int,
+    rows_per_shard: int,
+    on_progress: Callable[..., None] | None,
+) -> None:
+    """Each chunk from the folder's resume point on as one document, shard `i` holding chunks `[i*R, (i+1)*R)`."""
+    import numpy as np
+
+    manifest = shards.manifest
+    dtype = np.dtype(manifest.dtype)
     tokens_done = manifest.tokens
-    writer = None
+    first_row = 0
     for row, column in _pieces(files, manifest.rows, rows_per_shard):
-        index = row // rows_per_shard
-        if writer is None:
-            writer, first_row = ShardWriter(folder / shard_name(folder, index), np_dtype), row
+        if shards.writer is None:
+            shards.open_shard(row // rows_per_shard)
+            first_row = row
         tokens, lengths = _flat(column)
-        writer.add_documents(tokens.astype(np_dtype), lengths)
+        shards.writer.add_documents(tokens.astype(dtype), lengths)
         tokens_done += int(tokens.size)
         end = row + len(column)
         if end % rows_per_shard == 0 or end == total_rows:
-            manifest.complete = end == total_rows
-            commit_shard(
-                folder, manifest, writer, first_row=first_row, rows=end - first_row, bytes=0, skipped={}
-            )
-            writer = None
+            stats = {"first_row": first_row, "rows": end - first_row, "bytes": 0, "skipped": {}}
+            shards.commit(complete=end == total_rows, **stats)
         if on_progress is not None:
-            on_progress(end, total_rows, tokens_done)
+            on_progress(end, total_rows, tok=tokens_done)
     if not manifest.complete:  # nothing left to write (empty data, or every shard was already there)
-        manifest.complete = True
-        write_manifest(folder, manifest)
-    remove_temporaries(folder)
-    verified = verify_against_arrow(folder, files)
-    return {
-        "manifest": manifest,
-        "verified_tokens": verified,
-        "seconds": time.monotonic() - start,
-        "shards_written": len(manifest.shards) - kept,
-        "notes": notes,
-    }
+        shards.mark_complete()
 
 
 def _pieces(files: list[Path], start_row: int, rows_per_shard: int) -> Iterator[tuple[int, Any]]:
@@ -204,9 +191,6 @@ def verify_against_arrow(folder: Path, files: list[Path]) -> int:
         ZebraError: the first chunk whose tokens or length differ.
     """
     import numpy as np
-
-    from zebra.data.indexed import open_dataset
-    from zebra.data.manifest import read_manifest
 
     manifest = read_manifest(folder)
     shards = iter(manifest.shards)

@@ -1,4 +1,4 @@
-"""A data folder's resume rules, shared by `prep` and `convert-fla`.
+"""A data folder being written, shard by shard: the resume rules shared by `prep` and `convert-fla`.
 
 The folder holds `NAME_00000.bin/.idx`, ... (NAME = the folder's name) and `manifest.json`. Source rows
 `[i * R, (i + 1) * R)` always become shard `i`. A shard is written under temporary names, renamed when
@@ -8,6 +8,8 @@ files still match and regenerates the rest.
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +20,106 @@ from zebra.errors import ZebraError
 _FIX = "choose another --output, or pass --force to replace its contents"
 
 
-def shard_name(folder: Path, index: int) -> str:
-    return f"{folder.name}_{index:05d}"
+@dataclass
+class FolderResult:
+    """What one run left in a data folder (`run_prep`; `convert_fla` adds its verification)."""
+
+    manifest: Manifest
+    folder: Path
+    shards_written: int
+    shards_kept: int
+    seconds: float
+    notes: list[str]  # shards dropped and regenerated, encoders left aside, ...
+
+
+class ShardFolder:
+    """Write a data folder: `with ShardFolder(path, manifest, force=...) as shards:`.
+
+    Entering creates the folder (first removing zebra's files there, with `force`), keeps the recorded shards
+    whose files still match the manifest (`notes` says which were dropped) and writes the manifest;
+    `manifest.rows` is then the source row to resume from. `open_shard(i)` starts shard `i`, `commit` publishes
+    and records it. Leaving discards a shard still open and removes temporary files a killed run left behind.
+
+    Args:
+        path: the folder (absolute).
+        manifest: from `resume_manifest`: the shards of a matching earlier run, if any.
+        force: start over, whatever the folder holds.
+        notes: the list the folder's notes are added to (default: a new one).
+    """
+
+    def __init__(
+        self, path: Path, manifest: Manifest, *, force: bool = False, notes: list[str] | None = None
+    ) -> None:
+        self.path, self.manifest, self.force = path, manifest, force
+        self.writer: ShardWriter | None = None  # the open shard
+        self.notes = [] if notes is None else notes
+        self.kept = self.written = 0
+        self.start = time.monotonic()
+
+    def __enter__(self) -> ShardFolder:
+        self.path.mkdir(parents=True, exist_ok=True)
+        if self.force:
+            _clear(self.path)
+        self.notes += _verify_committed(self.path, self.manifest)
+        self.kept = len(self.manifest.shards)
+        write_manifest(self.path, self.manifest)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.writer is not None:
+            self.writer.discard()
+            self.writer = None
+        for path in self.path.glob(f"{self.path.name}_*.tmp.*"):
+            path.unlink(missing_ok=True)
+
+    def open_shard(self, index: int) -> ShardWriter:
+        """Start shard `index` (its tokens in the manifest's dtype), under temporary names until `commit`."""
+        assert self.writer is None, "commit the open shard first"
+        self.writer = ShardWriter(self.path / f"{self.path.name}_{index:05d}", self.manifest.dtype)
+        return self.writer
+
+    def commit(self, *, complete: bool, **stats: Any) -> Shard:
+        """Finish and rename the open shard, then record it in the manifest (atomic rewrite).
+
+        Args:
+            complete: this was the last shard; the manifest says the folder is complete.
+            stats: first_row, rows, bytes, skipped (and encoders): the source rows the shard covers.
+        """
+        writer, self.writer = self.writer, None
+        files = writer.finish()
+        writer.commit()
+        shard = Shard(
+            prefix=Path(writer.prefix).name,
+            documents=writer.documents,
+            tokens=writer.tokens,
+            **stats,
+            **files,
+        )
+        self.manifest.shards.append(shard)
+        self.manifest.complete = complete
+        write_manifest(self.path, self.manifest)
+        self.written += 1
+        return shard
+
+    def mark_complete(self) -> None:
+        """Record that no rows are left (when the last shard was committed before the source said so)."""
+        self.manifest.complete = True
+        write_manifest(self.path, self.manifest)
+
+    def result(self) -> FolderResult:
+        return FolderResult(
+            self.manifest, self.path, self.written, self.kept, time.monotonic() - self.start, self.notes
+        )
 
 
 def resume_manifest(folder: Path, fresh: Manifest, *, force: bool) -> Manifest:
-    """`fresh`, carrying over the shards of a matching earlier run in `folder`.
+    """`fresh`, carrying over the shards of a matching earlier run in `folder` (read only; nothing is written).
 
     Raises:
         ZebraError: the folder holds another tokenizer's data, or data made with other settings.
     """
     if force or not manifest_path(folder).exists():
-        return fresh  # with force, the caller clears the folder when it starts writing
+        return fresh  # with force, ShardFolder clears the folder when it starts writing
     old = read_manifest(folder)
     if old.tokenizer.get("vocab_hash") != fresh.tokenizer.get("vocab_hash"):
         raise ZebraError(
@@ -52,7 +142,7 @@ def _diff(old: Any, new: Any) -> str:
     return f"was {old!r}, now {new!r}"
 
 
-def clear_folder(folder: Path) -> None:
+def _clear(folder: Path) -> None:
     """Remove only what zebra wrote there: its shards, temporary files and the manifest."""
     for path in folder.glob(f"{folder.name}_*"):
         if path.suffix in (".bin", ".idx"):
@@ -60,11 +150,11 @@ def clear_folder(folder: Path) -> None:
     manifest_path(folder).unlink(missing_ok=True)
 
 
-def verify_committed(folder: Path, manifest: Manifest) -> list[str]:
+def _verify_committed(folder: Path, manifest: Manifest) -> list[str]:
     """Keep the recorded shards whose files match the manifest; drop the first bad one and all after it.
 
     Returns:
-        One note per dropped shard (they are regenerated by the caller).
+        One note per dropped run of shards (the writer regenerates them).
     """
     for i, shard in enumerate(manifest.shards):
         prefix = folder / shard.prefix
@@ -89,25 +179,3 @@ def verify_committed(folder: Path, manifest: Manifest) -> list[str]:
 
 def _size(prefix: Path, ext: str) -> int:
     return Path(f"{prefix}.{ext}").stat().st_size
-
-
-def commit_shard(folder: Path, manifest: Manifest, writer: ShardWriter, **stats: Any) -> Shard:
-    """Finish and rename the shard, then record it in the manifest (atomic rewrite).
-
-    Args:
-        stats: first_row, rows, bytes, skipped (the source rows the shard covers and what was skipped).
-    """
-    files = writer.finish()
-    writer.commit()
-    shard = Shard(
-        prefix=Path(writer.prefix).name, documents=writer.documents, tokens=writer.tokens, **stats, **files
-    )
-    manifest.shards.append(shard)
-    write_manifest(folder, manifest)
-    return shard
-
-
-def remove_temporaries(folder: Path) -> None:
-    """Delete temporary files a killed run left behind."""
-    for path in folder.glob(f"{folder.name}_*.tmp.*"):
-        path.unlink(missing_ok=True)

@@ -5,6 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import zebra.data.tokenizers as tok
+from zebra.data.indexed import check_prefix, open_dataset, sha256_file
+from zebra.data.manifest import read_manifest
+from zebra.data.paths import BUNDLED, prep_folder
+from zebra.data.prefixes import bundled_prefix
 from zebra.errors import ZebraError
 
 
@@ -36,16 +41,11 @@ def inspect_data(
     """
     import numpy as np
 
-    from zebra.data.indexed import check_prefix, open_dataset, sha256_file
-    from zebra.data.manifest import MANIFEST, manifest_path, read_manifest
-
-    if path == "@sample":
-        from zebra.data.sample import sample_prefix
-
-        path = str(sample_prefix(tokenizer or "byte").parent)  # its data folder, manifest included
+    if path == BUNDLED:
+        path = str(bundled_prefix(tokenizer or "byte").parent)  # its data folder, manifest included
     p = Path(path).expanduser()
-    folder = p.parent if p.name == MANIFEST else p
-    manifest = read_manifest(folder) if folder.is_dir() and manifest_path(folder).exists() else None
+    folder = prep_folder(p)
+    manifest = read_manifest(folder) if folder is not None else None
     if manifest is not None:
         prefixes = [folder / s.prefix for s in manifest.shards]
     elif p.is_dir():
@@ -63,7 +63,7 @@ def inspect_data(
         lengths.append(np.array(ds.sequence_lengths, dtype=np.int64))
         shard_rows.append({"prefix": prefix.name, "documents": info.documents, "tokens": info.tokens})
         if manifest is not None:
-            _compare(prefix, info, manifest.shards[i], checksums, sha256_file)
+            _compare(prefix, info, manifest.shards[i], checksums)
     all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
     report: dict[str, Any] = {
         "path": str(folder if manifest is not None else p),
@@ -89,7 +89,7 @@ def inspect_data(
     return report
 
 
-def _compare(prefix: Path, info: Any, shard: Any, checksums: bool, sha256_file: Any) -> None:
+def _compare(prefix: Path, info: Any, shard: Any, checksums: bool) -> None:
     fix = "delete the shard and re-run the command that made it: committed shards are kept, bad ones remade"
     if (info.documents, info.tokens) != (shard.documents, shard.tokens):
         raise ZebraError(
@@ -105,8 +105,6 @@ def _compare(prefix: Path, info: Any, shard: Any, checksums: bool, sha256_file: 
 
 def _check_tokenizer(name: str | None, manifest: Any) -> tuple[Any, dict[str, Any]]:
     """Load the tokenizer and compare its vocabulary hash with the manifest's."""
-    from zebra.data import tokenizers as tok
-
     if name is None:
         return None, {"status": "skipped", "detail": "no tokenizer recorded; pass --tokenizer to decode"}
     try:
@@ -129,8 +127,6 @@ def _check_tokenizer(name: str | None, manifest: Any) -> tuple[Any, dict[str, An
 
 
 def _decode_samples(prefixes: list[Path], tokenizer: Any, count: int, chars: int) -> list[dict[str, Any]]:
-    from zebra.data.indexed import open_dataset
-
     ds = open_dataset(prefixes[0])
     out = []
     for i in range(min(count, len(ds))):

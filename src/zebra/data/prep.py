@@ -1,11 +1,9 @@
 """`zebra data prep`: tokenize a corpus into resumable Megatron shards.
 
-Flow: the main process reads the source in row order and hands batches of raw rows to worker processes,
-which decode them, tokenize them, append EOD and return flat token arrays; the main process writes them, in
-order, through megatron-core's `IndexedDatasetBuilder`. Each worker encodes with the first of these that gives
-`tokenizer(text)["input_ids"]` on its first documents: an exact shortcut (tiktoken for byte-level BPE in
-Llama-3's form, `zebra.data.fast_bpe`; UTF-8 bytes for the byte tokenizer), the Rust backend's batched encoder,
-or the tokenizer's own `__call__`. The manifest counts each shard's documents per encoder.
+Flow: the main process reads the source in row order and hands batches of raw rows to worker processes
+(`zebra.data.encoders`), which decode them, tokenize them, append EOD and return flat token arrays; the main
+process writes them, in order, through megatron-core's `IndexedDatasetBuilder`. The manifest counts each
+shard's documents per encoder.
 
 Resumability follows `zebra.data.folder`: rows `[i * R, (i + 1) * R)` always form shard `i`, committed shards
 are kept on a re-run and the rest regenerated, so no document is lost or repeated.
@@ -14,6 +12,7 @@ are kept on a re-run and the rest regenerated, so no document is lost or repeate
 from __future__ import annotations
 
 import math
+import multiprocessing as mp
 import os
 import shutil
 import time
@@ -23,39 +22,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import zebra.data.tokenizers as tok
 from zebra import __version__
-from zebra.data import tokenizers as tok
-from zebra.data.folder import (
-    clear_folder,
-    commit_shard,
-    remove_temporaries,
-    resume_manifest,
-    shard_name,
-    verify_committed,
-)
-from zebra.data.manifest import Manifest, manifest_path, read_manifest, write_manifest
-from zebra.data.sources import SAMPLE_TOKENS, STATUS_NAMES, RawBatch, Source, decode_texts
+from zebra.data.encoders import ENCODERS, EncodedBatch, encode_batch, encoder_name, init_worker
+from zebra.data.fast_bpe import FastBPESpec, fast_bpe_spec
+from zebra.data.folder import FolderResult, ShardFolder, resume_manifest
+from zebra.data.indexed import megatron_indexed
+from zebra.data.manifest import Manifest, manifest_path, read_manifest
+from zebra.data.text_sources import STATUS_NAMES, RawBatch, Source
 from zebra.errors import ZebraError
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from zebra.data.fast_bpe import FastBPESpec
-
 DEFAULT_ROWS_PER_SHARD = 100_000
 BATCH_ROWS = 256
-
-
-@dataclass
-class PrepProgress:
-    """Counts so far (committed shards included); `total_rows` / `max_tokens` are None when unknown."""
-
-    rows: int
-    total_rows: int | None
-    documents: int
-    tokens: int
-    bytes: int
-    max_tokens: int | None
 
 
 @dataclass
@@ -77,20 +58,11 @@ class PrepPlan:
     estimated_bytes: int | None = None
     resumed: bool = False
     force: bool = False
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # for the user; `run_prep` adds what it finds
 
     @property
     def name(self) -> str:
         return self.folder.name
-
-
-@dataclass
-class PrepResult:
-    manifest: Manifest
-    folder: Path
-    shards_written: int
-    shards_kept: int
-    seconds: float
 
 
 def default_workers() -> int:
@@ -113,7 +85,7 @@ def plan_prep(
     """Load the tokenizer, size the shards and check the output folder (resume or start fresh).
 
     Args:
-        source: from `open_source` / `sample_source`.
+        source: from `open_source` / `fineweb_sample_source`.
         output: the data folder; shards become `FOLDER/NAME_00000.bin/.idx` (NAME = the folder's name).
         tokenizer: HF tokenizer name or path, or `byte`.
         workers: tokenizer processes (default: all cores).
@@ -126,41 +98,15 @@ def plan_prep(
     Raises:
         ZebraError: bad numbers, a tokenizer that does not fit the dtype, a folder with other data, no disk space.
     """
-    for flag, value in (
-        ("--workers", workers),
-        ("--max-docs", max_docs),
-        ("--max-tokens", max_tokens),
-        ("--shards", shards),
-    ):
-        if value is not None and value < 1:
-            raise ZebraError(
-                f"{flag} {value}: must be at least 1", fix=f"pass a positive {flag} or leave it out"
-            )
+    _check_counts(workers=workers, max_docs=max_docs, max_tokens=max_tokens, shards=shards)
     folder = Path(output).expanduser().resolve()
     tokenizer_obj = tok.load_tokenizer(tokenizer)
-    vocab = tok.vocab_size(tokenizer_obj)
-    np_dtype = tok.token_dtype(vocab, dtype)
-    tokenizer_info = {
-        "name": tokenizer,
-        "vocab_size": vocab,
-        "vocab_hash": tok.vocab_hash(tokenizer_obj),
-        "eod_id": tok.eod_id(tokenizer_obj),
-    }
+    np_dtype = tok.token_dtype(tok.vocab_size(tokenizer_obj), dtype)
     existing = None if force or not manifest_path(folder).exists() else read_manifest(folder)
     total = source.count_rows()
     if max_docs is not None:
         total = min(total, max_docs) if total is not None else max_docs
-    if existing is not None and shards is None:
-        rows_per_shard = existing.config.get("rows_per_shard", DEFAULT_ROWS_PER_SHARD)
-    elif shards is not None:
-        if total is None:
-            raise ZebraError(
-                "--shards needs the number of documents, which this source does not say",
-                fix="add --max-docs, or leave --shards out (one shard per 100k documents)",
-            )
-        rows_per_shard = max(1, math.ceil(total / shards))
-    else:
-        rows_per_shard = DEFAULT_ROWS_PER_SHARD
+    rows_per_shard = _rows_per_shard(existing, shards, total)
     config = {
         "kind": "prep",
         "text_field": source.text_field,
@@ -170,23 +116,17 @@ def plan_prep(
     }
     fresh = Manifest(
         source=source.describe(),
-        tokenizer=tokenizer_info,
+        tokenizer=tok.tokenizer_record(tokenizer, tokenizer_obj),
         dtype=np_dtype.name,
         config=config,
         zebra_version=__version__,
     )
-    fresh = resume_manifest(folder, fresh, force=force)
+    manifest = resume_manifest(folder, fresh, force=force)
     budget = max_tokens or nominal_tokens
     estimated = int(budget * np_dtype.itemsize * 1.05) if budget else None
-    if estimated and not fresh.complete:
-        _check_disk(folder, estimated - fresh.tokens * np_dtype.itemsize)
-    fast, notes = None, []
-    if not fresh.complete and tokenizer != tok.BYTE_TOKENIZER:
-        from zebra.data.fast_bpe import fast_bpe_spec
-
-        fast, reason = fast_bpe_spec(tokenizer_obj)
-        if fast is None:
-            notes.append(f"tokenizing with `tokenizers`, not the faster tiktoken encoder: {reason}")
+    if estimated and not manifest.complete:
+        _check_disk(folder, estimated - manifest.tokens * np_dtype.itemsize)
+    fast, notes = (None, []) if manifest.complete else _fast_bpe(tokenizer, tokenizer_obj)
     return PrepPlan(
         source=source,
         tokenizer=tokenizer_obj,
@@ -198,7 +138,7 @@ def plan_prep(
         total_rows=total,
         max_docs=max_docs,
         max_tokens=max_tokens,
-        manifest=fresh,
+        manifest=manifest,
         fast_bpe=fast,
         estimated_bytes=estimated,
         resumed=existing is not None,
@@ -207,8 +147,37 @@ def plan_prep(
     )
 
 
-def sample_nominal_tokens(sample: str) -> float:
-    return SAMPLE_TOKENS[sample]
+def _fast_bpe(name: str, tokenizer: Any) -> tuple[FastBPESpec | None, list[str]]:
+    """The tiktoken encoder for a byte-level BPE tokenizer of the supported form, or a note on why there is none."""
+    if name == tok.BYTE_TOKENIZER:
+        return None, []  # its shortcut is its UTF-8 bytes (`zebra.data.encoders.ByteIds`)
+    fast, reason = fast_bpe_spec(tokenizer)
+    if fast is None:
+        return None, [f"tokenizing with `tokenizers`, not the faster tiktoken encoder: {reason}"]
+    return fast, []
+
+
+def _check_counts(**flags: int | None) -> None:
+    for name, value in flags.items():
+        flag = "--" + name.replace("_", "-")
+        if value is not None and value < 1:
+            raise ZebraError(
+                f"{flag} {value}: must be at least 1", fix=f"pass a positive {flag} or leave it out"
+            )
+
+
+def _rows_per_shard(existing: Manifest | None, shards: int | None, total: int | None) -> int:
+    """The folder's own sharding on a re-run without --shards, else `total / shards`, else the default."""
+    if existing is not None and shards is None:
+        return existing.config.get("rows_per_shard", DEFAULT_ROWS_PER_SHARD)
+    if shards is None:
+        return DEFAULT_ROWS_PER_SHARD
+    if total is None:
+        raise ZebraError(
+            "--shards needs the number of documents, which this source does not say",
+            fix="add --max-docs, or leave --shards out (one shard per 100k documents)",
+        )
+    return max(1, math.ceil(total / shards))
 
 
 def _check_disk(folder: Path, needed: int) -> None:
@@ -226,80 +195,76 @@ def _check_disk(folder: Path, needed: int) -> None:
 # --- execution -----------------------------------------------------------------------------------------
 
 
-def run_prep(plan: PrepPlan, on_progress: Callable[[PrepProgress], None] | None = None) -> PrepResult:
-    """Tokenize the planned rows into shards; resumes from the shards the manifest already lists."""
-    import multiprocessing as mp
+def run_prep(plan: PrepPlan, on_progress: Callable[..., None] | None = None) -> FolderResult:
+    """Tokenize the planned rows into shards; resumes from the shards the manifest already lists.
 
-    start = time.monotonic()
-    folder = plan.folder
-    folder.mkdir(parents=True, exist_ok=True)
-    if plan.force:
-        clear_folder(folder)
-    manifest = plan.manifest
-    plan.notes += verify_committed(folder, manifest)
-    kept = len(manifest.shards)
-    write_manifest(folder, manifest)
-    written = 0
-    if not manifest.complete:
-        from zebra.data.indexed import megatron_indexed
+    Args:
+        on_progress: called as `on_progress(done, total, docs=..., tok=..., MB=...)`, at most ten times a
+            second: `done` of `total` counts tokens when `max_tokens` bounds the run, else source rows (`total`
+            None when unknown); docs, tok and MB are the documents, tokens and megabytes of text so far.
 
-        megatron_indexed()  # import megatron-core (seconds) before the workers start, not while they run
-        utf8 = plan.tokenizer_name == tok.BYTE_TOKENIZER
-        initargs = (plan.tokenizer, plan.dtype.str, manifest.tokenizer["eod_id"], plan.fast_bpe, utf8)
-        if plan.workers == 1:
-            pool = _InlinePool(initargs)
-        else:
-            ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context("spawn")
-            pool = ctx.Pool(plan.workers, initializer=_init_worker, initargs=initargs)
-        try:
-            written = _Run(plan, pool, on_progress).execute()
-        finally:
-            pool.terminate()
-            pool.join()
-    remove_temporaries(folder)
-    return PrepResult(manifest, folder, written, kept, time.monotonic() - start)
+    Returns:
+        What the folder holds now; its `notes` are `plan.notes`, with what the run found added.
+    """
+    with ShardFolder(plan.folder, plan.manifest, force=plan.force, notes=plan.notes) as shards:
+        if not plan.manifest.complete:
+            megatron_indexed()  # import megatron-core (seconds) before the workers start, not while they run
+            utf8 = plan.tokenizer_name == tok.BYTE_TOKENIZER
+            initargs = (
+                plan.tokenizer,
+                plan.dtype.str,
+                plan.manifest.tokenizer["eod_id"],
+                plan.fast_bpe,
+                utf8,
+            )
+            if plan.workers == 1:
+                pool = _InlinePool(initargs)
+            else:
+                ctx = (
+                    mp.get_context("fork")
+                    if "fork" in mp.get_all_start_methods()
+                    else mp.get_context("spawn")
+                )
+                pool = ctx.Pool(plan.workers, initializer=init_worker, initargs=initargs)
+            try:
+                _Run(plan, pool, shards, on_progress).execute()
+            finally:
+                pool.terminate()
+                pool.join()
+    return shards.result()
 
 
 class _Run:
     """One pass over the remaining rows: submit batches to the pool, write results in order."""
 
-    def __init__(self, plan: PrepPlan, pool: Any, on_progress: Callable[[PrepProgress], None] | None) -> None:
-        self.plan, self.pool, self.on_progress = plan, pool, on_progress
-        self.manifest = plan.manifest
-        self.writer = None  # ShardWriter of the current shard
+    def __init__(
+        self, plan: PrepPlan, pool: Any, shards: ShardFolder, on_progress: Callable[..., None] | None
+    ) -> None:
+        self.plan, self.pool, self.shards, self.on_progress = plan, pool, shards, on_progress
         self.shard_index = -1
         self.shard_stats: dict[str, Any] = {}
-        self.written = 0
         self.done = False
-        m = self.manifest
-        self.progress = PrepProgress(
-            m.rows, plan.total_rows, m.documents, m.tokens, sum(s.bytes for s in m.shards), plan.max_tokens
-        )
+        m = shards.manifest
+        self.rows, self.documents, self.tokens = m.rows, m.documents, m.tokens  # so far, committed included
+        self.bytes = sum(s.bytes for s in m.shards)
         self._last_report = 0.0
 
-    def execute(self) -> int:
+    def execute(self) -> None:
         plan = self.plan
-        start_row = self.manifest.rows
         pending: deque = deque()
         max_inflight = 2 * plan.workers + 2
         self._report(force=True)
-        try:
-            for piece in self._pieces(start_row):
-                pending.append((piece, self.pool.apply_async(_encode, (piece,))))
-                while len(pending) >= max_inflight and not self.done:
-                    self._write(*_get(pending.popleft()))
-                if self.done:
-                    break
-            while pending and not self.done:
+        for piece in self._pieces(self.rows):
+            pending.append((piece, self.pool.apply_async(encode_batch, (piece,))))
+            while len(pending) >= max_inflight and not self.done:
                 self._write(*_get(pending.popleft()))
-            if not self.done:
-                self._close_shard(final=True)
-        except BaseException:
-            if self.writer is not None:
-                self.writer.discard()
-            raise
+            if self.done:
+                break
+        while pending and not self.done:
+            self._write(*_get(pending.popleft()))
+        if not self.done:
+            self._close_shard(final=True)
         self._report(force=True)
-        return self.written
 
     def _pieces(self, start_row: int):
         """Source batches cut at shard boundaries and at --max-docs."""
@@ -318,12 +283,12 @@ class _Run:
                 yield batch.slice(lo, hi)
                 lo = hi
 
-    def _write(self, piece: RawBatch, encoded: _Encoded) -> None:
+    def _write(self, piece: RawBatch, encoded: EncodedBatch) -> None:
         import numpy as np
 
         shard_index = piece.start // self.plan.rows_per_shard
         if shard_index != self.shard_index:
-            if self.writer is not None:
+            if self.shards.writer is not None:
                 self._close_shard(final=False)
             self._open_shard(shard_index)
         rows, lengths, tokens = len(piece), encoded.lengths, encoded.tokens
@@ -331,15 +296,24 @@ class _Run:
         if encoded.note and encoded.note not in self.plan.notes:
             self.plan.notes.append(encoded.note)
         budget = self.plan.max_tokens
-        if budget is not None and self.progress.tokens + int(lengths.sum()) >= budget:
+        if budget is not None and self.tokens + int(lengths.sum()) >= budget:
             # keep documents up to the one that reaches the budget, then stop
-            keep = int(np.searchsorted(np.cumsum(lengths), budget - self.progress.tokens)) + 1
+            keep = int(np.searchsorted(np.cumsum(lengths), budget - self.tokens)) + 1
             rows = int(encoded.doc_rows[keep - 1]) + 1
             lengths, doc_bytes, status = lengths[:keep], doc_bytes[:keep], status[:rows]
             doc_encoders = doc_encoders[:keep]
             tokens = tokens[: int(lengths.sum())]
             self.done = True
-        self.writer.add_documents(tokens, lengths)
+        self.shards.writer.add_documents(tokens, lengths)
+        self._count(rows, lengths, doc_bytes, status, doc_encoders)
+        self._report()
+        if self.done:
+            self._close_shard(final=True)
+
+    def _count(self, rows: int, lengths: Any, doc_bytes: Any, status: Any, doc_encoders: Any) -> None:
+        """Add written rows to the shard's statistics (skipped rows by reason, documents by encoder) and totals."""
+        import numpy as np
+
         stats = self.shard_stats
         stats["rows"] += rows
         stats["bytes"] += int(doc_bytes.sum())
@@ -351,19 +325,13 @@ class _Run:
             if count:
                 name = encoder_name(code)
                 stats["encoders"][name] = stats["encoders"].get(name, 0) + int(count)
-        p = self.progress
-        p.rows += rows
-        p.documents += len(lengths)
-        p.tokens += int(lengths.sum())
-        p.bytes += int(doc_bytes.sum())
-        self._report()
-        if self.done:
-            self._close_shard(final=True)
+        self.rows += rows
+        self.documents += len(lengths)
+        self.tokens += int(lengths.sum())
+        self.bytes += int(doc_bytes.sum())
 
     def _open_shard(self, index: int) -> None:
-        from zebra.data.indexed import ShardWriter
-
-        self.writer = ShardWriter(self.plan.folder / shard_name(self.plan.folder, index), self.plan.dtype)
+        self.shards.open_shard(index)
         self.shard_index = index
         self.shard_stats = {
             "first_row": index * self.plan.rows_per_shard,
@@ -375,23 +343,21 @@ class _Run:
 
     def _close_shard(self, final: bool) -> None:
         """Commit and record the current shard; `final` also marks the manifest complete."""
-        if final:
-            self.manifest.complete = True
-        if self.writer is not None:
-            commit_shard(self.plan.folder, self.manifest, self.writer, **self.shard_stats)
-            self.writer = None
-            self.written += 1
-        else:
-            write_manifest(self.plan.folder, self.manifest)
+        if self.shards.writer is not None:
+            self.shards.commit(complete=final, **self.shard_stats)
+        elif final:
+            self.shards.mark_complete()
 
     def _report(self, force: bool = False) -> None:
         now = time.monotonic()
         if self.on_progress is not None and (force or now - self._last_report > 0.1):
             self._last_report = now
-            self.on_progress(self.progress)
+            budget = self.plan.max_tokens
+            done, total = (self.tokens, budget) if budget else (self.rows, self.plan.total_rows)
+            self.on_progress(done, total, docs=self.documents, tok=self.tokens, MB=self.bytes / 1e6)
 
 
-def _get(item: tuple[RawBatch, Any]) -> tuple[RawBatch, _Encoded]:
+def _get(item: tuple[RawBatch, Any]) -> tuple[RawBatch, EncodedBatch]:
     piece, result = item
     try:
         return piece, result.get()
@@ -412,7 +378,7 @@ class _InlinePool:
             return self.value
 
     def __init__(self, initargs: tuple) -> None:
-        _init_worker(*initargs, subprocess=False)
+        init_worker(*initargs, subprocess=False)
 
     def apply_async(self, fn: Callable, args: tuple) -> _Done:
         return self._Done(fn(*args))
@@ -422,129 +388,3 @@ class _InlinePool:
 
     def join(self) -> None:
         pass
-
-
-# --- worker side ---------------------------------------------------------------------------------------
-
-
-# How a document was encoded (`_Encoded.doc_encoders`, counted per shard in the manifest as `encoders`).
-TIKTOKEN, TOKENIZERS, TRANSFORMERS, UTF8 = 0, 1, 2, 3
-ENCODERS = ("tiktoken", "tokenizers", "transformers", "utf-8 bytes")
-
-
-def encoder_name(code: int) -> str:
-    """`tiktoken 0.14.0` (the fast BPE core), `tokenizers 0.23.3` (the Rust backend's batched encoder),
-    `transformers 5.24.0` (the tokenizer's own `__call__`) or `utf-8 bytes` (the byte tokenizer's ids)."""
-    from importlib.metadata import version
-
-    return ENCODERS[code] if code == UTF8 else f"{ENCODERS[code]} {version(ENCODERS[code])}"
-
-
-@dataclass
-class _Encoded:
-    """A tokenized batch: `tokens` [N] (documents back to back, EOD after each), `lengths` [D],
-    `doc_rows` [D] (row offset of each document in the batch), `doc_bytes` [D], `status` [rows],
-    `doc_encoders` [D] (`TIKTOKEN`, `TOKENIZERS`, `TRANSFORMERS` or `UTF8`), and `note`: why the worker left
-    its exact shortcut aside (only on the batch where it decided)."""
-
-    tokens: np.ndarray
-    lengths: np.ndarray
-    doc_rows: np.ndarray
-    doc_bytes: np.ndarray
-    status: np.ndarray
-    doc_encoders: np.ndarray
-    note: str = ""
-
-
-_WORKER: dict[str, Any] = {}
-_CHECK_DOCS = 64  # documents of the first batch encoded both ways before the worker trusts a faster encoder
-
-
-def _init_worker(
-    tokenizer: Any, dtype: str, eod: int, fast_bpe: Any, utf8: bool, subprocess: bool = True
-) -> None:
-    if subprocess:
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core already
-    tokenizer.backend_tokenizer.no_truncation()
-    tokenizer.backend_tokenizer.no_padding()
-    _WORKER.update(
-        tokenizer=tokenizer, dtype=dtype, eod=eod, spec=fast_bpe, utf8=utf8, encoder=None, code=None
-    )
-
-
-def encode_ids(tokenizer: Any, texts: list[str], fast: bool = True) -> list[list[int]]:
-    """Token ids of each text, as `tokenizer(text)["input_ids"]` gives them.
-
-    `fast` calls the Rust backend's batched encoder without offset tracking (`encode_batch_fast`); otherwise
-    the tokenizer's own `__call__`, for tokenizer classes that change the text before their backend.
-    """
-    if fast:
-        return [e.ids for e in tokenizer.backend_tokenizer.encode_batch_fast(texts, add_special_tokens=True)]
-    return tokenizer(texts, add_special_tokens=True)["input_ids"]
-
-
-def pack(ids: list[list[int]], eod: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
-    """Documents + EOD back to back: `tokens` [N] in `dtype` and `lengths` [D]."""
-    from itertools import chain
-
-    import numpy as np
-
-    lengths = np.fromiter((len(x) + 1 for x in ids), dtype=np.int64, count=len(ids))
-    for x in ids:
-        x.append(eod)
-    tokens = np.fromiter(chain.from_iterable(ids), dtype=np.dtype(dtype), count=int(lengths.sum()))
-    return tokens, lengths
-
-
-def _choose_encoder(texts: list[str]) -> str:
-    """Pick this worker's encoder on its first documents: the plan's exact shortcut (tiktoken for byte-level
-    BPE, `zebra.data.fast_bpe`; UTF-8 bytes for the byte tokenizer) when it agrees with the tokenizer, else the
-    batched Rust encoder when it agrees, else `__call__`. Returns why the shortcut was left aside, or ""."""
-    from zebra.data.fast_bpe import FastBPE
-    from zebra.data.tokenizers import ByteIds
-
-    w, head = _WORKER, texts[:_CHECK_DOCS]
-    note = ""
-    shortcut = None
-    if w["spec"] is not None:
-        shortcut = FastBPE(w["spec"], w["tokenizer"]), TIKTOKEN
-    elif w["utf8"]:
-        shortcut = ByteIds(w["tokenizer"]), UTF8
-    if shortcut is not None:
-        reason = shortcut[0].check(head)
-        if not reason:
-            w["encoder"], w["code"] = shortcut
-            return ""
-        note = f"a worker left the {ENCODERS[shortcut[1]]} encoder aside: {reason}"
-    same = encode_ids(w["tokenizer"], head, fast=True) == encode_ids(w["tokenizer"], head, fast=False)
-    w["code"] = TOKENIZERS if same else TRANSFORMERS
-    return note
-
-
-def _worker_ids(texts: list[str]) -> tuple[list[list[int]], np.ndarray, str]:
-    """Ids of each text with the worker's encoder, each document's encoder code [D], and a note."""
-    import numpy as np
-
-    w = _WORKER
-    note = _choose_encoder(texts) if w["code"] is None and texts else ""
-    code = TOKENIZERS if w["code"] is None else w["code"]
-    if w["encoder"] is None:
-        ids = encode_ids(w["tokenizer"], texts, fast=code == TOKENIZERS)
-        return ids, np.full(len(texts), code, np.uint8), note
-    ids, diverted = w["encoder"].encode(texts)
-    codes = np.full(len(texts), code, np.uint8)
-    codes[diverted] = TRANSFORMERS
-    return ids, codes, note
-
-
-def _encode(batch: RawBatch) -> _Encoded:
-    import numpy as np
-
-    texts, status, sizes = decode_texts(batch)
-    ids, doc_encoders, note = _worker_ids(texts)
-    tokens, lengths = pack(ids, _WORKER["eod"], _WORKER["dtype"])
-    status_arr = np.array(status, dtype=np.uint8)
-    doc_rows = np.flatnonzero(status_arr == 0).astype(np.int64)
-    return _Encoded(
-        tokens, lengths, doc_rows, np.array(sizes, dtype=np.int64), status_arr, doc_encoders, note
-    )

@@ -23,9 +23,17 @@ if TYPE_CHECKING:
 BYTE_TOKENIZER = "byte"
 BYTE_EOS, BYTE_BOS, BYTE_PAD = 256, 257, 258
 BYTE_VOCAB_SIZE = 259
-_BYTE_SPECIALS = {"<|endoftext|>": BYTE_EOS, "<|begin_of_text|>": BYTE_BOS, "<|pad|>": BYTE_PAD}
+BYTE_SPECIALS = {"<|endoftext|>": BYTE_EOS, "<|begin_of_text|>": BYTE_BOS, "<|pad|>": BYTE_PAD}
 
 DTYPES = ("auto", "uint16", "int32")
+
+# What the ByteLevel pre-tokenizer splits with when `use_regex` is on (GPT-2's pattern, as `tokenizers` has it).
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+# Llama-3's Split pattern (tiktoken's cl100k_base), as in its tokenizer.json.
+LLAMA3_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"""
+    r"""|\s+(?!\S)|\s+"""
+)
 
 
 def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerFast:
@@ -100,14 +108,14 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], fuse_unk=False))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
-    core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in _BYTE_SPECIALS])
+    core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in BYTE_SPECIALS])
     tokenizer = _with_byte_specials(core)
     tokenizer.name_or_path = BYTE_TOKENIZER
     return tokenizer
 
 
 def _with_byte_specials(core) -> PreTrainedTokenizerFast:
-    """A `tokenizers.Tokenizer` holding `_BYTE_SPECIALS` as a transformers tokenizer with their roles."""
+    """A `tokenizers.Tokenizer` holding `BYTE_SPECIALS` as a transformers tokenizer with their roles."""
     from transformers import PreTrainedTokenizerFast
 
     return PreTrainedTokenizerFast(
@@ -118,34 +126,6 @@ def _with_byte_specials(core) -> PreTrainedTokenizerFast:
         clean_up_tokenization_spaces=False,
         model_max_length=1 << 30,
     )
-
-
-class ByteIds:
-    """The byte tokenizer's ids without running it: a text's UTF-8 bytes (ids 0..255 are the bytes). A text holding
-    a special token's text, which the tokenizer turns into that token's id, is left to the tokenizer.
-
-    Args:
-        tokenizer: the byte tokenizer (`byte_tokenizer()`), for those texts and for `check`.
-    """
-
-    def __init__(self, tokenizer: PreTrainedTokenizerFast) -> None:
-        self.tokenizer = tokenizer
-
-    def encode(self, texts: list[str]) -> tuple[list[list[int]], list[int]]:
-        """Ids of each text, and the indices of the texts the tokenizer itself encoded."""
-        hf = [i for i, t in enumerate(texts) if "<|" in t and any(s in t for s in _BYTE_SPECIALS)]
-        ids = [list(t.encode("utf-8")) for t in texts]
-        if hf:
-            theirs = self.tokenizer([texts[i] for i in hf], add_special_tokens=True)["input_ids"]
-            for i, x in zip(hf, theirs, strict=True):
-                ids[i] = list(x)
-        return ids, hf
-
-    def check(self, documents: list[str]) -> str:
-        """ "" when the ids equal `tokenizer(text)["input_ids"]` on `documents` and adversarial strings."""
-        from zebra.data.fast_bpe import first_difference
-
-        return first_difference(self, self.tokenizer, documents)
 
 
 def byte_level_chars() -> dict[int, str]:
@@ -175,6 +155,17 @@ def vocab_hash(tokenizer) -> str:
     """sha256 over the sorted (token, id) pairs: equal for the same vocabulary, different otherwise."""
     pairs = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
     return hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()
+
+
+def tokenizer_record(name: str, tokenizer: PreTrainedTokenizerFast, *, eod: bool = True) -> dict:
+    """The manifest's `tokenizer` entry: `name` as given, `vocab_size`, `vocab_hash` and `eod_id` (None when
+    the data has no EOD between documents, as in FLA's chunks)."""
+    return {
+        "name": name,
+        "vocab_size": vocab_size(tokenizer),
+        "vocab_hash": vocab_hash(tokenizer),
+        "eod_id": eod_id(tokenizer) if eod else None,
+    }
 
 
 def token_dtype(vocab: int, requested: str = "auto") -> np.dtype:
@@ -232,8 +223,6 @@ def train_bpe(
         trainers,
     )
 
-    from zebra.data.fast_bpe import LLAMA3_PATTERN
-
     if split == "gpt2":
         pre = pre_tokenizers.ByteLevel(add_prefix_space=False)
     elif split == "llama3":
@@ -249,7 +238,7 @@ def train_bpe(
     core.pre_tokenizer = pre
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=list(_BYTE_SPECIALS),
+        special_tokens=list(BYTE_SPECIALS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -265,9 +254,7 @@ def train_bpe(
         ]
         ranked_core = Tokenizer(models.BPE(vocab, merges, fuse_unk=False, ignore_merges=True))
         ranked_core.pre_tokenizer = pre
-        ranked_core.add_special_tokens(
-            [AddedToken(t, special=True, normalized=False) for t in _BYTE_SPECIALS]
-        )
+        ranked_core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in BYTE_SPECIALS])
         core = ranked_core
     core.decoder = decoders.ByteLevel()
     if bos:

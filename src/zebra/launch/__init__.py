@@ -1,14 +1,33 @@
-"""Launchers: one `LaunchPlan` per run, three ways to start its ranks.
+"""Launchers: one `LaunchPlan` per run, one entry that starts it, three ways its ranks run.
 
-- `local`: this machine, through torch's elastic agent (`zebra.train.launch.launch_local`);
-- `docker`: one node's ranks in a container, through the Docker SDK (`zebra.launch.container`);
-- `slurm`: a Slurm job through submitit, one task per rank or one container per node (`zebra.launch.slurm`).
+- `local` (`local.py`): this machine; one rank in this process, several through torch's elastic agent;
+- `docker` (`container.py` the spec, `docker.py` the Docker SDK): one node's ranks in a container;
+- `slurm` (`slurm_spec.py` the sbatch parameters, `slurm_submit.py` submitit, `slurm_task.py` what each task
+  runs on its node): one task per rank, or one container per node. `jobs.py` keeps the submitted jobs.
 
-from zebra.launch import plan_run, build_launch_plan
-run = plan_run("tiny", launcher="docker", overrides=["launch.image=zebra-test/hostbind"], mock_data=True)
-plan = build_launch_plan(run)      # plan.describe(): the dry-run view, secrets masked
+Shared: `ranks.py` counts the ranks where they run, `commands.py` builds the rank and torchrun commands,
+`environment.py` decides what the ranks get from this machine (variables, mounts), `devices.py` the GPUs.
+
+    from zebra.launch import Callbacks, check_launcher, make_plan, start
+    from zebra.recipes import load_recipe
+    from zebra.train.run import prepare_run
+    recipe = load_recipe("tiny", overrides=["launch.launcher=docker", "launch.image=zebra-test/hostbind"])
+    plan = make_plan(recipe, nproc=2)      # plan.describe(): the dry-run view, secrets masked
+    check_launcher(plan)
+    prepare_run(plan.run)
+    outcome = start(plan, Callbacks())     # outcome.stopped_by, outcome.job
 """
 
-from zebra.launch.plan import LAUNCHERS, LaunchPlan, Mount, build_launch_plan, launch_overrides, plan_run
+from zebra.launch.plan import LaunchPlan, launch_overrides, make_plan, with_launch_lists
+from zebra.launch.start import Callbacks, Outcome, check_launcher, start
 
-__all__ = ["LAUNCHERS", "LaunchPlan", "Mount", "build_launch_plan", "launch_overrides", "plan_run"]
+__all__ = [
+    "Callbacks",
+    "LaunchPlan",
+    "Outcome",
+    "check_launcher",
+    "launch_overrides",
+    "make_plan",
+    "start",
+    "with_launch_lists",
+]

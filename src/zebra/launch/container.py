@@ -1,36 +1,28 @@
-"""The container launcher: one node's ranks in a container, through the Docker SDK (Docker Engine, or Podman's
-Docker-compatible socket through DOCKER_HOST).
+"""The container that runs one node's ranks, as data: image, GPUs, mounts, environment, the IPC/network/security
+options ROCm and the collectives need, and the command. `zebra.launch.docker` runs it; the Slurm launcher
+with `launch.container` runs one per node.
 
-`container_spec` describes the container (image, GPUs, mounts, environment, the IPC/network/security options
-ROCm and the collectives need, command); `run_container` starts it, streams its output into this console,
-forwards Ctrl-C / SIGTERM as SIGTERM (the trainer saves a checkpoint and exits 0), returns its exit code and
-removes it. Host networking only: the rendezvous and collectives bind where the host's do.
+Host networking only: the rendezvous and collectives bind where the host's do. The container runs this
+zebra: the project (or the installed packages) is bound read-only and put on PYTHONPATH.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
+import importlib.util
 import os
 import re
 import shlex
-import signal
-import sys
-import threading
-import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, BinaryIO
+from pathlib import Path
+from typing import Any
 
-from zebra.errors import ZebraError
-from zebra.launch.environment import EnvVar, masked, resolve
-
-if TYPE_CHECKING:
-    from zebra.launch.plan import LaunchPlan, Mount
-    from zebra.recipes import LaunchSpec
-
-POLL_S = 0.5
-STOP_GRACE_S = 600  # after the first Ctrl-C the ranks save; a second one kills at once
-IMAGE_FIX = "docker pull {image} where a registry is reachable (or docker load it), or pass --image with a local image (`docker images` lists them)"
+import zebra
+from zebra.data.paths import parse_data_path
+from zebra.launch.commands import cpu_threads_per_rank
+from zebra.launch.devices import amd_options, guess_vendor, nvidia_options
+from zebra.launch.environment import EnvVar, Mount, hf_cache, masked, parse_mount
+from zebra.train.run import TrainRun
 
 
 @dataclass
@@ -93,40 +85,6 @@ class ContainerSpec:
         """This spec with secret values dropped: they are read again where the container starts."""
         return replace(self, env=[v.without_secret() for v in self.env])
 
-    def sdk_kwargs(self, environ: dict[str, str] | None = None) -> dict[str, Any]:
-        """Keyword arguments of `client.containers.create(image, ...)` (real values: never print them)."""
-        import docker
-
-        kwargs: dict[str, Any] = dict(
-            command=self.full_command,
-            name=self.name,
-            environment=resolve(self.env, environ),
-            mounts=[
-                docker.types.Mount(m.target, m.source, type="bind", read_only=m.read_only)
-                for m in self.mounts
-            ],
-            ipc_mode=self.ipc_mode,
-            network_mode=self.network_mode,
-            shm_size=self.shm_size,
-            working_dir=self.workdir,
-            labels=self.labels,
-            init=self.init,
-            detach=True,
-        )
-        if self.user:
-            kwargs["user"] = self.user
-        for key in ("devices", "group_add", "cap_add", "security_opt"):
-            if getattr(self, key):
-                kwargs[key] = getattr(self, key)
-        if self.gpu_vendor == "nvidia":
-            kwargs["device_requests"] = [docker.types.DeviceRequest(count=self.gpus, capabilities=[["gpu"]])]
-        if self.gpu_vendor:
-            kwargs["ulimits"] = [
-                docker.types.Ulimit(name="memlock", soft=-1, hard=-1),
-                docker.types.Ulimit(name="stack", soft=67108864, hard=67108864),
-            ]
-        return kwargs
-
 
 def container_name(run_dir: str) -> str:
     """A name that says which run a container belongs to: `zebra-<run>-<hash of its path>`."""
@@ -134,241 +92,94 @@ def container_name(run_dir: str) -> str:
     return f"zebra-{base}-{hashlib.sha1(run_dir.encode()).hexdigest()[:8]}"
 
 
-def container_spec(plan: LaunchPlan, spec: LaunchSpec, pythonpath: list[str]) -> ContainerSpec:
-    """The container that runs one node of `plan` (its mounts must already be in `plan.mounts`)."""
-    from zebra.launch import devices
-    from zebra.launch.plan import hf_cache
+def project_source() -> tuple[list[Mount], list[str]]:
+    """The mounts that bring this zebra into a container and the PYTHONPATH entries that import it.
 
-    vendor = devices.guess_vendor(spec.gpu_vendor, spec.image) if plan.device == "cuda" else None
+    A source checkout (pyproject.toml beside src/zebra) is bound read-only at its own path; an installed
+    zebra binds its two packages under /opt/zebra.
+    """
+    package = Path(zebra.__file__).resolve().parent
+    root = package.parents[1]
+    kernels = Path(importlib.util.find_spec("zebra_kernels").origin).resolve().parent  # not imported: torch
+    if (root / "pyproject.toml").is_file() and package.parent.name == "src":
+        return [Mount(str(root), str(root), True, "project")], [str(root / "src"), str(kernels.parent)]
+    mounts = [
+        Mount(str(package), "/opt/zebra/zebra", True, "project"),
+        Mount(str(kernels), "/opt/zebra/zebra_kernels", True, "project"),
+    ]
+    return mounts, ["/opt/zebra"]
+
+
+def _inside(path: str, mounts: list[Mount]) -> bool:
+    return any(
+        path == m.source or path.startswith(m.source.rstrip("/") + "/")
+        for m in mounts
+        if m.target == m.source
+    )
+
+
+def container_mounts(run: TrainRun) -> list[Mount]:
+    """What a container running `run` binds: the project, the run directory, the data and tokenizer folders,
+    the HF cache, then the recipe's `launch.mounts` (which win on a clash)."""
+    mounts, _ = project_source()
+    run_dir = str(run.run_dir.resolve())
+    mounts.append(Mount(run_dir, run_dir, False, "run"))
+    for entry in run.recipe.data.paths if not run.recipe.data.mock else []:
+        folder = str(Path(parse_data_path(entry).target).parent)
+        if not _inside(folder, mounts):
+            mounts.append(Mount(folder, folder, True, "data"))
+    tokenizer = Path(run.recipe.data.tokenizer).expanduser()
+    if tokenizer.exists() and not _inside(str(tokenizer.resolve()), mounts):
+        source = str(tokenizer.resolve() if tokenizer.is_dir() else tokenizer.resolve().parent)
+        mounts.append(Mount(source, source, True, "tokenizer"))
+    cache = hf_cache()
+    if cache.is_dir():
+        mounts.append(Mount(str(cache), str(cache), False, "hf-cache"))
+    user = [parse_mount(m) for m in run.recipe.launch.mounts]
+    taken = {m.target for m in user}
+    return [m for m in mounts if m.target not in taken] + user
+
+
+def _container_env(run: TrainRun, env: list[EnvVar], mounts: list[Mount]) -> list[EnvVar]:
+    """The ranks' variables plus what the container itself needs (PYTHONPATH, HF_HOME, threads, HOME)."""
+    variables = {v.name: v for v in env}
+    added = {"PYTHONPATH": os.pathsep.join(project_source()[1]), "PYTHONUNBUFFERED": "1"}
+    if any(m.purpose == "hf-cache" for m in mounts):
+        added["HF_HOME"] = str(hf_cache())
+    if run.ranks.device == "cpu" and "OMP_NUM_THREADS" not in variables:
+        added["OMP_NUM_THREADS"] = str(cpu_threads_per_rank(run.ranks.ranks_per_node))
+    if os.getuid() != 0:  # the container runs as the user (see container_spec): give it a writable HOME
+        added["HOME"] = "/tmp"
+    variables.update({k: EnvVar(k, v) for k, v in added.items()})
+    return sorted(variables.values(), key=lambda v: v.name)
+
+
+def container_spec(run: TrainRun, *, command: list[str], env: list[EnvVar]) -> ContainerSpec:
+    """The container that runs one node of `run` with `command`, passing `env` to its ranks."""
+    spec, ranks = run.recipe.launch, run.ranks
+    mounts = container_mounts(run)
+    vendor = guess_vendor(spec.gpu_vendor, spec.image) if ranks.device == "cuda" else None
     options: dict[str, Any] = {}
     if vendor == "amd":
-        options = devices.amd_options()
+        options = amd_options()
     elif vendor == "nvidia":
-        options = devices.nvidia_options(plan.gpus_per_node)
+        options = nvidia_options(ranks.gpus_per_node)
         options.pop("gpus")
-    env = {v.name: v for v in plan.env}
-    added = {"PYTHONPATH": os.pathsep.join(pythonpath), "PYTHONUNBUFFERED": "1"}
-    if any(m.purpose == "hf-cache" for m in plan.mounts):
-        added["HF_HOME"] = str(hf_cache())
-    if plan.device == "cpu" and "OMP_NUM_THREADS" not in env:
-        from zebra.train.launch import cpu_threads_per_rank
-
-        added["OMP_NUM_THREADS"] = str(cpu_threads_per_rank(plan.ranks_per_node))
-    user = None
-    if os.getuid() != 0:  # files in the run directory stay the user's
-        user = f"{os.getuid()}:{os.getgid()}"
-        added["HOME"] = "/tmp"
-    env.update({k: EnvVar(k, v) for k, v in added.items()})
+    run_dir = str(run.run_dir.resolve())
     return ContainerSpec(
         image=spec.image,
-        command=plan.command,
+        command=command,
         setup=spec.container_setup,
-        name=container_name(str(plan.run_dir)),
-        mounts=list(plan.mounts),
-        env=sorted(env.values(), key=lambda v: v.name),
+        name=container_name(run_dir),
+        mounts=mounts,
+        env=_container_env(run, env, mounts),
         gpu_vendor=vendor,
-        gpus=plan.gpus_per_node,
+        gpus=ranks.gpus_per_node,
         shm_size=spec.shm_size,
-        user=user,
-        workdir=str(plan.run_dir),
-        labels={"zebra.run_dir": str(plan.run_dir), "zebra.recipe": plan.recipe},
+        user=f"{os.getuid()}:{os.getgid()}" if os.getuid() != 0 else None,  # files in the run stay the user's
+        workdir=run_dir,
+        labels={"zebra.run_dir": run_dir, "zebra.recipe": run.recipe.name},
         python=spec.container_python,
         init=spec.container_init,
         **options,
     )
-
-
-def docker_client(timeout: int = 60):
-    """A Docker SDK client connected to a running engine, or a one-line ZebraError saying how to start one."""
-    try:
-        import docker
-    except ImportError:
-        raise ZebraError(
-            "the docker launcher needs the Docker SDK", fix="pip install 'zebra-llama[launch]'"
-        ) from None
-    from zebra.doctor.services import DOCKER_FIX, root_cause
-
-    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-    client = None
-    try:
-        client = docker.from_env(timeout=timeout)
-        client.ping()
-    except Exception as e:  # DockerException, requests' and OS errors alike
-        if client is not None:
-            client.close()
-        raise ZebraError(f"no Docker engine reachable at {host}: {root_cause(e)}", fix=DOCKER_FIX) from None
-    return client
-
-
-def ensure_image(client, image: str, log=print, progress=None) -> None:
-    """Pull `image` when this engine does not have it; a one-line ZebraError when that fails.
-
-    Args:
-        progress: called as `progress(done_mb, total_mb)` while layers download.
-    """
-    import docker
-    from docker.utils import parse_repository_tag
-
-    try:
-        client.images.get(image)
-        return
-    except docker.errors.ImageNotFound:
-        pass
-    log(f"pulling {image} (not on this machine yet)")
-    repository, tag = parse_repository_tag(image)
-    layers: dict[str, tuple[int, int]] = {}
-    try:
-        for event in client.api.pull(repository, tag=tag or "latest", stream=True, decode=True):
-            if "error" in event:
-                raise docker.errors.APIError(event["error"], explanation=event["error"])
-            detail = event.get("progressDetail") or {}
-            if event.get("id") and detail.get("total"):
-                layers[event["id"]] = (detail.get("current", 0), detail["total"])
-                if progress is not None:
-                    done, total = (sum(x) / 1e6 for x in zip(*layers.values(), strict=True))
-                    progress(done, total)
-        client.images.get(image)
-    except docker.errors.APIError as e:
-        raise ZebraError(
-            f"image {image} is not on this machine and pulling it failed: {_explain(e)[:200]}",
-            fix=IMAGE_FIX.format(image=image),
-        ) from None
-
-
-class RunningContainer:
-    """A started container whose output is copied to `stream` until it exits."""
-
-    def __init__(self, client, container, stream: BinaryIO):
-        self.client, self.container, self.name = client, container, container.name
-        self._logs = threading.Thread(target=self._copy_logs, args=(stream,), daemon=True)
-        self._logs.start()
-
-    def _copy_logs(self, stream: BinaryIO) -> None:
-        with contextlib.suppress(Exception):  # the container went away: nothing more to copy
-            for chunk in self.container.logs(stream=True, follow=True):
-                stream.write(chunk)
-                stream.flush()
-
-    def signal(self, sig: str = "SIGTERM") -> None:
-        import docker
-
-        with contextlib.suppress(docker.errors.APIError):  # already stopped
-            self.container.kill(signal=sig)
-
-    def exited(self) -> bool:
-        import docker
-
-        try:
-            self.container.reload()
-        except docker.errors.NotFound:
-            return True
-        return self.container.status in ("exited", "dead")
-
-    def exit_code(self) -> int:
-        code = int(self.container.wait(timeout=60).get("StatusCode", 1))
-        self._logs.join(timeout=10)
-        return code
-
-    def remove(self) -> None:
-        import docker
-
-        with contextlib.suppress(docker.errors.APIError):
-            self.container.remove(force=True)
-
-
-def start_container(
-    spec: ContainerSpec, client=None, stream: BinaryIO | None = None, log=print
-) -> RunningContainer:
-    """Create and start the container of `spec` (pulling its image first if needed)."""
-    import docker
-
-    client = client or docker_client()
-    ensure_image(client, spec.image, log)
-    with contextlib.suppress(docker.errors.NotFound):  # a leftover of an earlier, killed launcher
-        client.containers.get(spec.name).remove(force=True)
-    try:
-        container = client.containers.create(spec.image, **spec.sdk_kwargs())
-    except docker.errors.APIError as e:
-        raise ZebraError(
-            f"docker could not create the container from {spec.image}: {_explain(e)}",
-            fix="check the container spec with --dry-run",
-        ) from None
-    try:
-        container.start()
-    except docker.errors.APIError as e:
-        with contextlib.suppress(docker.errors.APIError):
-            container.remove(force=True)
-        raise ZebraError(
-            f"docker could not start {spec.image}: {_explain(e)}",
-            fix="on a machine without GPUs train on CPU ranks (--nproc N); check the devices with --dry-run",
-        ) from None
-    return RunningContainer(client, container, stream or sys.stdout.buffer)
-
-
-def _explain(e) -> str:
-    return (getattr(e, "explanation", None) or str(e)).strip().splitlines()[0][:300]
-
-
-@dataclass
-class ContainerOutcome:
-    exit_code: int
-    stopped_by: str | None  # the signal this launcher forwarded (the ranks saved and stopped), else None
-
-
-def run_container(
-    spec: ContainerSpec, *, client=None, stream: BinaryIO | None = None, log=print
-) -> ContainerOutcome:
-    """Run `spec` to the end in the foreground and remove the container.
-
-    The first SIGINT or SIGTERM is forwarded as SIGTERM (the trainer saves a checkpoint and exits 0); a second
-    SIGINT kills the container. The container is removed however this ends.
-    """
-    running = start_container(spec, client, stream, log)
-    received: list[str] = []
-
-    def on_signal(signum, _frame):
-        received.append(signal.Signals(signum).name)
-
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, on_signal)
-    try:
-        forwarded = 0
-        deadline = None
-        while not running.exited():
-            if len(received) > forwarded:
-                if forwarded == 0:
-                    log(
-                        f"{received[0]}: stopping container {running.name} (the run saves a checkpoint; Ctrl-C again to kill)"
-                    )
-                    running.signal("SIGTERM")
-                    deadline = time.monotonic() + STOP_GRACE_S
-                elif "SIGINT" in received[forwarded:]:
-                    running.signal("SIGKILL")
-                forwarded = len(received)
-            if deadline is not None and time.monotonic() > deadline:
-                running.signal("SIGKILL")
-            time.sleep(POLL_S)
-        return ContainerOutcome(running.exit_code(), received[0] if received else None)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        running.remove()
-
-
-def stop_and_wait(name: str) -> int:
-    """Send SIGTERM to container `name` and wait for it to exit (through a client of its own, so that this
-    is safe inside a signal handler); returns its exit code."""
-    import docker
-
-    client = docker_client()
-    try:
-        container = client.containers.get(name)
-        with contextlib.suppress(docker.errors.APIError):
-            container.kill(signal="SIGTERM")
-        return int(container.wait().get("StatusCode", 1))
-    except docker.errors.NotFound:
-        return 0
-    finally:
-        client.close()

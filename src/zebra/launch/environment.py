@@ -1,4 +1,5 @@
-"""Which environment variables reach the ranks a launcher starts, and how they are shown.
+"""What a launcher hands the ranks from this machine: environment variables (how they are passed and shown)
+and, for containers, host folders (`Mount`, the Hugging Face cache).
 
 A container starts with an empty environment, so the Docker launcher passes an allow-list: the variables that
 configure the collectives, the GPU runtime, Hugging Face and Weights & Biases, plus the names a recipe's
@@ -14,6 +15,9 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
+
+from zebra.errors import ZebraError
 
 MASK = "******"
 
@@ -106,3 +110,40 @@ def resolve(variables: Iterable[EnvVar], environ: Mapping[str, str] | None = Non
 def masked(variables: Iterable[EnvVar]) -> dict[str, str]:
     """`{name: shown value}`: what a plan prints."""
     return {var.name: var.shown() for var in variables}
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host directory bound into the container (at the same path unless the user says otherwise)."""
+
+    source: str
+    target: str
+    read_only: bool
+    purpose: str  # project | data | run | hf-cache | tokenizer | user
+
+    def describe(self) -> str:
+        return f"{self.source}:{self.target}:{'ro' if self.read_only else 'rw'}"
+
+
+def parse_mount(text: str) -> Mount:
+    """`HOST[:CONTAINER][:ro|rw]` -> Mount (absolute paths; read-write unless `:ro`)."""
+    parts = text.split(":")
+    mode = "rw"
+    if len(parts) > 1 and parts[-1] in ("ro", "rw"):
+        mode = parts.pop()
+    if not 1 <= len(parts) <= 2 or not all(parts):
+        raise ZebraError(
+            f"--mount {text!r}: expected HOST[:CONTAINER][:ro]", fix="e.g. --mount /data:/data:ro"
+        )
+    source = os.path.abspath(os.path.expanduser(parts[0]))
+    target = parts[1] if len(parts) == 2 else source
+    if not target.startswith("/"):
+        raise ZebraError(f"--mount {text!r}: the container path {target!r} is not absolute")
+    if not os.path.exists(source):
+        raise ZebraError(f"--mount {text!r}: {source} does not exist", fix="create it or fix the path")
+    return Mount(source, target, mode == "ro", "user")
+
+
+def hf_cache() -> Path:
+    """The Hugging Face cache folder ranks should share: HF_HOME, else ~/.cache/huggingface."""
+    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface").expanduser().resolve()

@@ -27,6 +27,12 @@ FINISHED = {
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
     "PREEMPTED", "SPECIAL_EXIT", "REVOKED", "ENDED",
 }  # fmt: skip
+EXIT_NAME = "{job}_{task}_exit.json"  # each task's exit code, in the job's folder (RUN/slurm)
+
+
+def exit_file(folder: str | Path, job_id: str, task: int) -> Path:
+    """Where task `task` of job `job_id` writes its exit code (see `SlurmTask`)."""
+    return Path(folder) / EXIT_NAME.format(job=job_id, task=task)
 
 
 def registry_path() -> Path:
@@ -128,7 +134,7 @@ def _squeue(job_id: str) -> tuple[str, str] | None:
 
 def _task_exit_codes(job: JobRecord) -> dict[int, int]:
     codes = {}
-    for path in Path(job.folder).glob(f"{job.id}_*_exit.json"):
+    for path in Path(job.folder).glob(EXIT_NAME.format(job=job.id, task="*")):
         with contextlib.suppress(ValueError, OSError, KeyError):
             row = json.loads(path.read_text())
             codes[int(row["task"])] = int(row["exit_code"])
@@ -179,28 +185,44 @@ def _copy_new(path: Path, offset: int, stream: BinaryIO) -> int:
     return offset + len(data)
 
 
-def follow(
+def follow_log(
     job: JobRecord,
     stream: BinaryIO,
     *,
     task: int = 0,
     poll_s: float = 1.0,
     on_state: Callable[[JobStatus], None] | None = None,
-) -> JobStatus:
-    """Copy task `task`'s log to `stream` as it grows until the job finishes (through requeues); its status."""
+) -> JobStatus | None:
+    """Copy task `task`'s log to `stream` as it grows until the job finishes (through requeues): its status,
+    or None when Ctrl-C stopped the following (the job runs on)."""
     log = Path(job.logs[task])
     offset, last = 0, None
-    while True:
-        status = job_status(job)
-        offset = _copy_new(log, offset, stream)
-        if on_state and status.state != last:
-            on_state(status)
-            last = status.state
-        if status.finished:
-            time.sleep(poll_s)  # the last lines may land after the controller saw the end
-            _copy_new(log, offset, stream)
-            return status
-        time.sleep(poll_s)
+    try:
+        while True:
+            status = job_status(job)
+            offset = _copy_new(log, offset, stream)
+            if on_state and status.state != last:
+                on_state(status)
+                last = status.state
+            if status.finished:
+                time.sleep(poll_s)  # the last lines may land after the controller saw the end
+                _copy_new(log, offset, stream)
+                return status
+            time.sleep(poll_s)
+    except KeyboardInterrupt:
+        return None
+
+
+def check_finished(job: JobRecord, status: JobStatus) -> None:
+    """Raise a ZebraError (with the failing rank's exit code) unless the job completed."""
+    if status.state == "COMPLETED" and not status.exit_code:
+        return
+    raise ZebraError(
+        f"job {job.id} ended {status.state}"
+        + (f" (exit code {status.exit_code})" if status.exit_code else ""),
+        fix=f"its log: {job.logs[0]}",
+        exit_code=status.exit_code or 1,
+    )
 
 
 def cancel(job: JobRecord) -> None:

@@ -1,12 +1,12 @@
-"""Training: the loop (`trainer`), data parallelism (`parallelize`), checkpoints (`checkpoint`), AdamW and its
-schedule (`optim`), megatron data (`data`), metrics (`metrics`), the rank entry point (`entry`) and the local
-launcher (`launch`).
+"""Training: the run resolved before any rank starts (`run`), the loop of one rank (`trainer`), its step
+(`step`), data parallelism (`parallelize`), checkpoints (`checkpoint`), AdamW and its schedule (`optim`),
+megatron data (`data`), metrics (`metrics`), what the loop reports (`view`) and the rank's place in the job
+(`dist`). Starting ranks is `zebra.launch`'s; the rank program is `python -m zebra.cli.rank`.
 
-    from zebra.train.plan import make_plan, prepare_run
-    plan = make_plan("tiny", max_steps=50)
-    prepare_run(plan)
+    from zebra.recipes import load_recipe
+    from zebra.train.run import RankLayout, prepare_run, resolve_run
     from zebra.train.trainer import train_rank
-    result = train_rank(plan.run_dir)                       # one rank, in this process
-    from zebra.train.launch import launch_local
-    launch_local(plan.run_dir, nproc_per_node=2, device="cpu")   # several ranks through the elastic agent
+    run = resolve_run(load_recipe("tiny", overrides=["train.max_steps=50"]), RankLayout("cpu", 1, 1))
+    prepare_run(run)
+    result = train_rank(run.run_dir)                        # one rank, in this process
 """

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zebra.data import load_tokenizer
+from zebra.data.paths import parse_data_path
 from zebra.errors import ZebraError
 
 if TYPE_CHECKING:
@@ -46,8 +48,6 @@ def tokenizer_info(recipe: Recipe) -> TokenizerInfo:
     """The recipe's tokenizer as megatron needs it; mock data needs no tokenizer (EOD 0, the model's vocab)."""
     if recipe.data.mock:
         return TokenizerInfo(name="mock", vocab_size=recipe.model.vocab_size, eod=0)
-    from zebra.data.tokenizers import load_tokenizer
-
     tok = load_tokenizer(recipe.data.tokenizer)
     eod = tok.eos_token_id
     if eod is None:
@@ -59,15 +59,8 @@ def tokenizer_info(recipe: Recipe) -> TokenizerInfo:
 
 
 def parse_blend(paths: list[str]) -> list[tuple[str, float]]:
-    """`["a:2", "b"]` -> `[("a", 2.0), ("b", 1.0)]` (a weight is the part after the last ':' when numeric)."""
-    blend = []
-    for p in paths:
-        prefix, sep, weight = p.rpartition(":")
-        try:
-            blend.append((prefix, float(weight)) if sep else (p, 1.0))
-        except ValueError:
-            blend.append((p, 1.0))
-    return blend
+    """`["a:2", "b"]` -> `[("a", 2.0), ("b", 1.0)]` (each entry read by `zebra.data.parse_data_path`)."""
+    return [parse_data_path(p) for p in paths]
 
 
 @contextlib.contextmanager

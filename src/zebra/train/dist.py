@@ -13,6 +13,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from zebra.errors import ZebraError
+
 if TYPE_CHECKING:
     import torch
 
@@ -77,8 +79,6 @@ def first_slurm_host(nodelist: str) -> str:
 def pick_device(kind: str, local_rank: int) -> torch.device:
     """`cuda` (also ROCm) when asked or when `auto` finds a GPU, else `cpu`."""
     import torch
-
-    from zebra.errors import ZebraError
 
     if kind == "auto":
         kind = "cuda" if torch.cuda.is_available() else "cpu"

@@ -14,14 +14,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zebra import arch
+from zebra.data import load_tokenizer
 from zebra.errors import ZebraError
+from zebra.recipes import Recipe, load_recipe
 from zebra.train import checkpoint as ckpt
-from zebra.train.dist import DistEnv, all_reduce_sum, barrier
+from zebra.train.data import batch_plan, build_datasets, micro_batches
+from zebra.train.dist import DistEnv, all_reduce_sum, barrier, destroy_distributed, init_distributed
+from zebra.train.metrics import IntervalMeter, MetricsLog, device_peak_flops, mfu, peak_memory_gb
+from zebra.train.optim import build_optimizer, build_scheduler
+from zebra.train.parallelize import choose_parallel, parallelize
+from zebra.train.plot import plot_runs
+from zebra.train.step import TrainStep, loss_sum
+from zebra.train.view import TrainView
 
 if TYPE_CHECKING:
     import torch
-
-    from zebra.recipes import Recipe
 
 STOP_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
 EXIT_NONFINITE = 3  # exit code when non-finite losses stop a run
@@ -134,20 +142,24 @@ def build_model(recipe: Recipe, device: torch.device) -> torch.nn.Module:
     return model.train()
 
 
-class Trainer:
-    """One rank's share of a run described by `recipe`, writing into `run_dir`."""
+@dataclass
+class LoopEnd:
+    """Where the training loop left off."""
 
-    def __init__(self, recipe: Recipe, run_dir: Path, env: DistEnv):
+    last_saved: int | None  # the step of the newest checkpoint this run wrote or resumed from
+    loss: float | None = None  # the last logged training loss
+    val_loss: float | None = None
+    stopped_by: str | None = None  # the stop signal that ended the loop early
+
+
+class Trainer:
+    """One rank's share of a run described by `recipe`, writing into `run_dir`; rank 0 reports to `view`."""
+
+    def __init__(self, recipe: Recipe, run_dir: Path, env: DistEnv, view: TrainView | None = None):
         import torch
 
-        from zebra import arch
-        from zebra.train.data import batch_plan
-        from zebra.train.metrics import device_peak_flops
-        from zebra.train.optim import build_optimizer, build_scheduler
-        from zebra.train.parallelize import choose_parallel, parallelize
-        from zebra.train.step import TrainStep
-
         self.recipe, self.run_dir, self.env = recipe, run_dir, env
+        self.view = view if view is not None and env.is_main else TrainView()
         t = recipe.train
         self.micro_batch, self.accumulation = batch_plan(
             t.global_batch_size, t.micro_batch_size, env.world_size
@@ -213,9 +225,6 @@ class Trainer:
         """Mean validation loss over `eval_steps` fixed global batches (the same ones every time)."""
         import torch
 
-        from zebra.train.data import micro_batches
-        from zebra.train.step import loss_sum
-
         t = self.recipe.train
         stop = t.eval_steps * global_batch
         batches = micro_batches(
@@ -243,17 +252,43 @@ class Trainer:
 
     def fit(self, resume: str = "auto") -> TrainResult:
         """Train to `train.max_steps` (or until a stop signal), saving, evaluating and exporting on the way."""
-        from zebra.train.data import build_datasets, micro_batches
-        from zebra.train.display import TrainView
-        from zebra.train.metrics import IntervalMeter, MetricsLog
-
-        r, t, env, p = self.recipe, self.recipe.train, self.env, self.progress
-        G = t.global_batch_size
-        view = TrainView(total_steps=t.max_steps, start_step=0, enabled=env.is_main)
+        t, p, view = self.recipe.train, self.progress, self.view
         restored = self.restore(resume, view.warn)
-        view.restart_at(p.step)
         if restored is not None:
             view.note(f"resumed from {restored} (step {p.step}, {p.consumed_samples:,} samples read)")
+        batches, valid = self.open_data()
+        if self.env.is_main:
+            self.metrics = MetricsLog(
+                self.run_dir, resume_step=p.step, config=self.recipe.to_dict(), run_name=self.run_dir.name
+            )
+        view.note(self.describe())
+        try:
+            end = self.loop(batches, valid, last_saved=p.step if restored is not None else None)
+        finally:
+            if self.metrics:
+                self.metrics.close()
+        if end.last_saved != p.step:
+            view.note(f"saved {self.save()}")
+        export_dir = None
+        if end.stopped_by is None:
+            export_dir = self.finish()
+        else:
+            view.note(f"stopped by {end.stopped_by} at step {p.step}; continue with --resume auto")
+        return TrainResult(
+            run_dir=self.run_dir,
+            step=p.step,
+            max_steps=t.max_steps,
+            loss=end.loss,
+            val_loss=end.val_loss,
+            stopped_by=end.stopped_by,
+            checkpoint=self.run_dir / "checkpoints" / ckpt.step_name(p.step),
+            export_dir=export_dir,
+        )
+
+    def open_data(self):
+        """(this rank's training micro-batches from the run's data position on, the validation set or None)."""
+        r, t, p = self.recipe, self.recipe.train, self.progress
+        G = t.global_batch_size
         train_ds, valid_ds = build_datasets(
             r,
             train_samples=t.max_steps * G,
@@ -266,69 +301,51 @@ class Trainer:
             stop=t.max_steps * G,
             global_batch=G,
             micro_batch=self.micro_batch,
-            env=env,
+            env=self.env,
             num_workers=r.data.num_workers,
         )
-        self.metrics = (
-            MetricsLog(self.run_dir, resume_step=p.step, config=r.to_dict(), run_name=self.run_dir.name)
-            if env.is_main
-            else None
-        )
-        view.note(self.describe())
-        last_saved = p.step if restored is not None else None
-        loss = val_loss = stopped_by = None
-        meter = IntervalMeter()
+        return batches, valid_ds
+
+    def loop(self, batches, valid, *, last_saved: int | None) -> LoopEnd:
+        """Optimizer steps until `train.max_steps` or a stop signal all ranks agree on."""
+        t, p, view = self.recipe.train, self.progress, self.view
+        end, meter = LoopEnd(last_saved), IntervalMeter()
+        view.begin(step=p.step, total=t.max_steps)
         try:
-            with StopSignals() as signals, view:
+            with StopSignals() as signals:
                 while p.step < t.max_steps:
                     lr = self.scheduler.get_last_lr()[0]
                     res = self.step_fn(
                         [next(batches) for _ in range(self.accumulation)],
                         flags=(1.0 if signals.received else 0.0,),
                     )
-                    self.advance(res, view)
+                    self.advance(res)
                     meter.add(res.loss, res.tokens, res.applied)
-                    if p.step % t.log_interval == 0 or p.step == t.max_steps:
-                        loss = self.log(meter, res, lr, view)
-                    if (
-                        valid_ds is not None
-                        and t.eval_interval
-                        and (p.step % t.eval_interval == 0 or p.step == t.max_steps)
-                    ):
+                    last = p.step == t.max_steps
+                    if p.step % t.log_interval == 0 or last:
+                        end.loss = self.log(meter, res, lr)
+                    if valid is not None and t.eval_interval and (p.step % t.eval_interval == 0 or last):
                         with meter.paused():
-                            val_loss = self.evaluate(valid_ds, G)
-                        self.record({"step": p.step, "val_loss": val_loss})
-                        view.note(f"step {p.step}: validation loss {val_loss:.4f}")
+                            end.val_loss = self.validate(valid)
                     if res.flags[0] > 0:
-                        stopped_by = signals.received or "signal"
+                        end.stopped_by = signals.received or "signal"
                         break
-                    if t.save_interval and p.step % t.save_interval == 0 and p.step < t.max_steps:
+                    if t.save_interval and p.step % t.save_interval == 0 and not last:
                         with meter.paused():
                             view.note(f"saved {self.save()}")
-                        last_saved = p.step
+                        end.last_saved = p.step
         finally:
-            if self.metrics:
-                self.metrics.close()
-        if last_saved != p.step:
-            view.note(f"saved {self.save()}")
-        saved = self.run_dir / "checkpoints" / ckpt.step_name(p.step)
-        export_dir = None
-        if stopped_by is None:
-            export_dir = self.finish(view)
-        else:
-            view.note(f"stopped by {stopped_by} at step {p.step}; continue with --resume auto")
-        return TrainResult(
-            run_dir=self.run_dir,
-            step=p.step,
-            max_steps=t.max_steps,
-            loss=loss,
-            val_loss=val_loss,
-            stopped_by=stopped_by,
-            checkpoint=saved,
-            export_dir=export_dir,
-        )
+            view.end()
+        return end
 
-    def advance(self, res, view) -> None:
+    def validate(self, valid) -> float:
+        """Evaluate, record and show the validation loss at this step."""
+        val_loss = self.evaluate(valid, self.recipe.train.global_batch_size)
+        self.record({"step": self.progress.step, "val_loss": val_loss})
+        self.view.note(f"step {self.progress.step}: validation loss {val_loss:.4f}")
+        return val_loss
+
+    def advance(self, res) -> None:
         """Count a finished step; a non-finite one is skipped, or stops the run (`train.nonfinite`)."""
         t, p = self.recipe.train, self.progress
         p.step += 1
@@ -348,12 +365,10 @@ class Trainer:
                 "with --resume auto",
                 exit_code=EXIT_NONFINITE,
             )
-        view.warn(problem + ": step skipped")
+        self.view.warn(problem + ": step skipped")
 
-    def log(self, meter, res, lr: float, view) -> float:
+    def log(self, meter, res, lr: float) -> float:
         """Write and show the training record of the interval that ends now; returns its mean loss."""
-        from zebra.train.metrics import mfu, peak_memory_gb
-
         loss, tok_s, elapsed = meter.read()
         record = {
             "step": self.progress.step,
@@ -368,24 +383,22 @@ class Trainer:
             "elapsed_s": elapsed,
         }
         self.record(record)
-        view.log(record)
+        self.view.log(record)
         return loss
 
     def record(self, record: dict[str, Any]) -> None:
         if self.metrics:
             self.metrics.write(record)
 
-    def finish(self, view) -> Path | None:
+    def finish(self) -> Path | None:
         """The end of a completed run: HF export (unless `train.export: false`) and the loss curve."""
-        from zebra.train.plot import plot_runs
-
         export_dir = None
         if self.recipe.train.export:
-            export_dir = self.export(view.warn)
-            view.note(f"exported {export_dir}")
+            export_dir = self.export(self.view.warn)
+            self.view.note(f"exported {export_dir}")
         if self.env.is_main:
             png = plot_runs([self.run_dir], self.run_dir / "loss.png")
-            view.note(f"loss curve {png}")
+            self.view.note(f"loss curve {png}")
         barrier(self.env)
         return export_dir
 
@@ -397,8 +410,7 @@ class Trainer:
         """
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        from zebra.convert.hf_export import export_hf
-        from zebra.data import load_tokenizer
+        from zebra.convert.hf_export import export_hf  # torch
 
         full = get_model_state_dict(
             self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -433,17 +445,17 @@ class Trainer:
         )
 
 
-def train_rank(run_dir: Path, *, resume: str = "auto", device: str = "auto") -> TrainResult:
-    """Everything one rank does for the run in `run_dir` (its `config.yaml` is the resolved recipe)."""
-    from zebra.recipes import load_recipe
-    from zebra.train.dist import destroy_distributed, init_distributed
-
+def train_rank(
+    run_dir: Path, *, resume: str = "auto", device: str = "auto", view: TrainView | None = None
+) -> TrainResult:
+    """Everything one rank does for the run in `run_dir` (its `config.yaml` is the resolved recipe); rank 0
+    reports to `view`."""
     config = run_dir / "config.yaml"
     if not config.is_file():
         raise ZebraError(f"{config}: not found", fix="start runs with `zebra train RECIPE`, which writes it")
     recipe = load_recipe(config)
     env = init_distributed(device)
     try:
-        return Trainer(recipe, run_dir, env).fit(resume)
+        return Trainer(recipe, run_dir, env, view).fit(resume)
     finally:
         destroy_distributed()

@@ -1,54 +1,78 @@
-"""What a `zebra train` invocation will do, decided before any rank starts: the resolved recipe, ranks,
-gradient accumulation, data and run directory. `--dry-run` prints it; `prepare_run` writes the run directory.
+"""One training run, resolved before any rank starts: the recipe (data prefixes made absolute), where its ranks
+are (`RankLayout`), how each global batch splits over them, the run directory and the checkpoint it resumes.
+
+    recipe = load_recipe("tiny", overrides=data_overrides(None, mock_data=True, max_steps=50))
+    run = resolve_run(recipe, RankLayout("cpu", nodes=1, ranks_per_node=2))
+    prepare_run(run)                       # RUN/config.yaml, which every rank reads
+
+`--dry-run` prints `TrainRun.summary()`; `zebra.launch.make_plan` resolves the run for a launcher (which
+counts the ranks where they will run).
 """
 
 from __future__ import annotations
 
+import copy
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zebra.data import load_tokenizer, read_manifest, resolve_prefixes
+from zebra.data.paths import parse_data_path, prep_folder
 from zebra.errors import ZebraError
-from zebra.recipes import Recipe
+from zebra.recipes import Recipe, dump_recipe
+from zebra.train import checkpoint as ckpt
+from zebra.train.data import batch_plan
 
 RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "loss.png", "export", "tensorboard", "data_cache")
 
 
-@dataclass
-class RunPlan:
-    recipe: Recipe
-    run_dir: Path
-    device: str  # "cuda" or "cpu"
+@dataclass(frozen=True)
+class RankLayout:
+    """Where the ranks of a run are: `nodes` x `ranks_per_node` ranks on `device`, meeting at `rdzv_endpoint`
+    (None: one node's torchrun picks its own, or Slurm's first node)."""
+
+    device: str  # cuda | cpu
     nodes: int
-    procs_per_node: int
-    micro_batch: int
-    accumulation: int
-    resume: str  # auto | never | a checkpoint path
+    ranks_per_node: int
     rdzv_endpoint: str | None = None
-    checkpoint_step: int | None = None  # the newest checkpoint already in run_dir
-    changed: list[str] = field(default_factory=list)  # recipe keys that differ from run_dir/config.yaml
 
     @property
     def world_size(self) -> int:
-        return self.nodes * self.procs_per_node
+        return self.nodes * self.ranks_per_node
 
     @property
-    def in_process(self) -> bool:
-        """One rank: train in this process (no launcher, no process group)."""
-        return self.world_size == 1
+    def gpus_per_node(self) -> int:
+        return self.ranks_per_node if self.device == "cuda" else 0
+
+    def describe(self) -> str:
+        """`2 node(s) x 8 cuda rank(s) = 16`."""
+        return f"{self.nodes} node(s) x {self.ranks_per_node} {self.device} rank(s) = {self.world_size}"
+
+
+@dataclass
+class TrainRun:
+    """A run ready to start: `prepare_run` writes it to `run_dir`, where every rank reads it back."""
+
+    recipe: Recipe  # resolved: data.paths are absolute prefixes with weights
+    run_dir: Path
+    ranks: RankLayout
+    micro_batch: int
+    accumulation: int
+    resume: str  # auto | never | a checkpoint path
+    checkpoint_step: int | None = None  # the newest checkpoint already in run_dir
+    changed: list[str] = field(default_factory=list)  # recipe keys that differ from run_dir/config.yaml
 
     def summary(self) -> dict[str, Any]:
-        t, d = self.recipe.train, self.recipe.data
+        t, d, ranks = self.recipe.train, self.recipe.data, self.ranks
         return {
             "recipe": self.recipe.name,
             "source": self.recipe.source,
             "run_dir": str(self.run_dir),
-            "device": self.device,
-            "nodes": self.nodes,
-            "ranks_per_node": self.procs_per_node,
-            "world_size": self.world_size,
+            "device": ranks.device,
+            "nodes": ranks.nodes,
+            "ranks_per_node": ranks.ranks_per_node,
+            "world_size": ranks.world_size,
             "micro_batch": self.micro_batch,
             "accumulation": self.accumulation,
             "global_batch": t.global_batch_size,
@@ -59,11 +83,12 @@ class RunPlan:
             "tokenizer": d.tokenizer,
             "resume": self.resume,
             "checkpoint_step": self.checkpoint_step,
-            "rdzv_endpoint": self.rdzv_endpoint,
+            "rdzv_endpoint": ranks.rdzv_endpoint,
         }
 
 
-def _data_overrides(data: list[str] | None, mock_data: bool, max_steps: int | None) -> list[str]:
+def data_overrides(data: list[str] | None, mock_data: bool, max_steps: int | None) -> list[str]:
+    """`--set`-style overrides for `zebra train --data / --mock-data / --max-steps`."""
     if data and mock_data:
         raise ZebraError("--data and --mock-data exclude each other", fix="pass one of them")
     sets = []
@@ -90,8 +115,6 @@ def resolve_data(recipe: Recipe) -> None:
             f"recipe {recipe.name} has no training data (data.paths is empty)",
             fix="pass --data PREFIX[:weight] (made by `zebra data prep`), --data @sample, or --mock-data",
         )
-    from zebra.data import resolve_prefixes
-
     _check_vocab(recipe)
     resolved = []
     for entry in recipe.data.paths:
@@ -102,8 +125,6 @@ def resolve_data(recipe: Recipe) -> None:
 
 
 def _check_vocab(recipe: Recipe) -> None:
-    from zebra.data import load_tokenizer
-
     vocab = len(load_tokenizer(recipe.data.tokenizer))
     if vocab > recipe.model.vocab_size:
         raise ZebraError(
@@ -115,12 +136,8 @@ def _check_vocab(recipe: Recipe) -> None:
 
 def _check_manifest_tokenizer(entry: str, recipe: Recipe) -> None:
     """Data prepared with another tokenizer than the recipe's would train on meaningless ids: refuse it."""
-    from zebra.data import read_manifest
-    from zebra.train.data import parse_blend
-
-    target = Path(parse_blend([entry])[0][0]).expanduser()
-    folder = target.parent if target.name == "manifest.json" else target
-    if not (folder / "manifest.json").is_file():
+    folder = prep_folder(parse_data_path(entry).target)
+    if folder is None:
         return
     name = read_manifest(folder).tokenizer.get("name")
     if name and name != recipe.data.tokenizer:
@@ -131,85 +148,39 @@ def _check_manifest_tokenizer(entry: str, recipe: Recipe) -> None:
         )
 
 
-def _ranks(gpus: int | None, nproc: int | None, recipe: Recipe) -> tuple[str, int]:
-    """(device, ranks per node) from the flags and the GPUs this machine shows."""
-    import torch
-
-    if gpus is not None and nproc is not None:
-        raise ZebraError(
-            "--gpus and --nproc exclude each other", fix="--gpus for GPU ranks, --nproc for CPU ranks"
-        )
-    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if nproc is not None:
-        return "cpu", nproc
-    wanted = recipe.launch.gpus if gpus is None else gpus
-    if gpus is not None and visible == 0:
-        raise ZebraError(f"--gpus {gpus}: no GPU is visible here", fix="train on CPU ranks with --nproc N")
-    if visible == 0:
-        return "cpu", 1
-    if wanted > visible:
-        raise ZebraError(
-            f"--gpus {wanted}: only {visible} GPU(s) visible", fix=f"pass --gpus {visible} or fewer"
-        )
-    return "cuda", wanted or visible
-
-
-def make_plan(
-    recipe_name: str | Path,
+def resolve_run(
+    recipe: Recipe,
+    ranks: RankLayout,
     *,
-    overrides: list[str] = (),
-    data: list[str] | None = None,
-    mock_data: bool = False,
-    max_steps: int | None = None,
     output: str | Path = "runs",
     run: str | None = None,
     resume: str = "auto",
-    gpus: int | None = None,
-    nodes: int | None = None,
-    nproc: int | None = None,
-    rdzv_endpoint: str | None = None,
-    ranks: Callable[[Recipe], tuple[str, int]] | None = None,
-) -> RunPlan:
-    """Resolve everything a run needs and check it, raising a one-line ZebraError for any problem.
+) -> TrainRun:
+    """Resolve and check everything a run of `recipe` on `ranks` needs (a one-line ZebraError for any problem).
 
-    `ranks(recipe) -> (device, ranks per node)` counts the ranks where another launcher runs them (a container,
-    Slurm's nodes), which also checks its own rendezvous; by default they are counted on this machine.
+    The run keeps a copy of `recipe` with its data resolved; `recipe` itself is left as it was.
     """
-    from zebra.recipes import dump_recipe, load_recipe
-    from zebra.train import checkpoint as ckpt
-    from zebra.train.data import batch_plan
-
-    recipe = load_recipe(recipe_name, overrides=[*overrides, *_data_overrides(data, mock_data, max_steps)])
-    device, per_node = ranks(recipe) if ranks else _ranks(gpus, nproc, recipe)
-    nodes = nodes or recipe.launch.nodes
-    if ranks is None and nodes > 1 and not rdzv_endpoint:
-        raise ZebraError(
-            f"--nodes {nodes}: the local launcher needs a rendezvous endpoint",
-            fix="pass --rdzv-endpoint HOST:PORT (the same on every node), or launch through Slurm",
-        )
+    recipe = copy.deepcopy(recipe)
     t = recipe.train
-    micro, accumulation = batch_plan(t.global_batch_size, t.micro_batch_size, nodes * per_node)
+    micro, accumulation = batch_plan(t.global_batch_size, t.micro_batch_size, ranks.world_size)
     if resume not in ("auto", "never") and not Path(resume).exists():
         raise ZebraError(f"--resume {resume}: no such checkpoint", fix="pass auto, never or an existing path")
     run_dir = Path(output) / (run or recipe.name)
     resolve_data(recipe)
     found = ckpt.committed(run_dir / "checkpoints")
-    plan = RunPlan(
+    resolved = TrainRun(
         recipe=recipe,
         run_dir=run_dir,
-        device=device,
-        nodes=nodes,
-        procs_per_node=per_node,
+        ranks=ranks,
         micro_batch=micro,
         accumulation=accumulation,
         resume=resume,
-        rdzv_endpoint=rdzv_endpoint,
         checkpoint_step=ckpt.read_meta(found[0])["step"] if found else None,
     )
     saved = run_dir / "config.yaml"
     if saved.is_file() and resume == "auto" and found:
-        plan.changed = _changed_keys(saved, dump_recipe(recipe))
-    return plan
+        resolved.changed = _changed_keys(saved, dump_recipe(recipe))
+    return resolved
 
 
 def _changed_keys(saved: Path, new_yaml: str) -> list[str]:
@@ -232,22 +203,19 @@ def has_outputs(run_dir: Path) -> bool:
     return any((run_dir / name).exists() for name in RUN_OUTPUTS)
 
 
-def prepare_run(plan: RunPlan, *, start_over: bool = False) -> Path:
+def prepare_run(run: TrainRun, *, start_over: bool = False) -> Path:
     """Create the run directory and write the resolved recipe to `config.yaml` (atomically).
 
     Args:
         start_over: delete an earlier run's checkpoints, metrics and export first (`--resume never`).
     """
-    from zebra.recipes import dump_recipe
-    from zebra.train.checkpoint import write_atomic
-
     if start_over:
         for name in RUN_OUTPUTS:
-            target = plan.run_dir / name
+            target = run.run_dir / name
             if target.is_dir():
                 shutil.rmtree(target)
             elif target.exists():
                 target.unlink()
-    plan.run_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(plan.run_dir / "config.yaml", dump_recipe(plan.recipe))
-    return plan.run_dir
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt.write_atomic(run.run_dir / "config.yaml", dump_recipe(run.recipe))
+    return run.run_dir

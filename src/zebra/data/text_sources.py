@@ -1,4 +1,5 @@
-"""Document sources: a Hugging Face Hub dataset (streamed) or local jsonl / json / parquet / arrow files.
+"""Text sources for `zebra data prep`: a Hugging Face Hub dataset (streamed) or local jsonl / json / parquet /
+arrow files, among them FineWeb-Edu's samples (`--sample 10BT`: its `sample-10BT` config).
 
 A source is read in a fixed order as *rows* (one document per row, row 0 first) and yields `RawBatch`es:
 raw payloads (jsonl lines, Arrow arrays, or hub texts) that worker processes decode with `decode_texts`.
@@ -20,8 +21,12 @@ from urllib.parse import urlparse
 from zebra.errors import ZebraError
 
 FINEWEB_EDU = "HuggingFaceFW/fineweb-edu"
-SAMPLES = {"10BT": "sample-10BT", "100BT": "sample-100BT", "350BT": "sample-350BT"}
-SAMPLE_TOKENS = {"10BT": 10e9, "100BT": 100e9, "350BT": 350e9}
+FINEWEB_SAMPLES = {
+    "10BT": "sample-10BT",
+    "100BT": "sample-100BT",
+    "350BT": "sample-350BT",
+}  # --sample: config
+_FINEWEB_SAMPLE_TOKENS = {"10BT": 10e9, "100BT": 100e9, "350BT": 350e9}
 LOCAL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet", ".arrow")
 
 # Row status codes returned by `decode_texts` (one per row).
@@ -121,11 +126,16 @@ def open_source(
     )
 
 
-def sample_source(sample: str) -> Source:
+def fineweb_sample_source(sample: str) -> Source:
     """FineWeb-Edu sample `10BT` / `100BT` / `350BT` on the Hub."""
-    if sample not in SAMPLES:
-        raise ZebraError(f"--sample {sample}: unknown", fix=f"use one of {', '.join(SAMPLES)}")
-    return Source("hub", FINEWEB_EDU, "text", config=SAMPLES[sample], split="train")
+    if sample not in FINEWEB_SAMPLES:
+        raise ZebraError(f"--sample {sample}: unknown", fix=f"use one of {', '.join(FINEWEB_SAMPLES)}")
+    return Source("hub", FINEWEB_EDU, "text", config=FINEWEB_SAMPLES[sample], split="train")
+
+
+def fineweb_sample_tokens(sample: str) -> float:
+    """The tokens a FineWeb-Edu sample holds by its name (`10BT`: 10e9), for the disk-space check."""
+    return _FINEWEB_SAMPLE_TOKENS[sample]
 
 
 def decode_texts(batch: RawBatch) -> tuple[list[str], list[int], list[int]]:
@@ -225,7 +235,7 @@ def _file_batches(path: Path, text_field: str, batch_rows: int) -> Iterator[RawB
             for rb in f.iter_batches(batch_size=batch_rows, columns=[text_field]):
                 yield RawBatch(0, "arrow", rb.column(0), text_field)
     elif name.endswith(".arrow"):
-        for rb in _arrow_batches(path):
+        for rb in arrow_batches(path):
             for lo in range(0, rb.num_rows, batch_rows):
                 yield RawBatch(0, "arrow", rb.column(text_field).slice(lo, batch_rows), text_field)
     elif _is_json_array(path):
@@ -248,7 +258,7 @@ def _file_batches(path: Path, text_field: str, batch_rows: int) -> Iterator[RawB
                 yield RawBatch(0, "jsonl", lines, text_field)
 
 
-def _arrow_batches(path: Path) -> Iterator[Any]:
+def arrow_batches(path: Path) -> Iterator[Any]:
     """Record batches of an Arrow IPC stream (what `datasets.save_to_disk` writes) or file."""
     import pyarrow as pa
 
@@ -271,7 +281,7 @@ def _count_file_rows(path: Path) -> int:
 
         return pq.ParquetFile(path).metadata.num_rows
     if name.endswith(".arrow"):
-        return sum(rb.num_rows for rb in _arrow_batches(path))
+        return sum(rb.num_rows for rb in arrow_batches(path))
     opener = gzip.open if name.endswith(".gz") else open
     if _is_json_array(path):
         with opener(path, "rb") as f:
@@ -292,7 +302,7 @@ def _check_local_field(src: Source) -> None:
 
         names = pq.ParquetFile(path).schema_arrow.names
     elif path.name.endswith(".arrow"):
-        names = next(iter(_arrow_batches(path))).schema.names
+        names = next(iter(arrow_batches(path))).schema.names
     else:
         record = _first_json_record(path)
         if not isinstance(record, dict):

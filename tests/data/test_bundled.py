@@ -1,4 +1,4 @@
-"""The bundled sample corpus: reproducible from its generator, tokenized once into the cache, learnable."""
+"""The bundled corpus (`@sample`): reproducible from its generator, tokenized once into the cache, learnable."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 
 import numpy as np
 
+from zebra.data.bundled_corpus import CORPUS_PATH, NUM_DOCUMENTS, generate_documents
 from zebra.data.inspection import inspect_data
-from zebra.data.manifest import read_manifest, resolve_prefixes
-from zebra.data.sample import sample_prefix
-from zebra.data.sample_corpus import CORPUS_PATH, NUM_DOCUMENTS, generate_documents
+from zebra.data.manifest import read_manifest
+from zebra.data.prefixes import bundled_prefix, resolve_prefixes
 
 
 def shipped_texts() -> list[str]:
@@ -22,12 +22,12 @@ def test_generator_reproduces_the_shipped_corpus():
     assert len(shipped_texts()) == NUM_DOCUMENTS and CORPUS_PATH.stat().st_size < 2_000_000
 
 
-def test_sample_prefix_tokenizes_once_into_the_cache(zebra_cache, bpe_dir):
-    prefix = sample_prefix("byte")
+def test_bundled_prefix_tokenizes_once_into_the_cache(zebra_cache, bpe_dir):
+    prefix = bundled_prefix("byte")
     assert prefix.is_relative_to(zebra_cache)
     bin_path = prefix.parent / f"{prefix.name}.bin"
     stamp = bin_path.stat().st_mtime_ns
-    assert sample_prefix("byte") == prefix and bin_path.stat().st_mtime_ns == stamp
+    assert bundled_prefix("byte") == prefix and bin_path.stat().st_mtime_ns == stamp
     m = read_manifest(prefix.parent)
     texts = shipped_texts()
     assert m.complete and m.documents == len(texts)
@@ -35,7 +35,7 @@ def test_sample_prefix_tokenizes_once_into_the_cache(zebra_cache, bpe_dir):
     assert resolve_prefixes("@sample") == [(str(prefix), 1.0)]
     report = inspect_data("@sample")
     assert report["tokenizer_check"]["status"] == "ok" and report["documents"] == len(texts)
-    other = sample_prefix(str(bpe_dir))
+    other = bundled_prefix(str(bpe_dir))
     assert other.parent != prefix.parent and read_manifest(other.parent).documents == len(texts)
 
 

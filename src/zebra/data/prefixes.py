@@ -1,0 +1,105 @@
+"""Data paths to Megatron prefixes with blend weights: what the trainer reads for each `data.paths` entry.
+
+`@sample` is the bundled corpus (`zebra.data.bundled_corpus`), tokenized on first use into the cache folder
+(`$ZEBRA_CACHE`, default `~/.cache/zebra`); concurrent callers (e.g. several training ranks) wait on a file lock,
+so the corpus is tokenized once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+import zebra.data.tokenizers as tok
+from zebra.data.bundled_corpus import CORPUS_PATH
+from zebra.data.indexed import check_prefix
+from zebra.data.manifest import Manifest, manifest_path, read_manifest, shard_paths
+from zebra.data.paths import BUNDLED, parse_data_path, prep_folder
+from zebra.data.prep import plan_prep, run_prep
+from zebra.data.text_sources import open_source
+from zebra.errors import ZebraError
+
+
+def resolve_prefixes(entry: str, *, tokenizer: str = "byte") -> list[tuple[str, float]]:
+    """Turn one `data.paths` entry into Megatron prefixes with blend weights; the trainer calls this.
+
+    Args:
+        entry: `TARGET[:WEIGHT]` (`zebra.data.paths`).
+        tokenizer: what `@sample` is tokenized with (other targets are already tokenized).
+
+    Returns:
+        `[(prefix, weight), ...]`. The weights of one entry sum to its WEIGHT and split it in proportion to
+        each shard's tokens, so a folder's shards blend exactly like one concatenated dataset. Weights of
+        several entries are relative to each other (Megatron's blend semantics).
+
+    Raises:
+        ZebraError: nothing there, an unfinished prep, or a shard whose files are missing or truncated.
+    """
+    target, weight = parse_data_path(entry)
+    if target == BUNDLED:
+        return [(str(bundled_prefix(tokenizer)), weight)]
+    folder = prep_folder(target)
+    if folder is not None:
+        return _folder_prefixes(folder, read_manifest(folder), weight)
+    path = Path(target).expanduser()
+    if Path(f"{path}.bin").exists() or Path(f"{path}.idx").exists():
+        check_prefix(path)
+        return [(str(path.resolve()), weight)]
+    raise ZebraError(
+        f"data path {target}: no manifest.json folder and no {path.name}.bin/.idx",
+        fix=f"run `zebra data prep --output FOLDER` and use FOLDER, or give a Megatron PREFIX, or {BUNDLED}",
+    )
+
+
+def _folder_prefixes(folder: Path, manifest: Manifest, weight: float) -> list[tuple[str, float]]:
+    """Every shard of a finished folder whose files match the manifest, weighted by its tokens."""
+    if not manifest.complete:
+        raise ZebraError(
+            f"{folder}: data preparation did not finish ({len(manifest.shards)} shards so far)",
+            fix="re-run the same `zebra data prep` command: it resumes where it stopped",
+        )
+    prefixes = shard_paths(folder, manifest)
+    for prefix, shard in zip(prefixes, manifest.shards, strict=True):
+        info = check_prefix(prefix)
+        if info.tokens != shard.tokens:
+            raise ZebraError(
+                f"{prefix}.idx: {info.tokens} tokens, manifest.json says {shard.tokens}",
+                fix="delete the shard and re-run `zebra data prep`: it regenerates missing shards",
+            )
+    total = manifest.tokens or 1
+    return [
+        (str(prefix), weight * s.tokens / total)
+        for prefix, s in zip(prefixes, manifest.shards, strict=True)
+        if s.tokens  # a shard whose rows were all skipped holds no documents
+    ]
+
+
+def cache_dir() -> Path:
+    """`$ZEBRA_CACHE`, or `~/.cache/zebra`."""
+    return Path(os.environ.get("ZEBRA_CACHE") or Path.home() / ".cache" / "zebra").expanduser()
+
+
+def bundled_prefix(tokenizer: str = "byte") -> Path:
+    """The Megatron prefix of the bundled corpus tokenized with `tokenizer` (prepared on first use).
+
+    Args:
+        tokenizer: `byte` or any HF tokenizer name or path.
+
+    Returns:
+        Path such that `PREFIX.bin` / `PREFIX.idx` exist (one shard, EOD after every document).
+    """
+    loaded = tok.load_tokenizer(tokenizer)
+    slug = tokenizer.strip("/").replace("/", "--").replace(".", "_") or "tokenizer"
+    folder = cache_dir() / "sample" / f"{slug}-{tok.vocab_hash(loaded)[:12]}"
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (manifest_path(folder).exists() and read_manifest(folder).complete):
+            # zebra's own cache: a partial or stale copy is simply redone (seconds)
+            plan = plan_prep(
+                open_source(str(CORPUS_PATH)), folder, tokenizer=tokenizer, workers=1, force=True
+            )
+            run_prep(plan)
+        manifest = read_manifest(folder)
+    return folder / manifest.shards[0].prefix

@@ -1,0 +1,189 @@
+"""The sbatch parameters of a run's Slurm job (`SlurmSpec`): one task per rank (one per GPU), or with
+`launch.container` one task per node; the time limit, the log files, the requeue signal and the extra flags.
+`zebra.launch.slurm_submit` hands them to submitit, which writes them as #SBATCH lines.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zebra.errors import ZebraError
+from zebra.train.run import TrainRun
+
+SIGNAL_DELAY_S = 120  # USR2 this long before the time limit: time to save a checkpoint
+LOG_NAME = "{job}_{task}_log.out"  # each task's log (stdout and stderr) in the run's slurm/ folder
+
+# Flags zebra sets itself: --sbatch-extra may not give them.
+RESERVED = {
+    "nodes": "--nodes",
+    "N": "--nodes",
+    "ntasks": "--gpus / --nproc",
+    "ntasks-per-node": "--gpus / --nproc",
+    "gpus-per-node": "--gpus",
+    "gpus": "--gpus",
+    "partition": "--partition",
+    "p": "--partition",
+    "account": "--account",
+    "A": "--account",
+    "qos": "--qos",
+    "time": "--time",
+    "t": "--time",
+    "cpus-per-task": "--set launch.cpus_per_task=N",
+    "job-name": "--run",
+    "output": "(logs go to RUN/slurm/)",
+    "error": "(logs go to RUN/slurm/)",
+    "signal": "(USR2 before the limit is zebra's)",
+    "open-mode": "(logs are appended across requeues)",
+    "array": "(one job per run)",
+}
+
+
+def parse_time(text: str) -> int | None:
+    """Slurm's time formats (`MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`) -> minutes, rounded
+    up; None for `infinite` / `UNLIMITED`. Raises ValueError for anything else."""
+    text = text.strip()
+    if text.lower() in ("infinite", "unlimited"):
+        return None
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text)
+    if not m:
+        raise ValueError(text)
+    days, a, b, c = m.groups()
+    if days is not None:  # D-HH[:MM[:SS]]
+        seconds = int(days) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
+    elif c is not None:  # HH:MM:SS
+        seconds = int(a) * 3600 + int(b) * 60 + int(c)
+    else:  # MM[:SS]
+        seconds = int(a) * 60 + int(b or 0)
+    if seconds <= 0:
+        raise ValueError(text)
+    return math.ceil(seconds / 60)
+
+
+def parse_sbatch_extra(flags: list[str]) -> dict[str, str | bool]:
+    """`["--exclusive", "--mem=0", "--constraint=mi300x"]` -> `{"exclusive": True, "mem": "0", ...}`."""
+    parsed: dict[str, str | bool] = {}
+    for flag in flags:
+        m = re.fullmatch(r"--([A-Za-z][A-Za-z0-9-]*)(?:=(.*))?", flag.strip())
+        if not m:
+            raise ZebraError(
+                f"--sbatch-extra {flag!r}: expected --name or --name=value",
+                fix="write long sbatch flags, e.g. --sbatch-extra=--exclusive --sbatch-extra=--mem=0",
+            )
+        key, value = m.group(1), m.group(2)
+        if key in RESERVED:
+            raise ZebraError(
+                f"--sbatch-extra {flag!r}: zebra sets --{key} itself", fix=f"use {RESERVED[key]}"
+            )
+        parsed[key] = True if value is None else value
+    return parsed
+
+
+@dataclass
+class SlurmSpec:
+    """The sbatch parameters of one run's job (submitit writes them as #SBATCH lines)."""
+
+    job_name: str
+    nodes: int
+    ntasks_per_node: int
+    gpus_per_node: int | None
+    cpus_per_task: int | None
+    partition: str | None
+    account: str | None
+    qos: str | None
+    time: str | None  # as given; None: the partition's limit, looked up at submission
+    extra: dict[str, str | bool] = field(default_factory=dict)
+    folder: str = ""
+    container: bool = False
+
+    @property
+    def log_pattern(self) -> str:
+        """Each task's log as sbatch names it: %j the job id, %t the task."""
+        return str(Path(self.folder) / LOG_NAME.format(job="%j", task="%t"))
+
+    def logs(self, job_id: str) -> list[str]:
+        """The log of each task of job `job_id`, task 0's first."""
+        tasks = self.nodes * self.ntasks_per_node
+        return [str(Path(self.folder) / LOG_NAME.format(job=job_id, task=t)) for t in range(tasks)]
+
+    def executor_parameters(self, time_min: int) -> dict[str, Any]:
+        """`submitit.SlurmExecutor.update_parameters` arguments."""
+        params: dict[str, Any] = dict(
+            job_name=self.job_name,
+            nodes=self.nodes,
+            ntasks_per_node=self.ntasks_per_node,
+            time=time_min,
+            signal_delay_s=SIGNAL_DELAY_S,
+            stderr_to_stdout=True,
+            wckey=None,  # submitit's default "submitit" is refused where WCKeys are tracked
+        )
+        optional = dict(
+            gpus_per_node=self.gpus_per_node,
+            cpus_per_task=self.cpus_per_task,
+            partition=self.partition,
+            account=self.account,
+            qos=self.qos,
+        )
+        params.update({k: v for k, v in optional.items() if v})
+        if self.extra:
+            params["additional_parameters"] = dict(self.extra)
+        return params
+
+    def describe(self) -> dict[str, Any]:
+        sbatch: dict[str, Any] = {
+            "job-name": self.job_name,
+            "nodes": self.nodes,
+            "ntasks-per-node": self.ntasks_per_node,
+            "gpus-per-node": self.gpus_per_node,
+            "cpus-per-task": self.cpus_per_task,
+            "partition": self.partition,
+            "account": self.account,
+            "qos": self.qos,
+            "time": self.time or "the partition's limit",
+            "signal": f"USR2@{SIGNAL_DELAY_S}",
+            "output": self.log_pattern,
+            "open-mode": "append",
+            **self.extra,
+        }
+        return {
+            "sbatch": {k: v for k, v in sbatch.items() if v is not None},
+            "tasks": self.nodes * self.ntasks_per_node,
+            "task_runs": "one node's container (torchrun)" if self.container else "one rank",
+            "folder": self.folder,
+            "logs": self.log_pattern,
+            "requeue": f"USR2 {SIGNAL_DELAY_S}s before the limit: save, requeue, --resume auto",
+        }
+
+
+def slurm_spec(run: TrainRun) -> SlurmSpec:
+    """The sbatch parameters of `run`: one task per rank (one per GPU), or one per node with a container."""
+    spec, ranks = run.recipe.launch, run.ranks
+    if spec.time:
+        try:
+            parse_time(spec.time)
+        except ValueError:
+            raise ZebraError(
+                f"--time {spec.time!r}: not a Slurm time", fix="use MM, HH:MM:SS or D-HH:MM:SS, e.g. 24:00:00"
+            ) from None
+    tasks = 1 if spec.container else ranks.ranks_per_node
+    cpus = spec.cpus_per_task or (None if ranks.device == "cuda" else 1)
+    if spec.container and ranks.device == "cpu" and not spec.cpus_per_task:
+        cpus = ranks.ranks_per_node
+    run_dir = run.run_dir.resolve()
+    return SlurmSpec(
+        job_name=f"zebra-{run_dir.name}",
+        nodes=ranks.nodes,
+        ntasks_per_node=tasks,
+        gpus_per_node=ranks.gpus_per_node or None,
+        cpus_per_task=cpus,
+        partition=spec.partition or None,
+        account=spec.account or None,
+        qos=spec.qos or None,
+        time=spec.time or None,
+        extra=parse_sbatch_extra(spec.sbatch_extra),
+        folder=str(run_dir / "slurm"),
+        container=spec.container,
+    )
