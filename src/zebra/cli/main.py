@@ -20,6 +20,7 @@ from zebra.cli import convert as convert_cli
 from zebra.cli import eval as eval_cli
 from zebra.cli import generate as generate_cli
 from zebra.cli import train as train_cli
+from zebra.cli import upcycle as upcycle_cli
 from zebra.cli._output import out
 from zebra.errors import ZebraError
 
@@ -89,6 +90,7 @@ app.command("doctor", epilog=doctor.EPILOG)(doctor.doctor)
 app.add_typer(bench.app, name="bench")
 app.command("convert", epilog=convert_cli.CONVERT_EXAMPLES)(convert_cli.convert)
 app.command("verify", epilog=convert_cli.VERIFY_EXAMPLES)(convert_cli.verify)
+app.command("upcycle", epilog=upcycle_cli.EXAMPLES)(upcycle_cli.upcycle_command)
 app.command("eval", epilog=eval_cli.EXAMPLES)(eval_cli.eval_command)
 app.command("chat", epilog=chat_cli.EXAMPLES)(chat_cli.chat_command)
 app.command("generate", epilog=generate_cli.EXAMPLES)(generate_cli.generate_command)

@@ -1,0 +1,115 @@
+"""`zebra upcycle`: initialise a Zebra hybrid from a pretrained dense Transformer (HF, GGUF or Megatron)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from zebra.cli._options import ForceOpt, JsonOpt, YesOpt, examples
+from zebra.cli._output import out
+from zebra.cli._prompt import confirm
+from zebra.errors import ZebraError
+
+EXAMPLES = examples(
+    "zebra upcycle meta-llama/Llama-3.2-1B-Instruct --output zebra-1b --mla 4      # MLA at layers 0,5,10,14",
+    "zebra upcycle SmolLM2-135M-Instruct.Q4_1.gguf --output smol-gdn --mixer gdn --mla-layers 0,14,28",
+    "zebra upcycle primus/llama-ckpt --output zebra-3b --recipe 3b-mamba-mla --dtype bf16",
+)
+
+
+def upcycle_command(
+    teacher: Annotated[
+        str, typer.Argument(help="HF model folder or hub id, a .gguf file, or a dense Megatron checkpoint.")
+    ],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The Zebra HF export to write.")],
+    mixer: Annotated[
+        str | None, typer.Option("--mixer", help="Recurrent mixer: mamba (default), gdn or kda.")
+    ] = None,
+    mla: Annotated[
+        int | None,
+        typer.Option("--mla", help="Number of MLA layers: layer 0 and L-2 always, gaps as even as possible."),
+    ] = None,
+    mla_layers: Annotated[
+        str | None, typer.Option("--mla-layers", help="Dense layers that become MLA, e.g. 0,5,10,14.")
+    ] = None,
+    kv_lora_rank: Annotated[
+        int | None, typer.Option("--kv-lora-rank", help="MLA key/value latent rank (the cached latent).")
+    ] = None,
+    q_lora_rank: Annotated[
+        int | None, typer.Option("--q-lora-rank", help="MLA query latent rank (0: no query compression).")
+    ] = None,
+    qk_rope_head_dim: Annotated[
+        int | None, typer.Option("--qk-rope-head-dim", help="MLA channels per head with RoPE.")
+    ] = None,
+    recipe: Annotated[
+        str | None,
+        typer.Option("--recipe", help="Take the student's shapes from this recipe (name or path)."),
+    ] = None,
+    dtype: Annotated[str, typer.Option("--dtype", help="auto (the teacher's), bf16, fp16 or fp32.")] = "auto",
+    tokenizer: Annotated[
+        str | None,
+        typer.Option("--tokenizer", help="Tokenizer to ship (default: the teacher's; none: no files)."),
+    ] = None,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed of the recurrent mixers' own initialisation.")
+    ] = 0,
+    force: ForceOpt = False,
+    yes: YesOpt = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Initialise a hybrid from a Transformer: copy embeddings, norms and MLPs, factorise attention into MLA,
+    copy Q/K/V/O into the recurrent mixers; write a Zebra HF export with upcycle.json."""
+    from zebra.upcycle.run import upcycle
+    from zebra.upcycle.student import StudentOptions, parse_mla_layers
+
+    if output.exists() and not force:
+        if not confirm(f"{output} exists. Overwrite it?", yes=yes, default=False):
+            raise ZebraError(
+                f"--output {output}: already exists", fix="pass --force (or --yes) to overwrite it"
+            )
+        force = True
+    options = StudentOptions(
+        mixer=mixer,
+        mla=mla,
+        mla_layers=parse_mla_layers(mla_layers) if mla_layers is not None else None,
+        kv_lora_rank=kv_lora_rank,
+        q_lora_rank=q_lora_rank,
+        qk_rope_head_dim=qk_rope_head_dim,
+        recipe=recipe,
+    )
+    with out.progress("upcycling", unit="B", enabled=not json_) as bar:
+        report = upcycle(
+            teacher,
+            output,
+            options,
+            dtype=dtype,
+            tokenizer=tokenizer,
+            force=force,
+            seed=seed,
+            on_progress=bar,
+        )
+    if json_:
+        out.json(report.to_dict())
+        return
+    out.table(
+        ["tensor", "shape", "from", "how"],
+        [[t.name, "x".join(map(str, t.shape)), t.source or "", _how(t)] for t in report.tensors],
+        title=f"{report.teacher} ({report.teacher_format}) -> {report.output}",
+    )
+    counts = ", ".join(f"{n} {how}" for how, n in report.counts().items())
+    out.text(f"pattern {report.pattern} ({report.mixer}, MLA at layers {report.mla_layers or 'none'})")
+    out.text(f"tensors: {counts}")
+    out.text(
+        f"parameters {report.student_params:,} (teacher {report.teacher_params:,}); "
+        f"KV cache {100 * report.kv_cache_fraction:.2f}% of the teacher's per token"
+    )
+    for note in report.notes:
+        out.warn(note)
+    out.result(f"wrote {report.output} ({report.dtype}); its provenance is in {report.output}/upcycle.json")
+    out.hint(f"check it: zebra generate {report.output} --prompt 'The capital of France is'")
+
+
+def _how(t) -> str:
+    return f"{t.how}: {t.detail}" if t.detail else t.how

@@ -1,0 +1,36 @@
+"""Upcycling: initialise a Zebra hybrid from a pretrained dense Transformer (the Zebra-Llama recipe).
+
+    teacher (HF folder / hub id, GGUF, dense Megatron) --open_teacher--> Teacher (HF names, read lazily)
+        --plan_student--> StudentPlan (ZebraConfig kwargs: the teacher's shapes + MLA placement and ranks)
+        --UpcycledSource--> the student's tensors, one sublayer at a time (copied / SVD / repeated / initialised)
+        --export_hf--> a Zebra HF export + upcycle.json (UpcycleReport)
+
+Public API (imported lazily, so `import zebra.upcycle` stays light):
+    upcycle(teacher, output, options, ...)   the whole pipeline; returns the UpcycleReport
+    upcycle_teacher(teacher, output, ...)     the same for an opened Teacher
+    open_teacher(spec)                        any supported teacher as a Teacher
+    StudentOptions                            the mixer, MLA placement / ranks, or a recipe
+See docs/upcycle.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_EXPORTS = {
+    "upcycle": "zebra.upcycle.run",
+    "upcycle_teacher": "zebra.upcycle.run",
+    "open_teacher": "zebra.upcycle.teacher",
+    "StudentOptions": "zebra.upcycle.student",
+    "UpcycleReport": "zebra.upcycle.report",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'zebra.upcycle' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -1,0 +1,163 @@
+"""`upcycle`: a pretrained dense Transformer -> a Zebra hybrid's HF export, with `upcycle.json` saying how."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from zebra.errors import ZebraError
+from zebra.upcycle.report import UpcycleReport
+from zebra.upcycle.student import StudentOptions, StudentPlan, plan_student
+from zebra.upcycle.teacher import Teacher, open_teacher
+
+DTYPES = {"auto": None, "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+REPORT_FILE = "upcycle.json"
+
+
+def upcycle(
+    teacher: str | Path,
+    output: str | Path,
+    options: StudentOptions = StudentOptions(),
+    *,
+    dtype: str = "auto",
+    tokenizer: str | None = None,
+    force: bool = False,
+    seed: int = 0,
+    on_progress: Callable[[float, float | None, str], None] | None = None,
+) -> UpcycleReport:
+    """Initialise a Zebra hybrid from a pretrained Transformer and write it as a Zebra HF export.
+
+    Args:
+        teacher: an HF model folder or hub id, a `.gguf` file, or a dense Megatron checkpoint.
+        output: the export folder (written under a temporary name, then renamed).
+        options: mixer, MLA placement and ranks, or a recipe (`StudentOptions`).
+        dtype: "auto" keeps the teacher's dtype (copied tensors stay bit-equal); or bf16, fp16, fp32.
+        tokenizer: the tokenizer to ship instead of the teacher's (name, path, `byte`, or `none`).
+        force: replace an existing `output`.
+        seed: seeds the recurrent mixers' own initialisation.
+        on_progress: called after each tensor with (bytes written, total bytes, the tensor's name).
+
+    Returns:
+        The report, also written to `output/upcycle.json`.
+
+    Raises:
+        ZebraError: a missing or unsupported teacher, bad options, an existing output without `force`.
+    """
+    if dtype not in DTYPES:
+        raise ZebraError(f"--dtype {dtype}: unknown", fix=f"use one of {', '.join(DTYPES)}")
+    if Path(output).exists() and not force:
+        raise ZebraError(
+            f"--output {output}: already exists", fix="pass --force to overwrite it, or choose another path"
+        )
+    opened = open_teacher(teacher, tokenizer=tokenizer)
+    try:
+        return upcycle_teacher(
+            opened, output, options, dtype=dtype, force=force, seed=seed, on_progress=on_progress
+        )
+    finally:
+        opened.tensors.close()
+
+
+def upcycle_teacher(
+    teacher: Teacher,
+    output: str | Path,
+    options: StudentOptions = StudentOptions(),
+    *,
+    dtype: str = "auto",
+    force: bool = False,
+    seed: int = 0,
+    on_progress: Callable[[float, float | None, str], None] | None = None,
+) -> UpcycleReport:
+    """`upcycle` for an opened teacher (`open_teacher`); the arguments are `upcycle`'s."""
+    import torch
+
+    from zebra.convert.hf_export import export_hf
+    from zebra.upcycle.source import UpcycledSource
+
+    if dtype not in DTYPES:
+        raise ZebraError(f"--dtype {dtype}: unknown", fix=f"use one of {', '.join(DTYPES)}")
+    out = Path(output)
+    plan = plan_student(teacher.shape, options)
+    config = _config(plan)
+    student_dtype = getattr(torch, DTYPES[dtype]) if DTYPES[dtype] else teacher.dtype
+    source = UpcycledSource(teacher, config, student_dtype, seed)
+    reports: list[UpcycleReport] = []
+
+    def add_report(tmp: Path) -> None:
+        """upcycle.json into the export before it is renamed into place (the tensors' origins are known now)."""
+        reports.append(_report(teacher, plan, config, source, out, student_dtype))
+        reports[0].write(tmp / REPORT_FILE)
+
+    export_hf(
+        source,
+        config,
+        out,
+        tokenizer=teacher.tokenizer if teacher.tokenizer is not None else "none",
+        recipe=plan.recipe,
+        force=force,
+        source=f"{teacher.origin} ({teacher.format}), upcycled by `zebra upcycle`",
+        on_progress=on_progress,
+        add_files=add_report,
+    )
+    return reports[0]
+
+
+def _config(plan: StudentPlan) -> Any:
+    from zebra.models import ZebraConfig
+
+    try:
+        return ZebraConfig(**plan.config)
+    except ValueError as e:
+        raise ZebraError(str(e), fix="choose other shapes (see zebra upcycle --help)") from None
+
+
+def _report(
+    teacher: Teacher, plan: StudentPlan, config: Any, source: Any, out: Path, dtype: Any
+) -> UpcycleReport:
+    from zebra import arch
+
+    s = teacher.shape
+    return UpcycleReport(
+        teacher=str(teacher.origin),
+        teacher_format=teacher.format,
+        output=str(out),
+        mixer=plan.mixer,
+        pattern=config.layer_pattern,
+        mla_layers=list(plan.mla_layers),
+        dtype=str(dtype).removeprefix("torch."),
+        teacher_params=s.params(),
+        student_params=arch.param_count(config).total,
+        kv_cache_fraction=arch.teacher_kv_fraction(config, s.num_layers, s.num_kv_heads, s.head_dim),
+        tensors=[source.origins[name] for name in source.shapes()],
+        notes=notes(teacher, plan),
+    )
+
+
+def notes(teacher: Teacher, plan: StudentPlan) -> list[str]:
+    """What the report must say about approximations and unpublished parts."""
+    s = teacher.shape
+    out = list(teacher.notes)
+    if plan.mla_layers:
+        out.append(
+            "MLA from GQA is approximate: truncated SVDs, one RoPE key shared by all heads (the mean over KV "
+            f"heads), RoPE on {plan.config['qk_rope_head_dim']} of {s.head_dim} channels per head with the "
+            "student's own frequencies, and latent RMSNorms that rescale each token"
+        )
+    if plan.mixer == "kda":
+        out.append("KDA from attention has no published recipe: the Q/K/V/O copy of GDN is used")
+    if plan.mixer == "gdn":
+        out.append(
+            "GDN from attention follows Primus' hybrid upcycling (q, k, v, o copied); no published results"
+        )
+    if s.qkv_bias:
+        out.append("the teacher's q/k/v biases are dropped: the student's projections have none")
+    if s.qk_norm:
+        out.append(
+            "the teacher's q/k RMSNorm weights are folded into W_q / W_k; the per-token normalisation is dropped"
+        )
+    if s.rope_scaling:
+        out.append(
+            f"the teacher's RoPE scaling ({s.rope_scaling}) is not carried over: the student uses plain RoPE"
+        )
+    return out

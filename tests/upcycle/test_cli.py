@@ -1,0 +1,78 @@
+"""`zebra upcycle` through the CLI: the provenance table, JSON, one-line errors, and an export the other commands use."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from zebra.cli.main import app
+
+from .teachers import tiny_llama
+
+
+def zebra(*args):
+    return CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "220"})
+
+
+def assert_one_line_error(result, *needles):
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+
+
+@pytest.fixture
+def teacher(tmp_path):
+    return tiny_llama(tmp_path / "llama")
+
+
+def test_upcycle_prints_where_every_tensor_came_from_and_the_export_generates(tmp_path, teacher):
+    out = tmp_path / "student"
+    result = zebra("upcycle", teacher, "--output", out, "--mixer", "gdn", "--mla-layers", "1")
+    assert result.exit_code == 0, result.output
+    for needle in ("model.layers.2.mixer.kv_up_proj.weight", "svd: SVD rank", "repeated: each KV head x2",
+                   "pattern G-*-", "KV cache", "upcycle.json"):  # fmt: skip
+        assert needle in result.stdout, result.stdout
+    report = json.loads((out / "upcycle.json").read_text())
+    assert report["pattern"] == "G-*-" and report["mla_layers"] == [1]
+    generated = zebra("generate", out, "--prompt", "zebra", "--max-new", "4", "--device", "cpu")
+    assert generated.exit_code == 0, generated.output
+
+
+def test_upcycle_json_is_the_report(tmp_path, teacher):
+    result = zebra("upcycle", teacher, "--output", tmp_path / "student", "--mixer", "kda", "--json")
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout)
+    assert printed == json.loads((tmp_path / "student" / "upcycle.json").read_text())
+    assert printed["counts"]["repeated"] == 2 and printed["mixer"] == "kda"
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--kv-lora-rank", "100"], ["--kv-lora-rank 100 is above the rank of [W_k; W_v] (64"]),
+        (["--mla-layers", "0,7"], ["layer 7 is outside 0..1"]),
+        (["--mla", "3"], ["--mla 3: must be between 0 and 2"]),
+        (["--recipe", "1b-gdn-pure"], ["does not fit the teacher", "hidden_size 2048 (teacher: 64)"]),
+        (["--dtype", "int8"], ["--dtype int8: unknown"]),
+    ],
+)
+def test_bad_options_are_one_line_errors_that_write_nothing(tmp_path, teacher, args, needles):
+    result = zebra("upcycle", teacher, "--output", tmp_path / "student", *args)
+    assert_one_line_error(result, *needles)
+    assert not (tmp_path / "student").exists()
+
+
+def test_an_existing_output_needs_force(tmp_path, teacher):
+    (tmp_path / "student").mkdir()
+    assert_one_line_error(zebra("upcycle", teacher, "--output", tmp_path / "student"), "already exists")
+    assert zebra("upcycle", teacher, "--output", tmp_path / "student", "--force").exit_code == 0
+
+
+def test_a_missing_teacher_is_one_line(tmp_path):
+    result = zebra("upcycle", tmp_path / "nothing.gguf", "--output", tmp_path / "student")
+    assert_one_line_error(result, "nothing.gguf: no such file")
