@@ -20,7 +20,7 @@ from typing import Any
 _EXPORTS = {
     "upcycle": "zebra.upcycle.run",
     "upcycle_teacher": "zebra.upcycle.run",
-    "open_teacher": "zebra.upcycle.teacher",
+    "open_teacher": "zebra.upcycle.readers",
     "StudentOptions": "zebra.upcycle.student",
     "UpcycleReport": "zebra.upcycle.report",
 }

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from zebra.errors import ZebraError
+from zebra.upcycle.readers import open_teacher
 from zebra.upcycle.report import UpcycleReport
 from zebra.upcycle.student import StudentOptions, StudentPlan, plan_student
-from zebra.upcycle.teacher import Teacher, open_teacher
+from zebra.upcycle.teacher import Teacher
 
 DTYPES = {"auto": None, "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 REPORT_FILE = "upcycle.json"

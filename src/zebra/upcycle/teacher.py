@@ -23,9 +23,7 @@ Names (L layers, H query heads, Hkv key/value heads, head dim Dh, width D, MLP w
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zebra.errors import ZebraError
@@ -214,45 +212,3 @@ def check_tensors(shape: TeacherShape, found: dict[str, tuple[int, ...]], origin
             + (f" (+{more} more)" if more > 0 else ""),
             fix="point at a complete Llama-family checkpoint whose config matches its weights",
         )
-
-
-def open_teacher(spec: str | Path, *, tokenizer: str | None = None) -> Teacher:
-    """Open a teacher: a `.gguf` file, a Megatron checkpoint (root, iteration folder or .pt file), an HF model
-    folder or an HF hub id.
-
-    Args:
-        spec: the TEACHER argument.
-        tokenizer: a tokenizer to use instead of the teacher's (name, path, `byte`, or `none`).
-
-    Raises:
-        ZebraError: a missing file or hub id, or a model that is not a dense Llama-family GQA Transformer.
-    """
-    path = Path(spec).expanduser()
-    if path.suffix == ".gguf":
-        from zebra.upcycle.gguf_teacher import open_gguf
-
-        if not path.is_file():
-            raise ZebraError(f"{spec}: no such file", fix="check the path of the .gguf file")
-        teacher = open_gguf(path, with_tokenizer=tokenizer is None)
-    elif path.is_file() or (path.is_dir() and not (path / "config.json").is_file()):
-        from zebra.upcycle.megatron_teacher import open_megatron_teacher
-
-        teacher = open_megatron_teacher(path, with_tokenizer=tokenizer is None)
-    elif path.is_dir() or _looks_like_hub_id(str(spec)):
-        from zebra.upcycle.hf_teacher import open_hf
-
-        teacher = open_hf(str(spec), with_tokenizer=tokenizer is None)
-    else:
-        raise ZebraError(
-            f"{spec}: no such file or folder",
-            fix="pass an HF model folder or hub id (org/name), a .gguf file or a Megatron checkpoint",
-        )
-    if tokenizer is not None:
-        from zebra.data.tokenizers import load_tokenizer
-
-        teacher.tokenizer = None if tokenizer == "none" else load_tokenizer(tokenizer)
-    return teacher
-
-
-def _looks_like_hub_id(text: str) -> bool:
-    return re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", text) is not None and not text.startswith(".")
