@@ -299,3 +299,68 @@ def train_(
         f"MFU = {report.flops_per_token / 1e9:.4g} GFLOP/token (6N + causal MLA attention) x tokens/s / {peak}; "
         f"torch {report.torch_version}"
     )
+
+
+@app.command(
+    "ssd",
+    epilog=examples(
+        "zebra bench ssd",
+        "zebra bench ssd 1b-mamba-mla --batch 16 --json",
+    ),
+)
+def ssd_(
+    recipe: Annotated[
+        str, typer.Argument(help="Recipe with Mamba2 sublayers (its shapes are used).")
+    ] = "1b-mamba-mla",
+    batch: Annotated[
+        int | None, typer.Option("--batch", "-b", min=1, help="Sequences (default: the micro batch).")
+    ] = None,
+    seq_len: Annotated[
+        int | None, typer.Option("--seq-len", min=8, help="Tokens per sequence (default: the recipe's).")
+    ] = None,
+    repeats: Annotated[int, typer.Option("--repeats", "-n", min=1, help="Timed calls per row.")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed calls first.")] = 3,
+    json_: JsonOpt = False,
+) -> None:
+    """Mamba2 scan forward and forward+backward time on FLA's and mamba-ssm's kernels (GPU), and auto's choice."""
+    from zebra.bench.ssd import run_ssd_bench
+
+    with out.progress("ssd bench", unit="row") as bar:
+        report = run_ssd_bench(
+            recipe, batch=batch, seq_len=seq_len, warmup=warmup, repeats=repeats, on_progress=bar
+        )
+    if json_:
+        out.json(report.to_dict())
+        return
+    cols = [
+        "backend",
+        "chunk",
+        "forward ms",
+        "fwd+bwd ms",
+        f"x{report.mamba_sublayers} sublayers ms",
+        "rel err vs fla",
+    ]
+    rows = [
+        [r.backend, str(r.chunk_size or "-"), "-", "-", "-", r.error]
+        if r.error
+        else [
+            r.backend,
+            str(r.chunk_size or "-"),
+            f"{r.forward_ms:.3f}",
+            f"{r.forward_backward_ms:.3f}",
+            f"{r.forward_backward_ms * report.mamba_sublayers:.1f}",
+            f"{r.rel_err_vs_fla:.1e}",
+        ]
+        for r in report.rows
+    ]
+    out.table(
+        cols,
+        rows,
+        title=f"Mamba2 scan: {report.recipe} shapes (B={report.batch} T={report.seq_len} H={report.heads} "
+        f"P={report.head_dim} G={report.groups} N={report.state_dim}) on {report.device}",
+        justify={c: "right" for c in cols[2:5]},
+    )
+    best = report.fastest
+    out.text(f"auto runs: {report.auto}; fastest: " + ("none" if best is None else best.backend))
+    if report.advice:
+        out.text(f"to make auto take it: {report.advice}")

@@ -119,7 +119,11 @@ class ModelSpec:
     tie_embeddings: bool = spec(True, doc="share the input embedding and the output head")
     init_std: float = spec(0.02, doc="initialiser standard deviation", min=0.0, max=1.0)
     max_position_embeddings: int = spec(8192, doc="longest position RoPE is set up for", min=1)
-    kernel_backend: str = spec("auto", doc="kernel backend", choices=("auto", "torch", "fla"))
+    kernel_backend: str = spec(
+        "auto",
+        doc="kernel backend (mamba_ssm: FLA, with mamba-ssm's chunked Mamba2 scan)",
+        choices=("auto", "torch", "fla", "mamba_ssm"),
+    )
     mla: MLASpec = spec(doc="Multi-Latent Attention dimensions", factory=MLASpec)
     gdn: GDNSpec = spec(doc="Gated DeltaNet dimensions", factory=GDNSpec)
     kda: KDASpec = spec(doc="Kimi Delta Attention dimensions", factory=KDASpec)
