@@ -246,7 +246,12 @@ def train_(
         int | None, typer.Option("--seq-len", min=8, help="Tokens per sequence (default: the recipe's).")
     ] = None,
     against: Annotated[
-        str | None, typer.Option("--against", help="Also run FLA's own model at the same shapes: fla.")
+        str | None,
+        typer.Option(
+            "--against",
+            help="Also run fla (FLA's own model at the same shapes; pure GDN/KDA recipes) or llama "
+            "(Llama-3.2-1B's shape, transformers + SDPA).",
+        ),
     ] = None,
     set_: SetOpt = None,
     json_: JsonOpt = False,
@@ -268,19 +273,34 @@ def train_(
     if json_:
         out.json(report.to_dict())
         return
-    cols = ["model", "params", "tokens/s", "ms/step", "TFLOP/s", "MFU", "peak GB"]
-    rows = [
-        [
-            r.model,
-            f"{r.params / 1e6:,.1f}M",
-            f"{r.tokens_per_s:,.0f}",
-            f"{r.step_ms:,.1f}",
-            f"{r.tflops:.3g}",
-            "-" if r.mfu is None else f"{100 * r.mfu:.1f}%",
-            "-" if r.peak_memory_gb is None else f"{r.peak_memory_gb:.1f}",
-        ]
-        for r in report.rows
+    _train_table(report)
+
+
+def _train_table(report) -> None:
+    """The human form of a `TrainBenchReport`: one row per model, then the ratio, peaks and levers."""
+    cols = [
+        "model",
+        "params",
+        "tokens/s",
+        "ms/step",
+        "TFLOP/s",
+        "MFU",
+        "MFU measured",
+        "resident GB",
+        "peak GB",
     ]
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{100 * v:.1f}%"
+
+    def gb(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1f}"
+
+    rows = [
+        [r.model, f"{r.params / 1e6:,.1f}M", f"{r.tokens_per_s:,.0f}", f"{r.step_ms:,.1f}", f"{r.tflops:.3g}",
+         pct(r.mfu), pct(r.mfu_measured), gb(r.resident_gb), gb(r.peak_memory_gb)]
+        for r in report.rows
+    ]  # fmt: skip
     out.table(
         cols,
         rows,
@@ -289,16 +309,14 @@ def train_(
         justify={c: "right" for c in cols[1:]},
     )
     if report.ratio is not None:
-        out.text(f"zebra / fla tokens/s: {report.ratio:.2f}x")
-    peak = (
-        f"{report.peak_flops / 1e12:,.0f} TFLOP/s peak"
-        if report.peak_flops
-        else "no known peak for this device"
-    )
+        out.text(f"zebra / {report.rows[1].model.split()[0]} tokens/s: {report.ratio:.2f}x")
+    datasheet = f"{report.peak_flops / 1e12:,.0f}" if report.peak_flops else "unknown"
+    measured = f"{report.measured_peak_flops / 1e12:,.0f}" if report.measured_peak_flops else "not measured"
     out.text(
-        f"MFU = {report.flops_per_token / 1e9:.4g} GFLOP/token (6N + causal MLA attention) x tokens/s / {peak}; "
-        f"torch {report.torch_version}"
+        f"MFU = FLOP/token (6N + causal attention; zebra {report.flops_per_token / 1e9:.4g} G) x tokens/s / peak: "
+        f"datasheet {datasheet} TFLOP/s, measured bf16 matmul {measured} TFLOP/s; torch {report.torch_version}"
     )
+    out.text("zebra levers: " + ", ".join(f"{k}={v}" for k, v in report.levers.items()))
 
 
 @app.command(
