@@ -139,7 +139,8 @@ def train_line(record: dict) -> str:
 
 def ssd_lines(record: dict) -> list[str]:
     out = [f"Mamba2 scan ({record['recipe']} shapes, B={record['batch']} T={record['seq_len']}, "
-           f"x{record['mamba_sublayers']} sublayers per step), auto runs {record['auto']}:"]  # fmt: skip
+           f"x{record['mamba_sublayers']} sublayers per step), auto runs {record['auto']} "
+           f"(mamba-ssm chunk {record['auto_chunk']}):"]  # fmt: skip
     for r in record["rows"]:
         name = r["backend"] + (f" chunk {r['chunk_size']}" if r["chunk_size"] else "")
         if r["error"]:

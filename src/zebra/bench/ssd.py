@@ -49,6 +49,7 @@ class SsdBenchReport:
     state_dim: int
     mamba_sublayers: int  # Mamba2 sublayers in the recipe: a training step runs this many scans
     auto: str  # what backend="auto" runs today (SSD_AUTO_CHUNK_BACKEND)
+    auto_chunk: int  # mamba-ssm's chunk size today (zebra_kernels.mamba2.mamba_ssm.CHUNK_SIZE)
     rows: list[SsdBenchRow]
 
     @property
@@ -61,12 +62,14 @@ class SsdBenchReport:
     def advice(self) -> str:
         """What to set so that `auto` runs the fastest row (empty when it already does)."""
         best = self.fastest
-        if best is None or best.backend == self.auto:
+        if best is None:
             return ""
-        change = f"SSD_AUTO_CHUNK_BACKEND = {best.backend!r} in kernels/zebra_kernels/backend.py"
-        if best.chunk_size is not None:
-            change += f" (and CHUNK_SIZE = {best.chunk_size} in kernels/zebra_kernels/mamba2/mamba_ssm.py)"
-        return change
+        changes = []
+        if best.backend != self.auto:
+            changes.append(f"SSD_AUTO_CHUNK_BACKEND = {best.backend!r} in kernels/zebra_kernels/backend.py")
+        if best.chunk_size is not None and best.chunk_size != self.auto_chunk:
+            changes.append(f"CHUNK_SIZE = {best.chunk_size} in kernels/zebra_kernels/mamba2/mamba_ssm.py")
+        return " and ".join(changes)
 
     def to_dict(self) -> dict[str, Any]:
         best = self.fastest
@@ -161,6 +164,7 @@ def run_ssd_bench(
     import torch
 
     from zebra_kernels import backend as kernel_backend
+    from zebra_kernels.mamba2.mamba_ssm import CHUNK_SIZE
 
     progress = on_progress or (lambda _done, _total, _note: None)
     recipe = load_recipe(recipe_name)
@@ -199,5 +203,6 @@ def run_ssd_bench(
         state_dim=m.state_dim,
         mamba_sublayers=layers,
         auto=kernel_backend.SSD_AUTO_CHUNK_BACKEND,
+        auto_chunk=CHUNK_SIZE,
         rows=rows,
     )

@@ -379,6 +379,9 @@ def ssd_(
         justify={c: "right" for c in cols[2:5]},
     )
     best = report.fastest
-    out.text(f"auto runs: {report.auto}; fastest: " + ("none" if best is None else best.backend))
+    out.text(
+        f"auto runs: {report.auto} (mamba-ssm chunk {report.auto_chunk}); fastest: "
+        + ("none" if best is None else f"{best.backend} {best.chunk_size or ''}".strip())
+    )
     if report.advice:
         out.text(f"to make auto take it: {report.advice}")
