@@ -85,6 +85,22 @@ def test_float8_converts_the_large_linear_layers_only():
     assert not float8_eligible(model.lm_head, "lm_head")
 
 
+@pytest.mark.slow
+def test_regional_compile_gives_the_eager_loss_and_gradients():
+    """Compiling the MLP and MLA sublayers (inductor on CPU) changes the graph, not the math: the float64 loss
+    and every gradient match the eager model's to rounding."""
+    model = tiny_model("tiny").train()
+    compiled = copy.deepcopy(model)
+    apply_compile(compiled, "-*")
+    ids = torch.randint(0, model.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(2))
+    loss, grads = loss_and_grads(model, ids)
+    compiled_loss, compiled_grads = loss_and_grads(compiled, ids)
+    assert compiled_grads.keys() == grads.keys()
+    torch.testing.assert_close(compiled_loss, loss, rtol=1e-10, atol=0)
+    for name, grad in grads.items():
+        torch.testing.assert_close(compiled_grads[name], grad, rtol=1e-8, atol=1e-10, msg=name)
+
+
 @pytest.mark.skipif(HAS_TORCHAO, reason="checks the error without torchao")
 def test_float8_without_torchao_is_one_line_with_the_install():
     with pytest.raises(ZebraError, match=r"train\.fp8 needs torchao") as info:

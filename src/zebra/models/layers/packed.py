@@ -32,7 +32,7 @@ def project(module: nn.Module, hidden_states: torch.Tensor, names: Sequence[str]
     linears = [module.get_submodule(name) for name in names]
     widths = [lin.out_features for lin in linears]
     if hidden_states.shape[1] != 1 or torch.is_grad_enabled():
-        if not module.fuse_projections:
+        if not getattr(module, "fuse_projections", False):
             return [linear(hidden_states) for linear in linears]
         weight = torch.cat([lin.weight for lin in linears])  # [sum out_i, D]; backward splits the gradient
         return list(F.linear(hidden_states, weight).split(widths, dim=-1))
