@@ -1,6 +1,6 @@
 """The training levers `zebra bench train --set train.X=...` toggles: fused input projections (checked against the
-unfused path), regional compile, float8's layer choice and its missing-torchao error, and (GPU) the CUDA-graphed
-optimizer step and float8 training."""
+unfused path), regional compile, float8's layer choice and its missing-torchao error, the CUDA-graphed
+optimizer step (GPU) and float8 training (CPU with torchao; GPU)."""
 
 from __future__ import annotations
 
@@ -122,10 +122,9 @@ def test_graphed_optimizer_step_follows_the_eager_one():
     """TrainStep with the AdamW step replayed from a CUDA graph: the same weights as the eager fused step after
     several steps under a changing learning rate (warm-up schedule)."""
     from zebra.train.dist import DistEnv
-    from zebra.train.optim import build_optimizer, build_scheduler
+    from zebra.train.optim import build_optimizer, build_scheduler, lr_at
     from zebra.train.step import TrainStep
 
-    recipe = load_recipe("tiny", overrides=["train.warmup_steps=4"])
     env = DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cuda"))
     ids = torch.randint(0, 272, (2, 65), generator=torch.Generator().manual_seed(0))
     batch = {"tokens": ids[:, :-1], "labels": ids[:, 1:], "loss_mask": torch.ones(2, 64)}
@@ -142,32 +141,40 @@ def test_graphed_optimizer_step_follows_the_eager_one():
         for _ in range(5):  # eager, capture + replay, then replays
             assert step([batch]).applied
         weights[graphed] = {n: p.detach().clone() for n, p in model.named_parameters()}
-        assert optimizer.param_groups[0]["lr"] == pytest.approx(
-            recipe.train.lr
-        )  # a float again after capture
+        lr = optimizer.param_groups[0]["lr"]  # a float again after capture, the schedule's value
+        assert isinstance(lr, float) and lr == pytest.approx(lr_at(5, spec))
     for name, w in weights[False].items():
         torch.testing.assert_close(weights[True][name], w, rtol=1e-5, atol=1e-6, msg=name)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.skipif(not HAS_TORCHAO, reason="needs torchao")
-def test_float8_training_step_runs_close_to_bf16():
-    """train.fp8 on a model wide enough for float8 layers: the first loss within 2% of bf16's, gradients finite."""
+@pytest.mark.parametrize(
+    "device",
+    ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                          reason="needs a CUDA GPU")])],
+)  # fmt: skip
+def test_float8_training_step_runs_close_to_bf16(device):
+    """train.fp8 on a model wide enough for float8 layers: the first loss within 2% of bf16's, gradients finite
+    (on the CPU through torch's CPU `_scaled_mm`, on a GPU through its FP8 GEMMs)."""
     from torchao.float8.float8_linear import Float8Linear
 
     from zebra.models import ZebraForCausalLM
 
-    config = load_recipe("tiny-gdn").model.to_config(hidden_size=256, intermediate_size=1024)
-    ids = torch.randint(0, 272, (4, 256), device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+    backend = "torch" if device == "cpu" else "auto"
+    config = load_recipe("tiny-gdn").model.to_config(
+        hidden_size=256, intermediate_size=1024, kernel_backend=backend
+    )
+    T = 64 if device == "cpu" else 256
+    gen = torch.Generator(device).manual_seed(0)
+    ids = torch.randint(0, 272, (4, T), device=device, generator=gen)
     losses = {}
     for fp8 in (False, True):
         torch.manual_seed(0)
-        model = ZebraForCausalLM(config).cuda().train()
+        model = ZebraForCausalLM(config).to(device).train()
         if fp8:
             apply_float8(model)
             assert any(isinstance(m, Float8Linear) for m in model.modules())
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(device, dtype=torch.bfloat16):
             loss = model(ids, labels=ids).loss
         loss.backward()
         assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
