@@ -12,8 +12,10 @@
 # train.fp8, fetched on the CPU machine with: python3 -m pip download --no-deps --only-binary=:all: \
 #   --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 #   --platform manylinux2014_x86_64 -d .gpuwheels-extra torchao==0.17.0
-#   bash scripts/gpu-session.sh [bench] [decode] [profile] [tests] [tests-train] [ssd] [levers] [hybrids] [tests-perf]
-#   (default: bench decode tests). Issue 18 items 3-4 in two calls of under 10 minutes each:
+#   bash scripts/gpu-session.sh [bench] [decode] [profile] [tests] [tests-train] [perf18] [ssd] [levers] [hybrids] [tests-perf]
+#   (default: bench decode tests). Issue 18 items 3-4, the short form (one call, about 6 minutes, one table):
+#   DEADLINE=360 bash scripts/gpu-session.sh perf18
+# and the full set in two calls of under 10 minutes each (compile, fp8, activation checkpointing, 1b-kda-mla):
 #   DEADLINE=560 bash scripts/gpu-session.sh ssd levers        # Mamba2 scan backends; 1b-gdn-pure vs FLA + levers
 #   DEADLINE=560 bash scripts/gpu-session.sh hybrids tests-perf    # hybrids vs Llama; the new GPU tests
 set -uo pipefail
@@ -69,6 +71,11 @@ for phase in "${phases[@]}"; do
       timeout "${TEST_TIMEOUT:-420}" python3 -m pytest -q -m gpu -p no:cacheprovider -s --timeout 400 tests/train \
         2>&1 | tee -a "$OUT/pytest_gpu.log" | tail -30
       note "tests train: $(grep -E 'passed|failed|error' "$OUT/pytest_gpu.log" | tail -1)";;
+    perf18)  # issue 18 items 3-4 in one call of about 6 minutes (DEADLINE=360), most wanted first: 1b-gdn-pure vs
+      # FLA at batch 8 and 16 (the goals) and two levers, 1b-mamba-mla vs Llama and on mamba-ssm's scan, the scan alone
+      perf 150 train 1b-gdn-pure base-b8 base-b16 fuse optgraph
+      perf 130 train 1b-mamba-mla vs-llama mamba-ssm
+      perf 70 ssd 1b-mamba-mla 256;;
     ssd)  # Mamba2 scan: FLA's simple-GLA path vs mamba-ssm's chunked kernel, fwd and fwd+bwd at 1b-mamba-mla shapes
       perf 240 ssd 1b-mamba-mla;;
     levers)  # 1b-gdn-pure vs FLA at batch 8 and 16 (the goals), then each lever alone (zebra row only)

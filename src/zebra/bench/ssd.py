@@ -16,7 +16,7 @@ and the one-line change that makes `auto` take it.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -111,8 +111,8 @@ def median_ms(fn: Callable[[], Any], warmup: int, repeats: int) -> float:
     return statistics.median(times)
 
 
-def _scans(leaves) -> list[tuple[str, int | None, Callable[[], Any]]]:
-    """(backend, chunk, scan) per row; each scan returns y `[B, T, H, P]`."""
+def _scans(leaves, chunk_sizes: Sequence[int]) -> list[tuple[str, int | None, Callable[[], Any]]]:
+    """(backend, chunk, scan) per row, mamba-ssm at each of `chunk_sizes`; each scan returns y `[B, T, H, P]`."""
     import zebra_kernels as zk
 
     x, dt, A, B, C, D = leaves
@@ -129,7 +129,7 @@ def _scans(leaves) -> list[tuple[str, int | None, Callable[[], Any]]]:
 
         return scan
 
-    return [("fla", None, fla)] + [("mamba_ssm", c, mamba_ssm(c)) for c in MAMBA_SSM_CHUNKS]
+    return [("fla", None, fla)] + [("mamba_ssm", c, mamba_ssm(c)) for c in chunk_sizes]
 
 
 def _measure_row(backend, chunk, scan, leaves, d_y, reference, warmup: int, repeats: int) -> SsdBenchRow:
@@ -158,9 +158,11 @@ def run_ssd_bench(
     seq_len: int | None = None,
     warmup: int = 3,
     repeats: int = 20,
+    chunk_sizes: Sequence[int] = MAMBA_SSM_CHUNKS,
     on_progress: Callable[[float, float | None, str], None] | None = None,
 ) -> SsdBenchReport:
-    """Time the Mamba2 scan per backend at `recipe_name`'s Mamba2 shapes (see the module docstring)."""
+    """Time the Mamba2 scan per backend at `recipe_name`'s Mamba2 shapes (see the module docstring); mamba-ssm
+    at each of `chunk_sizes` (each one autotunes its kernels anew)."""
     import torch
 
     from zebra_kernels import backend as kernel_backend
@@ -183,7 +185,7 @@ def run_ssd_bench(
     H = m.expand * recipe.model.hidden_size // m.head_dim
     device = torch.device("cuda", torch.cuda.current_device())
     leaves, d_y = ssd_bench_inputs(B, T, H, m.head_dim, m.num_groups, m.state_dim, device)
-    rows, reference, scans = [], None, _scans(leaves)
+    rows, reference, scans = [], None, _scans(leaves, chunk_sizes)
     for i, (backend, chunk, scan) in enumerate(scans):
         progress(i, len(scans), f"{backend}" + (f" chunk {chunk}" if chunk else ""))
         row = _measure_row(backend, chunk, scan, leaves, d_y, reference, warmup, repeats)
