@@ -12,6 +12,9 @@
 # train.fp8, fetched on the CPU machine with: python3 -m pip download --no-deps --only-binary=:all: \
 #   --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 #   --platform manylinux2014_x86_64 -d .gpuwheels-extra torchao==0.17.0
+# and mamba-ssm 2.2.6.post3 (what `[mamba]` installs; it replaces the 2.3 of .gpuwheels/base), built without nvcc:
+#   pip install wheel && MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE pip wheel --no-deps --no-build-isolation \
+#   mamba-ssm==2.2.6.post3 -w .gpuwheels-extra
 #   bash scripts/gpu-session.sh [bench] [decode] [profile] [tests] [tests-train] [perf18] [ssd] [levers] [hybrids] [tests-perf]
 #   (default: bench decode tests). Issue 18 items 3-4, the short form (one call, about 6 minutes, one table):
 #   DEADLINE=360 bash scripts/gpu-session.sh perf18

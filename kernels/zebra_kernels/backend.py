@@ -103,7 +103,8 @@ def mamba_ssm_import_error() -> str | None:
     except Exception as error:  # a broken install can raise more than ImportError
         return (
             f"mamba-ssm's SSD kernel does not import ({type(error).__name__}: {error}); install it with "
-            "MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE pip install --no-build-isolation 'zebra-llama[mamba]'"
+            "pip install wheel && MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE pip install "
+            "--no-build-isolation 'zebra-llama[mamba]'"
         )
     return None
 

@@ -96,9 +96,11 @@ def test_transformers_outside_fla_range_fails():
 def test_absent_optional_package_warns_with_pip_command():
     check = check_package(PKG["mamba-ssm"], None, None)
     assert check.status == "warn"
-    # the install that needs no nvcc: no CUDA extension built, none downloaded, torch from this environment
+    # the install that needs no nvcc: no CUDA extension built, none downloaded, torch (and `wheel`, which its
+    # setup.py imports) from this environment
     assert check.fix.startswith(
-        "MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE pip install --no-build-isolation 'zebra-llama[mamba]'"
+        "pip install wheel && MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE pip install --no-build-isolation "
+        "'zebra-llama[mamba]'"
     )
 
 
