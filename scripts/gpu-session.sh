@@ -1,28 +1,29 @@
 #!/usr/bin/env bash
-# One GPU session in as few calls as possible: benchmarks first (timed alone), then the `gpu`-marked tests in
-# parallel workers (Triton compilation is CPU-bound). Results land in $OUT:
-#   summary.txt  bench.log  bench_train.json  decode_<recipe>.json  pytest_gpu.log  gpu_report.jsonl  profile.txt
-#   decode_ab.jsonl  warm.jsonl
-#   parity_{fp32,bf16}.json  parity_bf16.png  (phase parity: `zebra bench parity` on $PARITY_DATA, see
-#   scripts/build-parity-data.sh)
-# DECODE_RECIPES, TESTS and WORKERS override the decode recipes, the test paths and the xdist workers;
-# BENCH_TRAINER=0 skips the 20-step trainer run after the bench.
-# DEADLINE=S (seconds since start) caps the test phases so that the call ends in time.
-# Usage, from the repo root on the GPU machine after shared/gpu/setup.sh put FLA + Triton in /tmp/site:
-#   bash scripts/gpu-session.sh [bench] [decode] [profile] [parity] [tests] [tests-train]  (default: bench decode tests)
-#   (more phases:)
-#   decode-tests     the decode engine's GPU tests only (graphs across requests, sampling, no per-token sync, ...)
-#   decode-ab        scripts/decode-ab.py on BASE (a snapshot of the commit before: git archive BASE_COMMIT src
-#                    kernels recipes | tar -x -C .base, carried) and on this tree: kernels/step, step ms, generate ms
-#   decode-compile   zebra bench decode with --compile (torch.compile inside the CUDA graph), no HF rows
-#   warm             the same `zebra bench train` twice on an empty kernel cache: time to first step cold and warm
-#   decode-checks    the decode checks of issue 15 item 17 and issue 18 items 1, 2, 5 in one phase, ending with a
-#                    table (scripts/decode-checks.py, appended to summary.txt). Its files: pytest_decode.log,
-#                    decode_ab.jsonl, decode_fla.json, warm_cold.json, warm_warm.json (+ summary.txt, bench.log,
-#                    gpu_report.jsonl: 8). DECODE_CHECKS picks the parts, run in order (default "tests ab compile
-#                    fla warm"); a part is skipped with a note when fewer seconds than it needs are left before
-#                    DEADLINE (default 570 here). One 10-minute call fits about "tests ab", a second "compile fla
-#                    warm" (the table shows what ran). ab runs .base too when it is there (see decode-ab).
+# One GPU session in as few calls as possible. Run from the repo root on the GPU machine after
+# shared/gpu/setup.sh put FLA + Triton in /tmp/site; wheels in .gpuwheels-extra/ (git-ignored; carry it) are
+# installed there too (torchao for train.fp8; mamba-ssm 2.2.6.post3, what `[mamba]` installs, built without nvcc:
+#   pip install wheel && MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE pip wheel --no-deps --no-build-isolation \
+#   mamba-ssm==2.2.6.post3 -w .gpuwheels-extra).
+#
+#   bash scripts/gpu-session.sh PHASE...          (default: bench decode tests)
+#
+# Phases (each appends a line to $OUT/summary.txt; at most 8 files come back from $OUT):
+#   bench          zebra bench train 1b-gdn-pure vs FLA, then a 20-step trainer run   bench_train.json
+#   decode         zebra bench decode on DECODE_RECIPES                               decode_<recipe>.json
+#   profile        scripts/profile-train.py                                          profile.txt
+#   tests          the `gpu`-marked tests (TESTS, WORKERS xdist workers)               pytest_gpu.log
+#   tests-train    the `gpu`-marked training tests, one process
+#   decode-tests / decode-ab / decode-compile / warm   the parts of decode-checks, one at a time
+#   decode-checks  issue 15 item 17, issue 18 items 1, 2, 5, ending with a goal table (scripts/decode-checks.py);
+#                  DECODE_CHECKS picks the parts (default "tests ab compile fla warm"); one 10-minute call fits
+#                  about "tests ab", a second "compile fla warm". ab compares with .base when carried:
+#                  git archive BASE_COMMIT src kernels recipes | (mkdir -p .base && tar -x -C .base)
+#   parity         zebra bench parity (fp32 5 steps, bf16 250) on PARITY_DATA (scripts/build-parity-data.sh)
+#   perf18         issue 18 items 3-4 in one call of about 6 minutes (DEADLINE=360), one table  perf.jsonl
+#   ssd levers     Mamba2 scan backends; 1b-gdn-pure vs FLA with each lever (LEVERS: names in scripts/gpu-perf.py)
+#   hybrids tests-perf   hybrids vs Llama-3.2-1B's shape; the GPU tests of issue 18 items 3-4
+# DEADLINE=S (seconds since start) caps the test and perf phases so that the call ends in time;
+# BENCH_TRAINER=0 skips the trainer run of `bench`.
 set -uo pipefail
 OUT=${OUT:-/tmp/zebra-gpu}; mkdir -p "$OUT"
 export PYTHONPATH=/tmp/site:$PWD/src:$PWD/kernels:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
@@ -30,6 +31,19 @@ export ZEBRA_GPU_REPORT=$OUT/gpu_report.jsonl NCCL_NVLS_ENABLE=0 TRITON_CACHE_DI
 zebra() { python3 -m zebra.cli.main "$@"; }
 note() { echo "$*" | tee -a "$OUT/summary.txt"; }
 log=$OUT/bench.log
+if compgen -G ".gpuwheels-extra/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .gpuwheels-extra/*.whl >> "$log" 2>&1 || note "warning: .gpuwheels-extra did not install (see bench.log)"
+fi
+# perf PHASE_SECONDS ARGS...: scripts/gpu-perf.py with the time left (DEADLINE) as its deadline, output to perf.jsonl
+perf() {
+  local secs=$1 left; shift
+  left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -lt "$secs" ] && secs=$left
+  [ "$secs" -lt 60 ] && { note "perf $*: skipped (DEADLINE)"; return; }
+  DEADLINE_AT=$(( $(date +%s) + secs - 15 )) timeout "$secs" python3 scripts/gpu-perf.py "$@" --out "$OUT/perf.jsonl" \
+    2>> "$log" | tee -a "$log"
+  note "perf $* rc=${PIPESTATUS[0]}"
+}
 phases=("$@"); [ ${#phases[@]} -eq 0 ] && phases=(bench decode tests)
 note "== $(date -u +%FT%TZ) $(python3 -c 'import torch,triton;print("torch",torch.__version__,"triton",triton.__version__,torch.cuda.get_device_name(0))')"
 for phase in "${phases[@]}"; do
@@ -140,8 +154,28 @@ print('first step', round(r['first_step_s'], 1), 's after build,', round(r['firs
         note "parity $precision rc=$? $(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: r[k] for k in ('step1_diff', 'max_rel_diff', 'final_rel_diff')}, r['zebra_loss'][-1], r['fla_loss'][-1])" "$OUT/parity_$precision.json" 2>&1 | tail -1)"
       done
       cp /tmp/parity-bf16/parity.png "$OUT/parity_bf16.png" 2>/dev/null;;
+    perf18)  # issue 18 items 3-4 in one call of about 6 minutes (DEADLINE=360), most wanted first: 1b-gdn-pure vs
+      # FLA at batch 8 and 16 (the goals) and two levers, 1b-mamba-mla vs Llama and on mamba-ssm's scan, the scan alone
+      perf 150 train 1b-gdn-pure base-b8 base-b16 fuse optgraph
+      perf 130 train 1b-mamba-mla vs-llama mamba-ssm
+      perf 70 ssd 1b-mamba-mla 256;;
+    ssd)  # Mamba2 scan: FLA's simple-GLA path vs mamba-ssm's chunked kernel, fwd and fwd+bwd at 1b-mamba-mla shapes
+      perf 240 ssd 1b-mamba-mla;;
+    levers)  # 1b-gdn-pure vs FLA at batch 8 and 16 (the goals), then each lever alone (zebra row only)
+      perf 540 train 1b-gdn-pure ${LEVERS:-base-b8 base-b16 fuse optgraph ac-b16 compile-mlp fp8};;
+    hybrids)  # 1b-mamba-mla (also on mamba-ssm's scan) and 1b-kda-mla vs Llama-3.2-1B's shape (HF SDPA)
+      perf 240 train 1b-mamba-mla vs-llama mamba-ssm
+      perf 400 train 1b-kda-mla vs-llama;;
+    tests-perf)  # the GPU tests of issue 18 items 3-4: mamba-ssm vs float64, its model path, the levers
+      left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -gt 400 ] && left=400
+      timeout "$left" python3 -m pytest -m gpu -p no:cacheprovider -v -rA -n ${WORKERS:-4} --timeout 300 \
+        tests/kernels/test_kernel_gpu.py::test_mamba2_mamba_ssm_matches_reference tests/kernels/test_bench_ssd.py \
+        tests/models/test_gpu.py::test_tiny_mamba_on_mamba_ssm_matches_torch_backend_with_gradients \
+        tests/train/test_levers.py 2>&1 | tee -a "$OUT/pytest_gpu.log" | tail -30
+      note "tests-perf: $(grep -E 'passed|failed|error' "$OUT/pytest_gpu.log" | tail -1)";;
     *) note "unknown phase $phase";;
   esac
   note "phase $phase: $((SECONDS - t0)) s"
 done
+[ -s "$OUT/perf.jsonl" ] && python3 scripts/gpu-perf.py table "$OUT/perf.jsonl" >> "$OUT/summary.txt"
 cat "$OUT/summary.txt"

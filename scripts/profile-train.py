@@ -1,7 +1,9 @@
-"""Where a training step's GPU time goes: the top CUDA kernels of one step of a recipe, zebra's model and (for pure
-GDN/KDA recipes) FLA's, through the step and loss paths that `zebra bench train` times (`training_step`).
+"""Where a training step's GPU time goes: the top CUDA kernels of one step of a recipe, zebra's model and FLA's (pure
+GDN/KDA recipes) or Llama-3.2-1B's, through the step and loss paths that `zebra bench train` times
+(`training_step`; `--set train.X=...` switches the recipe's levers on, for the zebra model only).
 
     python3 scripts/profile-train.py 1b-gdn-pure --batch 8 --against fla --top 25 > profile.txt
+    python3 scripts/profile-train.py 1b-mamba-mla --against llama --set train.fuse_projections=true
 """
 
 from __future__ import annotations
@@ -35,25 +37,26 @@ def profile(name, model, recipe, cfg, top: int, **step_kwargs) -> None:
 def main() -> None:
     import torch
 
-    from zebra.bench.train import TrainBenchConfig, fla_loss_sum, fla_model
+    from zebra.bench.train import TrainBenchConfig, fla_model, labels_loss_sum, llama_model
     from zebra.recipes import load_recipe
     from zebra.train.trainer import build_model
 
     p = argparse.ArgumentParser()
     p.add_argument("recipe")
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--against", choices=["fla"])
+    p.add_argument("--against", choices=["fla", "llama"])
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--set", action="append", default=[], dest="overrides", help="recipe override KEY=VALUE")
     a = p.parse_args()
-    recipe = load_recipe(a.recipe)
+    recipe = load_recipe(a.recipe, overrides=a.overrides)
     cfg = TrainBenchConfig(recipe=a.recipe, batch=a.batch, seq_len=recipe.data.seq_len)
     device = torch.device("cuda")
     profile("zebra", build_model(recipe, device), recipe, cfg, a.top)
     if a.against:
         gc.collect()
         torch.cuda.empty_cache()
-        fla = fla_model(recipe, device)
-        profile("fla", fla, recipe, cfg, a.top, loss_fn=fla_loss_sum, score_last=False)
+        other = fla_model(recipe, device) if a.against == "fla" else llama_model(device, recipe.train.seed)
+        profile(a.against, other, recipe, cfg, a.top, loss_fn=labels_loss_sum, score_last=False, levers=False)
 
 
 if __name__ == "__main__":

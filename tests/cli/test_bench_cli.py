@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 def test_bench_startup_json(cli):
     result = cli("bench", "startup", "--repeats", "1", "--json")
@@ -30,3 +32,14 @@ def test_bench_startup_table(cli):
 def test_bench_rejects_zero_repeats(cli):
     result = cli("bench", "startup", "--repeats", "0")
     assert result.exit_code == 2
+
+
+def test_bench_ssd_errors_on_cpu(cli):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU error")
+    no_gpu = cli("bench", "ssd")
+    assert no_gpu.exit_code == 1 and "no CUDA/ROCm GPU here" in no_gpu.stderr
+    no_mamba = cli("bench", "ssd", "tiny-gdn")
+    assert no_mamba.exit_code == 1 and "has no Mamba2 sublayer" in no_mamba.stderr

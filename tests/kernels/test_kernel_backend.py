@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import logging
+import sys
 
 import pytest
 import torch
@@ -119,3 +122,53 @@ def test_healthy_gpu_setups_pick_fla(monkeypatch, fresh_backend_state, capabilit
     fake_gpu(monkeypatch, capability, triton_version, tilelang)
     assert backend_module.fla_backward_blocker(0) is None
     assert resolve_backend("auto", "cuda") == "fla"
+
+
+def test_mamba_ssm_backend_needs_a_gpu_for_every_op():
+    x, dt, A, B, C, D, _ = ssd_inputs(1, 4, 2, 2, 1, 2)
+    with pytest.raises(ValueError, match="backend='mamba_ssm' needs a CUDA/ROCm GPU"):
+        zebra_kernels.mamba2_ssd(x, dt, A, B, C, D=D, backend="mamba_ssm")
+    with pytest.raises(ValueError, match="backend='mamba_ssm' needs a CUDA/ROCm GPU"):
+        zebra_kernels.causal_conv1d(torch.randn(1, 4, 3), torch.randn(3, 4), backend="mamba_ssm")
+    assert backend_module.resolve_ssd_backend("auto", "cpu", "chunk") == "torch"
+
+
+@pytest.mark.parametrize("auto_choice", ["fla", "mamba_ssm"])
+def test_ssd_backend_choice_on_a_gpu_device(monkeypatch, fresh_backend_state, auto_choice):
+    """A CUDA device object (no kernel runs): mamba-ssm serves the chunked scan only, and auto follows
+    SSD_AUTO_CHUNK_BACKEND."""
+    monkeypatch.setattr(backend_module, "SSD_AUTO_CHUNK_BACKEND", auto_choice)
+    monkeypatch.setattr(backend_module, "mamba_ssm_import_error", lambda: None)
+    cuda = torch.device("cuda", 0)
+    resolve = backend_module.resolve_ssd_backend
+    assert resolve("mamba_ssm", cuda, "chunk") == "mamba_ssm"
+    assert resolve("mamba_ssm", cuda, "recurrent") == "fla"
+    assert resolve("auto", cuda, "chunk") == auto_choice
+    assert resolve("auto", cuda, "recurrent") == "fla"
+    assert resolve("fla", cuda, "chunk") == "fla"
+    assert resolve("torch", cuda, "chunk") == "torch"
+
+
+def test_ssd_backend_without_mamba_ssm(monkeypatch, caplog, fresh_backend_state):
+    """auto falls back to FLA's scan with a warning naming the install command; an explicit mamba_ssm raises."""
+    monkeypatch.setattr(backend_module, "SSD_AUTO_CHUNK_BACKEND", "mamba_ssm")
+    monkeypatch.setattr(backend_module, "mamba_ssm_import_error", lambda: "mamba-ssm is missing; install it")
+    cuda = torch.device("cuda", 0)
+    with caplog.at_level(logging.WARNING, logger="zebra_kernels"):
+        assert backend_module.resolve_ssd_backend("auto", cuda, "chunk") == "fla"
+    assert any("mamba-ssm is missing" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ValueError, match="backend='mamba_ssm' unavailable: mamba-ssm is missing"):
+        backend_module.resolve_ssd_backend("mamba_ssm", cuda, "chunk")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mamba_ssm") is None, reason="needs mamba-ssm installed")
+def test_mamba_ssm_ssd_imports_without_its_cuda_extensions():
+    """The SSD kernel module imports from a build without selective_scan_cuda (MAMBA_SKIP_CUDA_BUILD), and a
+    plain `import mamba_ssm` afterwards behaves as before (the bare package is not left behind)."""
+    module = backend_module.mamba_ssm_ssd_module()
+    assert callable(module.mamba_chunk_scan_combined)
+    assert backend_module.mamba_ssm_import_error() is None
+    if importlib.util.find_spec("selective_scan_cuda") is None:
+        assert "mamba_ssm" not in sys.modules
+        with pytest.raises(ImportError, match="selective_scan_cuda"):
+            importlib.import_module("mamba_ssm")

@@ -15,7 +15,7 @@ import torch
 from tests.conftest import gpu_report
 
 import zebra_kernels as zk
-from zebra_kernels.backend import fla_import_error
+from zebra_kernels.backend import fla_import_error, mamba_ssm_import_error
 from zebra_kernels.testing import gdn_inputs, kda_inputs, relative_error, ssd_inputs
 
 pytestmark = [
@@ -42,8 +42,9 @@ def record(request):
     return _record
 
 
-def compare(record, case, fn, inputs, fla_dtypes, names):
-    """Run fn(*inputs, backend=...) in float64 (torch) and in fla_dtypes (fla); compare outputs and grads."""
+def compare(record, case, fn, inputs, fla_dtypes, names, backend="fla"):
+    """Run fn(*inputs, backend=...) in float64 (torch) and in fla_dtypes on `backend`; compare outputs and
+    grads."""
     # both sides see the same values: the reference runs on the bf16/fp32-rounded inputs upcast to float64,
     # so the measured error is the kernel's, not the input rounding's
     fla_leaves = [
@@ -52,7 +53,7 @@ def compare(record, case, fn, inputs, fla_dtypes, names):
     ]
     ref_leaves = [None if t is None else t.detach().double().requires_grad_() for t in fla_leaves]
     ref_out, ref_state = fn(*ref_leaves, backend="torch")
-    out, state = fn(*fla_leaves, backend="fla")
+    out, state = fn(*fla_leaves, backend=backend)
     gen = torch.Generator(device="cuda").manual_seed(7)  # cotangents rounded to FLA's output dtypes too
     d_out = torch.randn(ref_out.shape, generator=gen, device="cuda").to(out.dtype).double()
     d_state = None if state is None else torch.randn(state.shape, generator=gen, device="cuda").double()
@@ -178,6 +179,33 @@ def test_mamba2_fla_matches_reference(record, case):
         [x, dt, A, Bm, C, D, h0],
         [BF16, F32, F32, BF16, BF16, F32, F32],
         ["x", "dt", "A", "B", "C", "D", "h0"],
+    )
+
+
+@pytest.mark.skipif(mamba_ssm_import_error() is not None, reason="needs mamba-ssm's SSD kernel")
+@pytest.mark.parametrize("case", [*CASES, "varlen"])
+def test_mamba2_mamba_ssm_matches_reference(record, case):
+    """mamba-ssm's chunked scan (backend="mamba_ssm", mode chunk): plain and with initial states (final states
+    returned), packed with initial states (the padded-batch path) and packed without states (`seq_idx`)."""
+    B, T, cu, N = layout("varlen-h0" if case == "varlen" else case)
+    x, dt, A, Bm, C, D, h0 = ssd_inputs(
+        B, T, 32, 64, 8, 64, device="cuda", initial_state=case in ("h0", "varlen-h0"), N_seq=N
+    )
+
+    def fn(x, dt, A, Bm, C, D, h0, backend):
+        return zk.mamba2_ssd(
+            x, dt, A, Bm, C, D=D, initial_state=h0, output_final_state=case != "varlen", cu_seqlens=cu,
+            mode="chunk", backend=backend,
+        )  # fmt: skip
+
+    compare(
+        record,
+        f"mamba2-mamba_ssm-B{B}-T{T}-H32-P64-G8-N64-{case}",
+        fn,
+        [x, dt, A, Bm, C, D, h0],
+        [BF16, F32, F32, BF16, BF16, F32, F32],
+        ["x", "dt", "A", "B", "C", "D", "h0"],
+        backend="mamba_ssm",
     )
 
 

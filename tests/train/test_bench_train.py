@@ -24,7 +24,8 @@ def test_bench_train_reports_the_trainers_step(cli):
 def test_bench_train_table_states_the_mfu_formula(cli):
     result = cli("bench", "train", "tiny", "--steps", "1", "--warmup", "0", "--batch", "1", "--seq-len", "16")
     assert result.exit_code == 0, result.output
-    assert "6N + causal MLA attention" in result.stdout and "tokens/s" in result.stdout
+    assert "6N + causal attention" in result.stdout and "tokens/s" in result.stdout
+    assert "zebra levers: activation_checkpointing=False, compile=False" in result.stdout
 
 
 def test_against_fla_needs_a_gpu_and_a_pure_recipe(cli):
@@ -33,4 +34,30 @@ def test_against_fla_needs_a_gpu_and_a_pure_recipe(cli):
     hybrid = cli("bench", "train", "tiny", "--against", "fla")
     assert hybrid.exit_code == 1 and "FLA has classes for pure GDN and pure KDA models only" in hybrid.stderr
     other = cli("bench", "train", "tiny-gdn", "--against", "mamba")
-    assert other.exit_code == 1 and "--against mamba: unknown" in other.stderr
+    assert (
+        other.exit_code == 1 and "--against mamba: unknown" in other.stderr and "fla, llama" in other.stderr
+    )
+
+
+def test_against_llama_runs_transformers_llama_with_its_own_loss_and_flops(monkeypatch):
+    """The Llama row at a small shape on CPU (the 1B shape needs a GPU): transformers' LlamaForCausalLM through
+    the same step, levers off, its own FLOPs per token; the zebra row keeps the recipe's levers."""
+    from zebra.bench import train as bench
+
+    small = dict(bench.LLAMA_3_2_1B, vocab_size=272, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=16)  # fmt: skip
+    monkeypatch.setattr(bench, "LLAMA_3_2_1B", small)
+    cfg = bench.TrainBenchConfig(recipe="tiny", steps=1, warmup=1, batch=2, seq_len=32, against="llama",
+                                 overrides=["train.fuse_projections=true"])  # fmt: skip
+    report = bench.run_train_bench(cfg)
+    zebra, llama = report.rows
+    assert (
+        llama.model == "llama (LlamaForCausalLM)" and report.ratio == zebra.tokens_per_s / llama.tokens_per_s
+    )
+    assert (
+        llama.params == 272 * 64 + 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64) + 64
+    )  # tied head
+    assert llama.flops_per_token == 6 * llama.params + 2 * 3 * 4 * (16 + 16) * 32
+    assert zebra.flops_per_token == report.flops_per_token != llama.flops_per_token
+    assert 4.0 < llama.loss < 7.0  # random tokens: near ln(272)
+    assert report.levers["fuse_projections"] is True and report.measured_peak_flops is None

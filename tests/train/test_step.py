@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from tests.models.tiny import tiny_model
 
-from zebra.bench.train import fla_loss_sum
+from zebra.bench.train import labels_loss_sum
 from zebra.train.dist import DistEnv
 from zebra.train.step import TrainStep, logits_loss_sum, micro_batch_loss, zebra_loss_sum
 
@@ -89,7 +89,7 @@ def test_fla_strategy_scores_the_same_targets_except_the_last_position():
     model = fla_tiny_model()
     (batch,) = micro_batches(64, count=1)
     tokens, labels, mask = batch["tokens"], batch["labels"], batch["loss_mask"]
-    got = fla_loss_sum(model, tokens, labels, mask)
+    got = labels_loss_sum(model, tokens, labels, mask)
     with torch.no_grad():
         logits = model(input_ids=tokens, use_cache=False).logits  # [m, T, V]
     keep = mask[:, :-1] > 0  # FLA leaves position T-1 without a target

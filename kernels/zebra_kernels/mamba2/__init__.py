@@ -6,7 +6,7 @@ import torch
 
 from zebra_kernels._common import check_state, choose_mode, compute_dtype, needs_grad, num_sequences
 from zebra_kernels._torch_driver import run_varlen
-from zebra_kernels.backend import resolve_backend
+from zebra_kernels.backend import resolve_ssd_backend
 from zebra_kernels.mamba2.chunk import chunk_ssd
 from zebra_kernels.mamba2.naive import naive_recurrent_ssd
 
@@ -44,8 +44,9 @@ def mamba2_ssd(
         output_final_state: also return the final state `[N_seq, H, N, P]`.
         cu_seqlens: `[N_seq + 1]` int offsets of packed sequences (then B == 1); no state crosses a boundary.
         mode: "chunk", "recurrent" or "auto" (recurrent when T <= 64 and no grad is needed, else chunk).
-        chunk_size: chunk length of the torch chunk form (FLA uses its own).
-        backend: "auto", "torch" or "fla" (FLA's simple-GLA kernels; see `resolve_backend`).
+        chunk_size: chunk length of the torch chunk form (FLA and mamba-ssm use their own).
+        backend: "auto", "torch", "fla" (FLA's simple-GLA kernels) or "mamba_ssm" (mamba-ssm's chunked scan for
+            `mode="chunk"`, FLA's recurrent kernel for decode); see `resolve_ssd_backend`.
 
     Returns:
         y `[B, T, H, P]` in x's dtype, and the final state `[N_seq, H, N, P]` (float32; float64 when the
@@ -67,29 +68,10 @@ def mamba2_ssd(
     grad = needs_grad(x, dt, A, B, C, D, initial_state)
     mode = choose_mode(mode, T, grad)
 
-    if resolve_backend(backend, x.device) == "fla":
-        if mode == "recurrent" and grad:
-            raise ValueError(
-                "FLA's recurrent simple-GLA kernel is for inference: use mode='chunk' (or 'auto') for training"
-            )
-        from zebra_kernels.mamba2.fla import fla_ssd
-
-        y, S = fla_ssd(
-            x,
-            dt,
-            A,
-            B,
-            C,
-            initial_state=initial_state,
-            output_final_state=output_final_state,
-            cu_seqlens=cu_seqlens,
-            mode=mode,
-        )
-        if D is not None:
-            y = y + (D[:, None] * x).to(y.dtype)
-        return y.to(x.dtype), S
-
-    return _torch_ssd(x, dt, A, B, C, D, initial_state, output_final_state, cu_seqlens, mode, chunk_size)
+    chosen = resolve_ssd_backend(backend, x.device, mode)
+    if chosen == "torch":
+        return _torch_ssd(x, dt, A, B, C, D, initial_state, output_final_state, cu_seqlens, mode, chunk_size)
+    return _gpu_ssd(chosen, x, dt, A, B, C, D, initial_state, output_final_state, cu_seqlens, mode, grad)
 
 
 def _check_shapes(
@@ -113,6 +95,58 @@ def _check_shapes(
         raise ValueError(
             f"B and C must be [B, T, G, N] with H={H} a multiple of G, got {list(B.shape)}, {list(C.shape)}"
         )
+
+
+def _gpu_ssd(
+    chosen: str,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    initial_state: torch.Tensor | None,
+    output_final_state: bool,
+    cu_seqlens: torch.Tensor | None,
+    mode: str,
+    grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`mamba2_ssd` on the GPU backend `chosen` ("mamba_ssm" or "fla"; mode already resolved)."""
+    if chosen == "mamba_ssm":
+        from zebra_kernels.mamba2.mamba_ssm import mamba_ssm_ssd
+
+        y, S = mamba_ssm_ssd(
+            x,
+            dt,
+            A,
+            B,
+            C,
+            D,
+            initial_state=initial_state,
+            output_final_state=output_final_state,
+            cu_seqlens=cu_seqlens,
+        )
+        return y.to(x.dtype), S
+    if mode == "recurrent" and grad:
+        raise ValueError(
+            "FLA's recurrent simple-GLA kernel is for inference: use mode='chunk' (or 'auto') for training"
+        )
+    from zebra_kernels.mamba2.fla import fla_ssd
+
+    y, S = fla_ssd(
+        x,
+        dt,
+        A,
+        B,
+        C,
+        initial_state=initial_state,
+        output_final_state=output_final_state,
+        cu_seqlens=cu_seqlens,
+        mode=mode,
+    )
+    if D is not None:
+        y = y + (D[:, None] * x).to(y.dtype)
+    return y.to(x.dtype), S
 
 
 def _torch_ssd(

@@ -6,7 +6,7 @@ those very tensors renamed into FLA's GatedDeltaNetForCausalLM / KDAForCausalLM 
 step (`zebra.bench.train.make_step`: the recipe's precision, AdamW, clipping and warm-up + decay schedule over
 `steps`), one micro-batch of `batch` sequences per step, each on its own loss path:
 - zebra: the trainer's chunked linear cross-entropy (`zebra.train.step.zebra_loss_sum`);
-- FLA: its model's own `labels=` loss (`zebra.bench.train.fla_loss_sum`).
+- FLA: its model's own `labels=` loss (`zebra.bench.train.labels_loss_sum`).
 
 The batches are a convert-fla folder's chunks in FLA's order for one rank (`data.order: fla`,
 `zebra.data.fla_order`), built once and fed to both models: each chunk's last position has no target, as FLA
@@ -153,7 +153,7 @@ def run_parity(
     progress = on_progress or (lambda _done, _total, _note: None)
     import torch
 
-    from zebra.bench.train import check_fla_comparable, fla_loss_sum, fla_model, make_step
+    from zebra.bench.train import check_fla_comparable, fla_model, labels_loss_sum, make_step
     from zebra.convert.fla import fla_state_dict
     from zebra.train.trainer import build_model
 
@@ -183,7 +183,7 @@ def run_parity(
     fla.load_state_dict(fla_state_dict(initial), strict=True)
     fla_class = type(fla).__name__
     del initial
-    step = make_step(fla, recipe, device, loss_fn=fla_loss_sum, schedule=True)
+    step = make_step(fla, recipe, device, loss_fn=labels_loss_sum, schedule=True)
     fla_loss = train_losses(step, batches, lambda done: progress(cfg.steps + done, 2 * cfg.steps, fla_class))
     report = ParityReport(
         recipe=recipe.name,

@@ -7,27 +7,36 @@ it: the recipe's precision (bf16 autocast, fp32 master weights), AdamW with the 
 - tokens/s = B * T * steps / seconds (the device synchronises every step, as in training);
 - MFU = train_flops_per_token x tokens/s / peak dense bf16 FLOP/s of the device, train_flops_per_token =
   6 N + causal MLA attention (`zebra.arch.train_flops_per_token`, the same count for both models);
-- peak memory: the CUDA allocator's peak during the timed steps (none on CPU);
+- MFU against the measured peak too: the bf16 matmul rate of the device measured in the run (an 8192^3 GEMM,
+  `measured_matmul_peak`), what the issue's goals are stated against;
+- peak memory: the CUDA allocator's peak during the timed steps, and what stays resident between steps (weights,
+  optimizer moments, kept gradients) just before them (none on CPU);
 - first step: seconds from the start of a model's build to the end of its first step (build, compile, kernel
   compilation and autotuning), and from the start of the process (zebra's row: the time to first step a user
   waits): what a warm start (the kernel cache, `zebra.caches`) shortens.
+The recipe's training levers apply to the zebra row (`train.compile` / `compile_sublayers`, `fuse_projections`,
+`optimizer_graph`, `fp8`, `activation_checkpointing`: toggle them with `--set train.X=...`); the report lists them.
 `--against fla` runs FLA's own GatedDeltaNetForCausalLM / KDAForCausalLM built at the recipe's shapes
-(`zebra.convert.fla.fla_config`), with the same step code and data, in the same process.
+(`zebra.convert.fla.fla_config`); `--against llama` runs transformers' LlamaForCausalLM at Llama-3.2-1B's shape
+(SDPA attention, random weights; the dense baseline of the hybrids). Both with the same step code and data, in the
+same process, with the levers off (each model in its plain form) and their own FLOPs per token (6 N + causal
+attention of their own shapes).
 
 Each row uses its own model's loss path (what `loss.backward()` sees is the summed CE, as the step expects):
 - zebra: the trainer's (`zebra.train.step.zebra_loss_sum`): `model(input_ids, shift_labels, num_items_in_batch=1)`
   in training mode, i.e. the chunked linear cross-entropy (`zebra_kernels.linear_cross_entropy`, with FLA's
   Triton cross-entropy kernels per chunk on the fla backend) on the final hidden states: no `[B, T, V]` logits.
   All T positions.
-- fla: FLA's defaults (`fla_loss_sum`): `model(input_ids, labels=...)`, so the `[B, T, V]` logits, then FLA's
-  fused (Triton) cross entropy, the mean over non-ignored targets, multiplied back by their count. FLA shifts
-  `labels` by one inside and leaves the last position without a target, so it scores T-1 of the T positions
-  (the same targets as the zebra row for positions 0..T-2); its loss_mask drops position T-1 so the reported
-  loss is the mean over the targets scored.
+- fla and llama: their defaults (`labels_loss_sum`): `model(input_ids, labels=...)`, so the `[B, T, V]` logits,
+  then the model's own cross entropy (FLA's fused Triton one; transformers' float32 one), the mean over
+  non-ignored targets, multiplied back by their count. Both shift `labels` by one inside and leave the last
+  position without a target, so they score T-1 of the T positions (the same targets as the zebra row for
+  positions 0..T-2); their loss_mask drops position T-1 so the reported loss is the mean over the targets scored.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 from collections.abc import Callable
@@ -58,20 +67,48 @@ class TrainBenchConfig:
     warmup: int = 3
     batch: int | None = None  # default: the recipe's micro batch
     seq_len: int | None = None  # default: the recipe's sequence length
-    against: str | None = None  # "fla"
+    against: str | None = None  # "fla" or "llama"
     overrides: list[str] = field(default_factory=list)
     seed: int = 0
+
+
+AGAINST = ("fla", "llama")
+LEVERS = (
+    "activation_checkpointing",
+    "compile",
+    "compile_sublayers",
+    "fuse_projections",
+    "optimizer_graph",
+    "fp8",
+)
+# Llama-3.2-1B's architecture (its config.json), randomly initialised: the dense baseline of `--against llama`
+LLAMA_3_2_1B = dict(
+    vocab_size=128256,
+    hidden_size=2048,
+    intermediate_size=8192,
+    num_hidden_layers=16,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=64,
+    rms_norm_eps=1e-5,
+    rope_theta=500000.0,
+    max_position_embeddings=131072,
+    tie_word_embeddings=True,
+)
 
 
 @dataclass
 class TrainBenchRow:
     model: str
     params: int
+    flops_per_token: float  # of this model: 6 N + causal attention
     tokens_per_s: float
     step_ms: float
-    tflops: float  # achieved model FLOP/s (train_flops_per_token x tokens/s), in TFLOP/s
-    mfu: float | None
+    tflops: float  # achieved model FLOP/s (flops_per_token x tokens/s), in TFLOP/s
+    mfu: float | None  # against the datasheet peak
+    mfu_measured: float | None  # against the bf16 matmul peak measured in the run
     peak_memory_gb: float | None
+    resident_gb: float | None  # allocated just before the timed steps: weights, optimizer moments, kept grads
     loss: float  # of the last timed step
     first_step_s: float  # from the start of this model's build to the end of its first step
     first_step_process_s: float | None  # from the start of the process to the end of its first step (Linux)
@@ -88,43 +125,42 @@ class TrainBenchReport:
     warmup: int
     flops_per_token: float
     peak_flops: float | None
+    measured_peak_flops: float | None
+    levers: dict[str, Any]  # the recipe's training levers of the zebra row (LEVERS) and its kernel backend
     torch_version: str
     rows: list[TrainBenchRow]
     kernel_cache: str | None = None  # where compiled kernels and autotuning results persist
 
     @property
     def ratio(self) -> float | None:
-        """Zebra tokens/s over FLA tokens/s (None without --against)."""
+        """Zebra tokens/s over the comparison model's (None without --against)."""
         return self.rows[0].tokens_per_s / self.rows[1].tokens_per_s if len(self.rows) > 1 else None
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ratio": self.ratio}
 
 
-def check_fla_comparable(recipe, device=None, *, flag: str = "--against fla") -> str:
-    """The recipe's layer pattern, or a ZebraError (naming `flag`) when FLA has no class for it or, with a
-    `device`, no kernels there."""
+def check_fla_comparable(recipe, device) -> str:
+    """The recipe's layer pattern, or a ZebraError when FLA has no class for it or no kernels on `device`."""
     pattern = arch.resolve_pattern(arch.as_config(recipe.model.flat()))
     mixers = set(pattern[0::2])
     if len(mixers) != 1 or mixers & {"M", "*"} or set(pattern[1::2]) != {"-"}:
         raise ZebraError(
-            f"{flag}: recipe {recipe.name} has pattern {pattern[:16]}...; FLA has classes for pure GDN "
+            f"--against fla: recipe {recipe.name} has pattern {pattern[:16]}...; FLA has classes for pure GDN "
             "and pure KDA models only",
-            fix="use a pure recipe (1b-gdn-pure, 1b-kda-pure, tiny-gdn, tiny-kda)",
+            fix="compare a pure recipe (1b-gdn-pure, 1b-kda-pure, tiny-gdn, tiny-kda), or drop --against",
         )
-    if device is not None and device.type != "cuda":
+    if device.type != "cuda":
         raise ZebraError(
-            f"{flag}: FLA's kernels need a GPU (they have no CPU path)",
+            "--against fla: FLA's kernels need a GPU (they have no CPU path)",
             fix="run it on a CUDA/ROCm machine",
         )
     return pattern
 
 
 def fla_model(recipe, device):
-    """FLA's own model class at the recipe's shapes (pure GDN or pure KDA only), on `device`, fp32 weights.
-
-    Built on any device (its forward needs FLA's GPU kernels: check the device with `check_fla_comparable`)."""
-    pattern = check_fla_comparable(recipe)
+    """FLA's own model class at the recipe's shapes (pure GDN or pure KDA only), on `device`, fp32 weights."""
+    pattern = check_fla_comparable(recipe, device)
     from fla.models import GatedDeltaNetConfig, GatedDeltaNetForCausalLM, KDAConfig, KDAForCausalLM
 
     cfg = fla_config(recipe.model.to_config(), pattern)
@@ -139,33 +175,63 @@ def fla_model(recipe, device):
         return cls_model(cls_config(**cfg)).train()
 
 
-def fla_loss_sum(model, tokens, labels, loss_mask):
-    """FLA's own loss path with its defaults, as the summed CE `TrainStep` expects (see the module docstring).
+def llama_model(device, seed: int, **overrides):
+    """transformers' LlamaForCausalLM at `LLAMA_3_2_1B` (with `overrides`), SDPA attention, fp32 weights, seeded."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
 
-    tokens, labels, loss_mask `[m, T]` (labels[:, t] is position t's target). FLA scores position t against
-    `labels[:, t + 1]` of what it is given, so it gets our targets one position later; the last position has none.
+    config = LlamaConfig(**{**LLAMA_3_2_1B, **overrides})
+    torch.manual_seed(seed)
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").train()
+
+
+def llama_flops_per_token(model, seq_len: int) -> float:
+    """6 N + causal attention, 3 H (d_qk + d_v) T per layer: `zebra.arch.train_flops_per_token`'s count."""
+    c = model.config
+    params = sum(p.numel() for p in model.parameters())
+    return 6.0 * params + c.num_hidden_layers * 3 * c.num_attention_heads * 2 * c.head_dim * seq_len
+
+
+def measured_matmul_peak(device, n: int = 8192, repeats: int = 10) -> float | None:
+    """bf16 FLOP/s of an n x n x n matmul on `device` (mean of `repeats` after 3 warm-ups); None on CPU."""
+    if device.type != "cuda":
+        return None
+    a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    torch.cuda.synchronize(device)
+    return 2.0 * n**3 * repeats / (time.perf_counter() - start)
+
+
+def labels_loss_sum(model, tokens, labels, loss_mask):
+    """An FLA or transformers model's own loss path with its defaults, as the summed CE `TrainStep` expects
+    (see the module docstring).
+
+    tokens, labels, loss_mask `[m, T]` (labels[:, t] is position t's target). These models score position t
+    against `labels[:, t + 1]` of what they are given, so they get our targets one position later; the last
+    position has none.
     """
     targets = labels.masked_fill(loss_mask == 0, -100)  # [m, T]
-    fla_labels = torch.cat([torch.full_like(targets[:, :1], -100), targets[:, :-1]], dim=1)  # [m, T]
-    mean = model(input_ids=tokens, labels=fla_labels, use_cache=False).loss  # over non-ignored targets
+    shifted = torch.cat([torch.full_like(targets[:, :1], -100), targets[:, :-1]], dim=1)  # [m, T]
+    mean = model(input_ids=tokens, labels=shifted, use_cache=False).loss  # over non-ignored targets
     return mean * (targets[:, :-1] != -100).sum()
 
 
-def make_step(model, recipe, device, *, loss_fn=None, schedule: bool = False):
+def make_step(model, recipe, device, *, loss_fn=None, schedule: bool = False, levers: bool = True):
     """The trainer's `TrainStep` on one device for `model`: the recipe's precision (bf16 autocast, fp32 master
-    weights), AdamW with its parameter groups, gradient clipping, activation checkpointing and compile, and with
-    `schedule` its warm-up + decay learning rate (else the peak lr throughout). `loss_fn` as `TrainStep`'s."""
+    weights), AdamW with its parameter groups, gradient clipping and training levers, and with `schedule` its
+    warm-up + decay learning rate (else the peak lr throughout). `loss_fn` as `TrainStep`'s; `levers=False` turns
+    compile, fused projections, the optimizer graph and fp8 off (the comparison models' plain form)."""
     t = recipe.train
+    if not levers:
+        t = dataclasses.replace(t, compile=False, fuse_projections=False, optimizer_graph=False, fp8=False)
     env = DistEnv(rank=0, local_rank=0, world_size=1, device=device)
     bf16 = t.precision == "bf16"
-    model = parallelize(
-        model,
-        env,
-        mode="none",
-        bf16=bf16,
-        activation_checkpointing=t.activation_checkpointing,
-        compile=t.compile,
-    )
+    model = parallelize(model, env, mode="none", bf16=bf16, train=t)
     optimizer = build_optimizer(model, t, device)
     return TrainStep(
         model,
@@ -175,17 +241,27 @@ def make_step(model, recipe, device, *, loss_fn=None, schedule: bool = False):
         autocast_bf16=bf16,
         clip_grad=t.clip_grad,
         loss_fn=loss_fn,
+        optimizer_graph=t.optimizer_graph,
     )
 
 
-def training_step(model, recipe, cfg: TrainBenchConfig, device, *, loss_fn=None, score_last: bool = True):
+def training_step(
+    model,
+    recipe,
+    cfg: TrainBenchConfig,
+    device,
+    *,
+    loss_fn=None,
+    score_last: bool = True,
+    levers: bool = True,
+):
     """The step the bench times on `model` (`make_step`) and its one micro-batch of `cfg.batch` x `cfg.seq_len`
     random tokens.
 
-    `loss_fn` as `TrainStep`'s; `score_last=False` masks position T-1 out of the loss (FLA scores T-1 of T).
-    Returns (step, micro_batch).
+    `loss_fn` and `levers` as `make_step`'s; `score_last=False` masks position T-1 out of the loss (FLA and
+    transformers score T-1 of T). Returns (step, micro_batch).
     """
-    step = make_step(model, recipe, device, loss_fn=loss_fn)
+    step = make_step(model, recipe, device, loss_fn=loss_fn, levers=levers)
     B, T = cfg.batch, cfg.seq_len
     gen = torch.Generator().manual_seed(cfg.seed)
     text = torch.randint(0, recipe.model.vocab_size, (B, T + 1), generator=gen)  # [B, T + 1]
@@ -195,43 +271,57 @@ def training_step(model, recipe, cfg: TrainBenchConfig, device, *, loss_fn=None,
     return step, {"tokens": text[:, :-1], "labels": text[:, 1:], "loss_mask": loss_mask}
 
 
+@dataclass
+class Peaks:
+    """The two peaks MFU is reported against (FLOP/s; None where unknown, e.g. CPU)."""
+
+    datasheet: float | None
+    measured: float | None
+
+
 def _measure(
     name: str,
     build: Callable[[], Any],
+    flops_of: Callable[[Any], float],
     recipe,
     cfg: TrainBenchConfig,
     device,
-    flops_per_token: float,
-    peak: float | None,
-    *,
-    loss_fn=None,
-    score_last: bool = True,
+    peaks: Peaks,
+    **step_kwargs,
 ) -> TrainBenchRow:
-    """Build the model (`build()`) and time `training_step` on it (other arguments as there)."""
+    """Build the model (`build()`), take its FLOPs per token (`flops_of(model)`) and time `training_step` on it
+    (`step_kwargs` as there)."""
     first = _FirstStep()
     model = build()
+    flops_per_token = flops_of(model)
     params = sum(p.numel() for p in model.parameters())  # tied weights once
-    step, batch = training_step(model, recipe, cfg, device, loss_fn=loss_fn, score_last=score_last)
+    step, batch = training_step(model, recipe, cfg, device, **step_kwargs)
     for _ in range(cfg.warmup):
         step([batch])
         first.done()
-    if device.type == "cuda":
+    cuda = device.type == "cuda"
+    if cuda:
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
+    resident = torch.cuda.memory_allocated(device) / 2**30 if cuda else None
     start = time.perf_counter()
     for _ in range(cfg.steps):
         result = step([batch])  # syncs (the loss and grad norm come to the host)
         first.done()
     seconds = time.perf_counter() - start
     tok_s = cfg.batch * cfg.seq_len * cfg.steps / seconds
+    achieved = flops_per_token * tok_s
     return TrainBenchRow(
         model=name,
         params=params,
+        flops_per_token=flops_per_token,
         tokens_per_s=tok_s,
         step_ms=1000 * seconds / cfg.steps,
-        tflops=flops_per_token * tok_s / 1e12,
-        mfu=flops_per_token * tok_s / peak if peak else None,
-        peak_memory_gb=torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
+        tflops=achieved / 1e12,
+        mfu=achieved / peaks.datasheet if peaks.datasheet else None,
+        mfu_measured=achieved / peaks.measured if peaks.measured else None,
+        peak_memory_gb=torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None,
+        resident_gb=resident,
         loss=result.loss,
         first_step_s=first.seconds,
         first_step_process_s=first.process_seconds,
@@ -253,16 +343,47 @@ class _FirstStep:
             self.process_seconds = process_seconds()
 
 
+def _free(device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _against_row(cfg: TrainBenchConfig, recipe, device, peaks: Peaks) -> TrainBenchRow:
+    """The comparison model's row (`cfg.against`), levers off, its own loss path and FLOPs per token."""
+    if cfg.against == "fla":
+        build, name = (lambda: fla_model(recipe, device)), "fla (GatedDeltaNetForCausalLM / KDAForCausalLM)"
+        same_shapes = arch.train_flops_per_token(arch.as_config(recipe.model.flat()), cfg.seq_len)
+        flops_of = lambda _model: same_shapes  # noqa: E731
+    else:
+        build, name = (lambda: llama_model(device, recipe.train.seed)), "llama (LlamaForCausalLM)"
+        flops_of = lambda model: llama_flops_per_token(model, cfg.seq_len)  # noqa: E731
+    return _measure(
+        name,
+        build,
+        flops_of,
+        recipe,
+        cfg,
+        device,
+        peaks,
+        loss_fn=labels_loss_sum,
+        score_last=False,
+        levers=False,
+    )
+
+
 def run_train_bench(
     cfg: TrainBenchConfig, *, on_progress: Callable[[float, float | None, str], None] | None = None
 ) -> TrainBenchReport:
-    """Measure the recipe's training step (and FLA's with `against="fla"`); see the module docstring.
+    """Measure the recipe's training step (and FLA's or Llama's with `against`); see the module docstring.
 
     `on_progress(done, total, note)` is called as each model's measurement starts, with the models done so far.
     """
     progress = on_progress or (lambda _done, _total, _note: None)
-    if cfg.against not in (None, "fla"):
-        raise ZebraError(f"--against {cfg.against}: unknown", fix="the only comparison is --against fla")
+    if cfg.against not in (None, *AGAINST):
+        raise ZebraError(
+            f"--against {cfg.against}: unknown", fix=f"compare with one of: {', '.join(AGAINST)}, or drop it"
+        )
     recipe = load_recipe(cfg.recipe, overrides=cfg.overrides)
     cache = use_kernel_cache()
     device = (
@@ -273,31 +394,17 @@ def run_train_bench(
     cfg.batch = cfg.batch or recipe.train.micro_batch_size
     cfg.seq_len = cfg.seq_len or recipe.data.seq_len
     flops = arch.train_flops_per_token(arch.as_config(recipe.model.flat()), cfg.seq_len)
-    peak = device_peak_flops(device)
     if cfg.against == "fla":
         check_fla_comparable(recipe, device)  # fail before any timing
-    rows = []
-    models = 2 if cfg.against == "fla" else 1
+    peaks = Peaks(device_peak_flops(device), measured_matmul_peak(device))
+    models = 2 if cfg.against else 1
     progress(0, models, f"zebra: {cfg.warmup} warm-up + {cfg.steps} timed steps")
-    rows.append(_measure("zebra", lambda: build_model(recipe, device), recipe, cfg, device, flops, peak))
-    if cfg.against == "fla":
-        gc.collect()
-        torch.cuda.empty_cache()
-        progress(1, models, f"fla: {cfg.warmup} warm-up + {cfg.steps} timed steps")
-        fla_name = "fla (GatedDeltaNetForCausalLM / KDAForCausalLM)"
-        rows.append(
-            _measure(
-                fla_name,
-                lambda: fla_model(recipe, device),
-                recipe,
-                cfg,
-                device,
-                flops,
-                peak,
-                loss_fn=fla_loss_sum,
-                score_last=False,
-            )
-        )
+    build = lambda: build_model(recipe, device)  # noqa: E731
+    rows = [_measure("zebra", build, lambda _model: flops, recipe, cfg, device, peaks)]
+    if cfg.against:
+        _free(device)
+        progress(1, models, f"{cfg.against}: {cfg.warmup} warm-up + {cfg.steps} timed steps")
+        rows.append(_against_row(cfg, recipe, device, peaks))
     return TrainBenchReport(
         recipe=recipe.name,
         device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -307,7 +414,12 @@ def run_train_bench(
         steps=cfg.steps,
         warmup=cfg.warmup,
         flops_per_token=flops,
-        peak_flops=peak,
+        peak_flops=peaks.datasheet,
+        measured_peak_flops=peaks.measured,
+        levers={
+            **{k: getattr(recipe.train, k) for k in LEVERS},
+            "kernel_backend": recipe.model.kernel_backend,
+        },
         torch_version=torch.__version__,
         rows=rows,
         kernel_cache=cache["TRITON_CACHE_DIR"],

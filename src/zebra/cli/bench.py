@@ -268,7 +268,12 @@ def train_(
         int | None, typer.Option("--seq-len", min=8, help="Tokens per sequence (default: the recipe's).")
     ] = None,
     against: Annotated[
-        str | None, typer.Option("--against", help="Also run FLA's own model at the same shapes: fla.")
+        str | None,
+        typer.Option(
+            "--against",
+            help="Also run fla (FLA's own model at the same shapes; pure GDN/KDA recipes) or llama "
+            "(Llama-3.2-1B's shape, transformers + SDPA).",
+        ),
     ] = None,
     set_: SetOpt = None,
     json_: JsonOpt = False,
@@ -290,20 +295,35 @@ def train_(
     if json_:
         out.json(report.to_dict())
         return
-    cols = ["model", "params", "tokens/s", "ms/step", "TFLOP/s", "MFU", "peak GB", "first step s"]
-    rows = [
-        [
-            r.model,
-            f"{r.params / 1e6:,.1f}M",
-            f"{r.tokens_per_s:,.0f}",
-            f"{r.step_ms:,.1f}",
-            f"{r.tflops:.3g}",
-            "-" if r.mfu is None else f"{100 * r.mfu:.1f}%",
-            "-" if r.peak_memory_gb is None else f"{r.peak_memory_gb:.1f}",
-            f"{r.first_step_s:.1f}",
-        ]
-        for r in report.rows
+    _train_table(report)
+
+
+def _train_table(report) -> None:
+    """The human form of a `TrainBenchReport`: one row per model, then the ratio, peaks and levers."""
+    cols = [
+        "model",
+        "params",
+        "tokens/s",
+        "ms/step",
+        "TFLOP/s",
+        "MFU",
+        "MFU measured",
+        "resident GB",
+        "peak GB",
+        "first step s",
     ]
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{100 * v:.1f}%"
+
+    def gb(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1f}"
+
+    rows = [
+        [r.model, f"{r.params / 1e6:,.1f}M", f"{r.tokens_per_s:,.0f}", f"{r.step_ms:,.1f}", f"{r.tflops:.3g}",
+         pct(r.mfu), pct(r.mfu_measured), gb(r.resident_gb), gb(r.peak_memory_gb), f"{r.first_step_s:.1f}"]
+        for r in report.rows
+    ]  # fmt: skip
     out.table(
         cols,
         rows,
@@ -312,22 +332,20 @@ def train_(
         justify={c: "right" for c in cols[1:]},
     )
     if report.ratio is not None:
-        out.text(f"zebra / fla tokens/s: {report.ratio:.2f}x")
+        out.text(f"zebra / {report.rows[1].model.split()[0]} tokens/s: {report.ratio:.2f}x")
+    datasheet = f"{report.peak_flops / 1e12:,.0f}" if report.peak_flops else "unknown"
+    measured = f"{report.measured_peak_flops / 1e12:,.0f}" if report.measured_peak_flops else "not measured"
     start = report.rows[0].first_step_process_s
     out.text(
         "first step s: from the start of the model's build (compile, kernel compilation, autotuning); "
         + ("" if start is None else f"zebra's first step ended {start:.1f} s after the process started; ")
         + f"kernel cache: {report.kernel_cache}"
     )
-    peak = (
-        f"{report.peak_flops / 1e12:,.0f} TFLOP/s peak"
-        if report.peak_flops
-        else "no known peak for this device"
-    )
     out.text(
-        f"MFU = {report.flops_per_token / 1e9:.4g} GFLOP/token (6N + causal MLA attention) x tokens/s / {peak}; "
-        f"torch {report.torch_version}"
+        f"MFU = FLOP/token (6N + causal attention; zebra {report.flops_per_token / 1e9:.4g} G) x tokens/s / peak: "
+        f"datasheet {datasheet} TFLOP/s, measured bf16 matmul {measured} TFLOP/s; torch {report.torch_version}"
     )
+    out.text("zebra levers: " + ", ".join(f"{k}={v}" for k, v in report.levers.items()))
 
 
 @app.command(
@@ -375,3 +393,71 @@ def parity(
         f"step-1 difference {report.step1_diff:.2e}; largest relative difference {report.max_rel_diff:.2e}; "
         f"final {report.final_rel_diff:.2e}; wrote {output}/parity.json and parity.png"
     )
+
+
+@app.command(
+    "ssd",
+    epilog=examples(
+        "zebra bench ssd",
+        "zebra bench ssd 1b-mamba-mla --batch 16 --json",
+    ),
+)
+def ssd_(
+    recipe: Annotated[
+        str, typer.Argument(help="Recipe with Mamba2 sublayers (its shapes are used).")
+    ] = "1b-mamba-mla",
+    batch: Annotated[
+        int | None, typer.Option("--batch", "-b", min=1, help="Sequences (default: the micro batch).")
+    ] = None,
+    seq_len: Annotated[
+        int | None, typer.Option("--seq-len", min=8, help="Tokens per sequence (default: the recipe's).")
+    ] = None,
+    repeats: Annotated[int, typer.Option("--repeats", "-n", min=1, help="Timed calls per row.")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed calls first.")] = 3,
+    json_: JsonOpt = False,
+) -> None:
+    """Mamba2 scan forward and forward+backward time on FLA's and mamba-ssm's kernels (GPU), and auto's choice."""
+    from zebra.bench.ssd import run_ssd_bench
+
+    with out.progress("ssd bench", unit="row") as bar:
+        report = run_ssd_bench(
+            recipe, batch=batch, seq_len=seq_len, warmup=warmup, repeats=repeats, on_progress=bar
+        )
+    if json_:
+        out.json(report.to_dict())
+        return
+    cols = [
+        "backend",
+        "chunk",
+        "forward ms",
+        "fwd+bwd ms",
+        f"x{report.mamba_sublayers} sublayers ms",
+        "rel err vs fla",
+    ]
+    rows = [
+        [r.backend, str(r.chunk_size or "-"), "-", "-", "-", r.error]
+        if r.error
+        else [
+            r.backend,
+            str(r.chunk_size or "-"),
+            f"{r.forward_ms:.3f}",
+            f"{r.forward_backward_ms:.3f}",
+            f"{r.forward_backward_ms * report.mamba_sublayers:.1f}",
+            f"{r.rel_err_vs_fla:.1e}",
+        ]
+        for r in report.rows
+    ]
+    out.table(
+        cols,
+        rows,
+        title=f"Mamba2 scan: {report.recipe} shapes (B={report.batch} T={report.seq_len} H={report.heads} "
+        f"P={report.head_dim} G={report.groups} N={report.state_dim}) on {report.device}",
+        justify={c: "right" for c in cols[2:5]},
+    )
+    best = report.fastest
+    out.text(
+        f"auto runs: {report.auto} (mamba-ssm chunk {report.auto_chunk}); fastest: "
+        + ("none" if best is None else f"{best.backend} {best.chunk_size or ''}".strip())
+    )
+    if report.advice:
+        out.text(f"to make auto take it: {report.advice}")

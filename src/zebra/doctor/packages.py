@@ -59,8 +59,9 @@ PACKAGES = (
         "mamba-ssm",
         ("mamba-ssm",),
         False,
-        "pip install 'mamba-ssm>=2.2,<3' 'causal-conv1d>=1.5,<2'   # builds only with a GPU toolchain",
-        "fused Mamba2 kernels on GPU; zebra's torch Mamba2 kernel runs without it",
+        "pip install wheel && MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE pip install "
+        "--no-build-isolation 'zebra-llama[mamba]'   # pure Python + Triton, no nvcc needed",
+        "mamba-ssm's chunked Mamba2 scan (kernel_backend mamba_ssm); FLA's and the torch kernels run without it",
     ),
     Package("lm-eval", ("lm-eval",), False, "pip install", "`zebra eval` benchmarks"),
 )

@@ -16,7 +16,7 @@ from transformers import PretrainedConfig
 from zebra.arch import resolve_pattern, used_mixers
 from zebra.mixers import MIXERS, mamba_num_heads, recurrent_names
 
-KERNEL_BACKENDS = ("auto", "torch", "fla")
+KERNEL_BACKENDS = ("auto", "torch", "fla", "mamba_ssm")
 POSITIVE_SIZES = (
     *("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "max_position_embeddings"),
     *("num_attention_heads", "kv_lora_rank", "v_head_dim"),
@@ -50,7 +50,7 @@ class ZebraConfig(PretrainedConfig):
         tie_word_embeddings: share `model.embeddings.weight` with `lm_head.weight`.
         initializer_range: standard deviation of the normal initialiser.
         max_position_embeddings: longest position RoPE is set up for.
-        kernel_backend: "auto", "torch" or "fla" (see `zebra_kernels.resolve_backend`).
+        kernel_backend: "auto", "torch", "fla" or "mamba_ssm" (see `zebra_kernels.resolve_backend`).
         num_attention_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim: MLA shape
             (q_lora_rank 0 = an uncompressed query projection).
         rope_theta: RoPE base.

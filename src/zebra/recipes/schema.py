@@ -119,7 +119,11 @@ class ModelSpec:
     tie_embeddings: bool = spec(True, doc="share the input embedding and the output head")
     init_std: float = spec(0.02, doc="initialiser standard deviation", min=0.0, max=1.0)
     max_position_embeddings: int = spec(8192, doc="longest position RoPE is set up for", min=1)
-    kernel_backend: str = spec("auto", doc="kernel backend", choices=("auto", "torch", "fla"))
+    kernel_backend: str = spec(
+        "auto",
+        doc="kernel backend (mamba_ssm: FLA, with mamba-ssm's chunked Mamba2 scan)",
+        choices=("auto", "torch", "fla", "mamba_ssm"),
+    )
     mla: MLASpec = spec(doc="Multi-Latent Attention dimensions", factory=MLASpec)
     gdn: GDNSpec = spec(doc="Gated DeltaNet dimensions", factory=GDNSpec)
     kda: KDASpec = spec(doc="Kimi Delta Attention dimensions", factory=KDASpec)
@@ -211,6 +215,17 @@ class TrainSpec:
     )
     activation_checkpointing: bool = spec(False, doc="recompute each sublayer in backward")
     compile: bool = spec(False, doc="torch.compile each sublayer")
+    compile_sublayers: str = spec(
+        "all",
+        doc="with compile: the sublayers compiled, 'all' or pattern letters (e.g. '-' MLPs, '*-' MLA and MLPs)",
+    )
+    fuse_projections: bool = spec(
+        False, doc="one GEMM for the input projections of a sublayer (MLA q/kv down, GDN/KDA q k v gates)"
+    )
+    optimizer_graph: bool = spec(
+        False, doc="replay AdamW's step from a CUDA graph (one GPU or DDP, not FSDP)"
+    )
+    fp8: bool = spec(False, doc="torchao float8 Linear layers, rowwise scales (zebra-llama[fp8], sm89+ GPU)")
     log_interval: int = spec(10, doc="steps between log lines", min=1)
     eval_interval: int = spec(1000, doc="steps between validation losses (0 = never)", min=0)
     eval_steps: int = spec(10, doc="validation batches per evaluation", min=1)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from zebra.errors import ZebraError
+
 if TYPE_CHECKING:
     import torch
 
@@ -41,16 +43,66 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def build_optimizer(model: torch.nn.Module, spec: TrainSpec, device: torch.device) -> torch.optim.AdamW:
-    """AdamW over `param_groups`; the fused CUDA implementation on GPUs."""
+    """AdamW over `param_groups`; the fused CUDA implementation on GPUs, capturable (step counts on the GPU, no
+    host reads) when `train.optimizer_graph` replays it from a CUDA graph (`GraphedOptimizerStep`)."""
     import torch
 
+    if spec.optimizer_graph and device.type != "cuda":
+        raise ZebraError(
+            f"train.optimizer_graph needs a CUDA GPU (this run is on {device.type})",
+            fix="--set train.optimizer_graph=false",
+        )
     return torch.optim.AdamW(
         param_groups(model, spec.weight_decay),
         lr=spec.lr,
         betas=(spec.adam_beta1, spec.adam_beta2),
         eps=spec.adam_eps,
         fused=device.type == "cuda",
+        capturable=spec.optimizer_graph,
     )
+
+
+class GraphedOptimizerStep:
+    """`optimizer.step()` captured once in a CUDA graph, then replayed: one launch instead of the fused AdamW's
+    per-group kernel launches and Python work.
+
+    The first call runs eagerly (it allocates the moments; after a restore they exist already), the next captures.
+    The learning rate stays a float in `param_groups` (the scheduler and checkpoints see no change); the graph reads
+    it from a device tensor filled before each replay. Gradients must keep their storage between steps: zero
+    them with `zero_grad(set_to_none=False)`.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer):
+        self.optimizer = optimizer
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.lrs: list[torch.Tensor] = []  # one per param group, read by the captured kernels
+
+    def __call__(self) -> None:
+        if self.graph is None:
+            if not self.optimizer.state:
+                self.optimizer.step()
+                return
+            self._capture()
+        for group, lr in zip(self.optimizer.param_groups, self.lrs, strict=True):
+            lr.fill_(group["lr"])
+        self.graph.replay()
+
+    def _capture(self) -> None:
+        import torch
+
+        groups = self.optimizer.param_groups
+        device = groups[0]["params"][0].device
+        floats = [group["lr"] for group in groups]
+        self.lrs = [torch.tensor(float(lr), dtype=torch.float32, device=device) for lr in floats]
+        for group, lr in zip(groups, self.lrs, strict=True):
+            group["lr"] = lr
+        self.graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(self.graph):  # records the step; replay runs it
+                self.optimizer.step()
+        finally:
+            for group, lr in zip(groups, floats, strict=True):
+                group["lr"] = lr
 
 
 def lr_at(step: int, spec: TrainSpec) -> float:

@@ -1,4 +1,5 @@
-"""Wrap a single-device model for training, torchtitan order: activation checkpointing -> compile -> data parallel.
+"""Wrap a single-device model for training, torchtitan order: model converters (fused projections, float8) ->
+activation checkpointing -> compile -> data parallel.
 
 Data parallelism: FSDP2 (`fully_shard` on every sublayer, then the root; bf16 parameters for compute, fp32
 gradient reduction, fp32 master weights) for large models, DDP for small ones, nothing for one rank.
@@ -10,13 +11,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from zebra.errors import ZebraError
+from zebra.mixers import MIXERS
 
 if TYPE_CHECKING:
     import torch
 
+    from zebra.recipes import TrainSpec
     from zebra.train.dist import DistEnv
 
 FSDP_MIN_PARAMS = 1_000_000_000  # `train.parallel: auto` shards models from this size on
+FLOAT8_MIN_DIM = 128  # Linear layers narrower than this stay in bf16: too small for FP8 to pay for its casts
 
 
 def choose_parallel(requested: str, num_params: int, world_size: int) -> str:
@@ -45,10 +49,57 @@ def apply_activation_checkpointing(model: torch.nn.Module) -> None:
         layers[i] = checkpoint_wrapper(layer, preserve_rng_state=False)
 
 
-def apply_compile(model: torch.nn.Module) -> None:
-    """torch.compile each sublayer in place (parameter names unchanged)."""
+def sublayer_letter(layer: torch.nn.Module) -> str | None:
+    """The pattern character of a (possibly checkpoint-wrapped) ZebraSublayer; None for other models' layers."""
+    return getattr(getattr(layer, "_checkpoint_wrapped_module", layer), "char", None)
+
+
+def apply_compile(model: torch.nn.Module, which: str = "all") -> None:
+    """torch.compile each sublayer in place (parameter names unchanged): every one, or those whose pattern
+    character is in `which` (`train.compile_sublayers`, e.g. "-" for the MLPs only: regional compilation)."""
+    if which != "all" and (not which or set(which) - set(MIXERS)):
+        raise ZebraError(
+            f"train.compile_sublayers={which!r} is neither 'all' nor letters of {''.join(MIXERS)!r}",
+            fix="set it to all, or to the sublayer kinds to compile, e.g. --set train.compile_sublayers='*-'",
+        )
     for layer in sublayers(model):
-        layer.compile()
+        if which == "all" or sublayer_letter(layer) in tuple(which):
+            layer.compile()
+
+
+def apply_fused_projections(model: torch.nn.Module) -> int:
+    """Make every module that stacks its input projections (`fuse_projections`, see
+    `zebra.models.layers.packed.project`) run them as one GEMM in training; returns how many were switched."""
+    switched = 0
+    for module in model.modules():
+        if hasattr(type(module), "fuse_projections"):
+            module.fuse_projections = True
+            switched += 1
+    return switched
+
+
+def float8_eligible(module: torch.nn.Module, fqn: str) -> bool:
+    """Which Linear layers `apply_float8` converts: both dimensions multiples of 16 (FP8 GEMM tiles) and at least
+    FLOAT8_MIN_DIM, and not the output head (the loss reads its weight directly)."""
+    import torch
+
+    if not isinstance(module, torch.nn.Linear) or fqn.endswith("lm_head"):
+        return False
+    dims = (module.in_features, module.out_features)
+    return all(d % 16 == 0 and d >= FLOAT8_MIN_DIM for d in dims)
+
+
+def apply_float8(model: torch.nn.Module) -> None:
+    """torchao float8 training with rowwise scales on the `float8_eligible` Linear layers (in place; parameter
+    names unchanged). Projections fused by `fuse_projections` run as one bf16 GEMM instead."""
+    try:
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    except ImportError as error:
+        raise ZebraError(
+            f"train.fp8 needs torchao ({error})", fix="pip install 'zebra-llama[fp8]', or drop train.fp8"
+        ) from None
+    config = Float8LinearConfig.from_recipe_name("rowwise")
+    convert_to_float8_training(model, config=config, module_filter_fn=float8_eligible)
 
 
 def apply_fsdp(model: torch.nn.Module, env: DistEnv, *, bf16: bool) -> None:
@@ -69,19 +120,18 @@ def apply_fsdp(model: torch.nn.Module, env: DistEnv, *, bf16: bool) -> None:
 
 
 def parallelize(
-    model: torch.nn.Module,
-    env: DistEnv,
-    *,
-    mode: str,
-    bf16: bool,
-    activation_checkpointing: bool,
-    compile: bool,
+    model: torch.nn.Module, env: DistEnv, *, mode: str, bf16: bool, train: TrainSpec
 ) -> torch.nn.Module:
-    """The model ready for training on `env` (`mode` from `choose_parallel`); returns the wrapper to call."""
-    if activation_checkpointing:
+    """The model ready for training on `env` (`mode` from `choose_parallel`) with `train`'s levers (fused
+    projections, float8, activation checkpointing, compile); returns the wrapper to call."""
+    if train.fuse_projections:
+        apply_fused_projections(model)
+    if train.fp8:
+        apply_float8(model)
+    if train.activation_checkpointing:
         apply_activation_checkpointing(model)
-    if compile:
-        apply_compile(model)
+    if train.compile:
+        apply_compile(model, train.compile_sublayers)
     if mode == "fsdp":
         apply_fsdp(model, env, bf16=bf16)
         return model

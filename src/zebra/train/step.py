@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from zebra.train.dist import DistEnv, all_reduce_sum
+from zebra.train.optim import GraphedOptimizerStep
 
 if TYPE_CHECKING:
     import torch
@@ -85,6 +86,8 @@ class TrainStep:
         autocast_bf16: run forward in bf16 autocast (DDP / single device; FSDP2 casts its own parameters).
         clip_grad: max gradient norm (0 = no clipping; the norm is still measured).
         loss_fn: how a micro-batch's summed CE is computed (default: `micro_batch_loss(model)`).
+        optimizer_graph: replay the optimizer's step from a CUDA graph (`GraphedOptimizerStep`; the optimizer
+            must be capturable); gradients are then zeroed in place instead of freed.
     """
 
     def __init__(
@@ -97,8 +100,11 @@ class TrainStep:
         autocast_bf16: bool,
         clip_grad: float,
         loss_fn: MicroBatchLoss | None = None,
+        optimizer_graph: bool = False,
     ):
         self.model, self.optimizer, self.scheduler, self.env = model, optimizer, scheduler, env
+        self.optimizer_step = GraphedOptimizerStep(optimizer) if optimizer_graph else optimizer.step
+        self.keep_grads = optimizer_graph  # the graph reads the gradients where the first step found them
         self.loss_fn = loss_fn if loss_fn is not None else micro_batch_loss(model)
         self.autocast_bf16 = autocast_bf16
         self.clip_grad = clip_grad
@@ -153,8 +159,8 @@ class TrainStep:
         loss, grad_norm = stats[0] / max(total.item(), 1.0), stats[-1]
         applied = math.isfinite(loss) and math.isfinite(grad_norm)
         if applied:
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+            self.optimizer_step()
+        self.optimizer.zero_grad(set_to_none=not self.keep_grads)
         if self.scheduler is not None:
             self.scheduler.step()
         return StepResult(

@@ -176,14 +176,18 @@ class Trainer:
         self.model_core = build_model(recipe, env.device)
         self.num_params = sum(p.numel() for p in self.model_core.parameters())  # tied weights once
         self.parallel = choose_parallel(t.parallel, self.num_params, env.world_size)
+        if t.optimizer_graph and self.parallel == "fsdp":
+            raise ZebraError(
+                "train.optimizer_graph cannot replay FSDP2's sharded optimizer step (gradients move every step)",
+                fix="--set train.optimizer_graph=false, or --set train.parallel=ddp",
+            )
         bf16 = t.precision == "bf16"
         self.model = parallelize(
             self.model_core,
             env,
             mode=self.parallel,
             bf16=bf16,
-            activation_checkpointing=t.activation_checkpointing,
-            compile=t.compile,
+            train=t,
         )
         self.optimizer = build_optimizer(self.model, t, env.device)
         self.scheduler = build_scheduler(self.optimizer, t)
@@ -194,6 +198,7 @@ class Trainer:
             env,
             autocast_bf16=bf16 and self.parallel != "fsdp",
             clip_grad=t.clip_grad,
+            optimizer_graph=t.optimizer_graph,
         )
         self.progress = Progress()
         self.consecutive_skips = 0  # non-finite steps in a row

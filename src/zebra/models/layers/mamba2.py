@@ -50,7 +50,7 @@ class Mamba2(RecurrentMixer):
         expand: Di = expand * D.
         conv_size: short convolution width W.
         layer_idx: the sublayer index (its slot in the cache).
-        backend: kernel backend ("auto", "torch", "fla").
+        backend: kernel backend ("auto", "torch", "fla", "mamba_ssm").
     """
 
     def __init__(

@@ -54,6 +54,9 @@ class MultiLatentAttention(nn.Module):
         backend: kernel backend of the latent norms ("auto", "torch", "fla").
     """
 
+    # one GEMM for q_down_proj and kv_down_proj in training too (`zebra.models.layers.packed.project`)
+    fuse_projections: bool = False
+
     def __init__(
         self,
         hidden_size: int,

@@ -6,7 +6,9 @@ the same `[B, 1, D]`. `project` runs them as one GEMV over their weights stacked
 tensor on the module (not in its state dict), built on first use and rebuilt whenever a source tensor is replaced
 or updated in place (keyed by storage and version counter). With grad enabled (training) nothing is kept: the
 tensor is recomputed on every call, so autograd sees the parameters; prefill (more than one token) projects one
-by one, so nothing changes for it and no stacked copy is made.
+by one, so nothing changes for it and no stacked copy is made, unless the owner's `fuse_projections` is set
+(`train.fuse_projections`, `zebra.train.parallelize.apply_fused_projections`): then one GEMM over the weights
+concatenated in that forward, so each weight still gets its own gradient.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ def project(
     """`[module.get_submodule(name)(hidden_states) for name in names]` for bias-free `nn.Linear`s.
 
     Args:
-        module: the owner of the projections; the stacked weight is kept on it (not in its state dict).
+        module: the owner of the projections; the stacked weight is kept on it (not in its state dict); its
+            `fuse_projections` attribute (a bool, False by default) fuses them in training and prefill too.
         hidden_states: `[B, T, D]`.
         names: submodule names (`"q_proj"`, `"f_proj.0"`) of `nn.Linear(D, out_i, bias=False)` projections.
         joined: the first `joined` outputs come back as one tensor `[B, T, out_0 + ... ]` (a view of the
@@ -60,13 +63,17 @@ def project(
     """
     linears = [module.get_submodule(name) for name in names]
     widths = [lin.out_features for lin in linears]
+    sizes = [sum(widths[:joined]), *widths[joined:]] if joined else widths
     if hidden_states.shape[1] != 1 or torch.is_grad_enabled():
+        if getattr(module, "fuse_projections", False):
+            weight = torch.cat(
+                [lin.weight for lin in linears]
+            )  # [sum out_i, D]; backward splits the gradient
+            return list(F.linear(hidden_states, weight).split(sizes, dim=-1))
         outs = [linear(hidden_states) for linear in linears]
         head = [torch.cat(outs[:joined], dim=-1)] if joined else []
         return head + outs[joined:]
     name = "stacked_" + "_".join(names).replace(".", "_")
     weight = derived(module, name, [lin.weight for lin in linears], torch.cat)  # [sum out_i, D]
     out = F.linear(hidden_states, weight)  # [B, 1, sum out_i]
-    if joined:
-        widths = [sum(widths[:joined]), *widths[joined:]]
-    return list(out.split(widths, dim=-1))
+    return list(out.split(sizes, dim=-1))

@@ -172,6 +172,8 @@ class DeltaRuleMixer(RecurrentMixer):
     gate: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]  # gdn_gate / kda_gate
     a_low: float  # A = exp(A_log) starts uniform in [a_low, 16]
 
+    # one GEMM for the input projections in training too (`zebra.models.layers.packed.project`)
+    fuse_projections: bool = False
     projections: tuple[str, ...]  # q_proj, k_proj, v_proj, b_proj first, then what raw_decay/output_gate read
 
     def reset_parameters(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from zebra_kernels import swiglu_linear
@@ -42,4 +43,6 @@ class SwiGLU(nn.Module):
     def forward(self, hidden_states: torch.Tensor, **unused: Any) -> torch.Tensor:
         """`[B, T, D] -> [B, T, D]`; takes (and ignores) the sublayer call's mask, positions, cache and offsets."""
         gate, up = self.gate_proj(hidden_states), self.up_proj(hidden_states)  # [B, T, F]
+        if type(self.down_proj) is not nn.Linear:  # converted (float8, `train.fp8`): its own forward must run
+            return self.down_proj(F.silu(gate) * up)
         return swiglu_linear(gate, up, self.down_proj.weight, self.down_proj.bias, backend=self.backend)

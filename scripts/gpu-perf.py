@@ -1,0 +1,195 @@
+"""The performance phases of scripts/gpu-session.sh in one process each: Triton's autotuning and FLA's kernels
+are compiled once for all the variants of a phase. Every measurement is one line of perf.jsonl; `table` prints
+them with the issue-18 goals checked.
+
+    python3 scripts/gpu-perf.py train 1b-gdn-pure base-b8 base-b16 fuse --out OUT/perf.jsonl
+    python3 scripts/gpu-perf.py ssd 1b-mamba-mla [256 ...] --out OUT/perf.jsonl     # mamba-ssm's chunk sizes
+    python3 scripts/gpu-perf.py table OUT/perf.jsonl
+
+A variant that fails is recorded with its error and the next one runs (the risky ones, compile and fp8, come
+last: a CUDA error leaves the process unusable). No variant starts when fewer seconds are left before the
+DEADLINE_AT environment variable (a Unix time) than it needs: MIN_LEFT for the first (Triton autotunes), WARM_LEFT
+for the next ones; skipped ones are recorded as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import time
+import traceback
+from pathlib import Path
+
+GDN_VS_FLA = 1.25  # 1b-gdn-pure tokens/s over FLA's class, batch 8 and 16
+GDN_MFU = 0.62  # of the bf16 matmul peak measured in the run
+HYBRID_VS_LLAMA = 1.4
+MIN_LEFT = 75  # seconds the first variant of a process needs at least (build, autotune, warm-up, timed steps)
+WARM_LEFT = 30  # seconds a later one needs (the kernels are tuned; builds, warm-up and timed steps only)
+STEPS, WARMUP = 8, 2
+
+# name -> (batch, against, recipe overrides); the levers of docs/benchmarks.md, "Training levers"
+VARIANTS: dict[str, tuple[int, str | None, list[str]]] = {
+    "base-b8": (8, "fla", []),
+    "base-b16": (16, "fla", []),
+    "vs-llama": (8, "llama", []),
+    "fuse": (8, None, ["train.fuse_projections=true"]),
+    "optgraph": (8, None, ["train.optimizer_graph=true"]),
+    "ac-b16": (16, None, ["train.activation_checkpointing=true"]),
+    "mamba-ssm": (8, None, ["model.kernel_backend=mamba_ssm"]),
+    "compile-mlp": (8, None, ["train.compile=true", "train.compile_sublayers=-"]),
+    "compile-all": (8, None, ["train.compile=true"]),
+    "fp8": (8, None, ["train.fp8=true", "train.compile=true", "train.compile_sublayers=-"]),
+}
+
+
+def seconds_left() -> float:
+    return float(os.environ.get("DEADLINE_AT", time.time() + 1e6)) - time.time()
+
+
+def write_line(out: Path, variant: str, **fields) -> None:
+    with out.open("a") as f:
+        f.write(json.dumps({"variant": variant, **fields}) + "\n")
+    print(f"{variant}: {'error ' + fields['error'] if 'error' in fields else 'done'}", flush=True)
+
+
+def run_train(recipe: str, variants: list[str], out: Path) -> None:
+    """Each variant through `zebra.bench.train.run_train_bench`, in this process."""
+    import torch
+
+    from zebra.bench.train import TrainBenchConfig, run_train_bench
+
+    for i, name in enumerate(variants):
+        if name not in VARIANTS:
+            write_line(out, name, error=f"unknown variant (known: {', '.join(VARIANTS)})")
+            continue
+        if seconds_left() < (MIN_LEFT if i == 0 else WARM_LEFT):
+            write_line(out, name, error="skipped: DEADLINE")
+            continue
+        batch, against, overrides = VARIANTS[name]
+        cfg = TrainBenchConfig(recipe=recipe, steps=STEPS, warmup=WARMUP, batch=batch, against=against,
+                               overrides=overrides)  # fmt: skip
+        start = time.time()
+        try:
+            report = run_train_bench(cfg)
+            write_line(out, name, wall_s=round(time.time() - start), **report.to_dict())
+        except Exception as error:  # the next variant still runs
+            traceback.print_exc()
+            write_line(out, name, error=f"{type(error).__name__}: {error}"[:400])
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def run_ssd(recipe: str, chunk_sizes: list[int], out: Path) -> None:
+    from zebra.bench.ssd import MAMBA_SSM_CHUNKS, run_ssd_bench
+
+    try:
+        report = run_ssd_bench(recipe, chunk_sizes=chunk_sizes or MAMBA_SSM_CHUNKS)
+        write_line(out, "ssd", **report.to_dict())
+    except Exception as error:
+        traceback.print_exc()
+        write_line(out, "ssd", error=f"{type(error).__name__}: {error}"[:400])
+
+
+def goal(record: dict) -> str:
+    """The issue-18 goal this row answers, met or missed; empty when none applies."""
+    ratio, rows = record.get("ratio"), record.get("rows", [])
+    if ratio is None or not rows:
+        return ""
+    against = rows[1]["model"].split()[0]
+    if record["recipe"] == "1b-gdn-pure" and against == "fla" and not any(_levers_on(record)):
+        mfu = rows[0].get("mfu_measured")
+        ok = ratio >= GDN_VS_FLA and mfu is not None and mfu >= GDN_MFU
+        return f"{'met' if ok else 'MISSED'} (>= {GDN_VS_FLA}x fla, >= {GDN_MFU:.0%} measured peak)"
+    if against == "llama":
+        return f"{'met' if ratio >= HYBRID_VS_LLAMA else 'MISSED'} (>= {HYBRID_VS_LLAMA}x llama)"
+    return ""
+
+
+def _levers_on(record: dict) -> list[str]:
+    levers = record.get("levers", {})
+    on = [
+        k
+        for k in ("compile", "fuse_projections", "optimizer_graph", "fp8", "activation_checkpointing")
+        if levers.get(k)
+    ]
+    if levers.get("compile") and levers.get("compile_sublayers") != "all":
+        on[on.index("compile")] = f"compile[{levers['compile_sublayers']}]"
+    if levers.get("kernel_backend") not in (None, "auto"):
+        on.append(f"backend={levers['kernel_backend']}")
+    return on
+
+
+def train_line(record: dict) -> str:
+    rows = record["rows"]
+    z = rows[0]
+    other = rows[1] if len(rows) > 1 else None
+    cells = [
+        record["variant"],
+        record["recipe"],
+        str(record["batch"]),
+        ", ".join(_levers_on(record)) or "-",
+        f"{z['tokens_per_s']:,.0f}",
+        "-" if z.get("mfu_measured") is None else f"{z['mfu_measured']:.1%}",
+        "-" if z.get("peak_memory_gb") is None else f"{z['peak_memory_gb']:.1f} / {z['resident_gb']:.1f}",
+        "-" if other is None else f"{other['model'].split()[0]} {other['tokens_per_s']:,.0f}",
+        "-" if record.get("ratio") is None else f"{record['ratio']:.2f}x",
+        goal(record),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def ssd_lines(record: dict) -> list[str]:
+    out = [f"Mamba2 scan ({record['recipe']} shapes, B={record['batch']} T={record['seq_len']}, "
+           f"x{record['mamba_sublayers']} sublayers per step), auto runs {record['auto']} "
+           f"(mamba-ssm chunk {record['auto_chunk']}):"]  # fmt: skip
+    for r in record["rows"]:
+        name = r["backend"] + (f" chunk {r['chunk_size']}" if r["chunk_size"] else "")
+        if r["error"]:
+            out.append(f"  {name}: failed: {r['error']}")
+        else:
+            out.append(f"  {name}: forward {r['forward_ms']:.3f} ms, forward+backward {r['forward_backward_ms']:.3f} ms,"
+                       f" rel err vs fla {r['rel_err_vs_fla']:.1e}")  # fmt: skip
+    out.append(
+        f"  to make auto take the fastest: {record['advice']}"
+        if record["advice"]
+        else "  auto is the fastest"
+    )
+    return out
+
+
+def table(path: Path) -> str:
+    head = ("| variant | recipe | batch | levers | zebra tok/s | MFU (measured peak) | peak / resident GB | "
+            "against tok/s | ratio | goal |\n|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+    train, other = [head], []
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        if "rows" in record and "recipe" in record and "steps" in record:
+            train.append(train_line(record))
+        elif "rows" in record:
+            other += ssd_lines(record)
+        else:
+            other.append(f"{record['variant']}: {record.get('error', '')}")
+    return "\n".join([*train, "", *other])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("what", choices=["train", "ssd", "table"])
+    p.add_argument("target", help="recipe (train, ssd) or perf.jsonl (table)")
+    p.add_argument(
+        "variants", nargs="*", help=f"train: any of {', '.join(VARIANTS)}; ssd: mamba-ssm chunk sizes"
+    )
+    p.add_argument("--out", type=Path, help="perf.jsonl to append to")
+    a = p.parse_args()
+    if a.what == "table":
+        print(table(Path(a.target)))
+    elif a.what == "ssd":
+        run_ssd(a.target, [int(c) for c in a.variants], a.out)
+    else:
+        run_train(a.target, a.variants, a.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""The training levers `zebra bench train --set train.X=...` toggles: fused input projections (checked against the
+unfused path), regional compile, float8's layer choice and its missing-torchao error, the CUDA-graphed
+optimizer step (GPU) and float8 training (CPU with torchao; GPU)."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+
+import pytest
+import torch
+from tests.models.tiny import tiny_model
+
+from zebra.errors import ZebraError
+from zebra.recipes import load_recipe
+from zebra.train.parallelize import (
+    apply_compile,
+    apply_float8,
+    apply_fused_projections,
+    float8_eligible,
+    sublayer_letter,
+)
+
+HAS_TORCHAO = importlib.util.find_spec("torchao") is not None
+
+
+def loss_and_grads(model, ids):
+    model.zero_grad(set_to_none=True)
+    loss = model(ids, labels=ids).loss
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_fused_projections_give_the_unfused_loss_and_gradients():
+    """One GEMM over the concatenated weights (MLA q_down + kv_down, GDN / KDA input projections) is the same
+    math: float64 loss and every parameter's gradient agree to rounding, and every projection gets a gradient."""
+    model = tiny_model("tiny").train()  # MLA, Mamba2, GDN and KDA sublayers
+    fused = copy.deepcopy(model)
+    switched = apply_fused_projections(fused)
+    pattern = model.config.layer_pattern
+    assert switched == sum(pattern.count(c) for c in "*GK")  # Mamba2 has one in_proj: nothing to fuse
+    ids = torch.randint(0, model.config.vocab_size, (2, 40), generator=torch.Generator().manual_seed(0))
+    loss, grads = loss_and_grads(model, ids)
+    fused_loss, fused_grads = loss_and_grads(fused, ids)
+    assert fused_grads.keys() == grads.keys() and any("q_down_proj" in n for n in grads)
+    torch.testing.assert_close(fused_loss, loss, rtol=1e-12, atol=0)
+    for name, grad in grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_fused_projections_leave_decode_unchanged():
+    model = tiny_model("tiny").eval()
+    fused = copy.deepcopy(model)
+    apply_fused_projections(fused)
+    ids = torch.randint(0, model.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(fused(ids).logits, model(ids).logits, rtol=1e-10, atol=1e-12)
+
+
+def test_regional_compile_compiles_only_the_chosen_sublayers():
+    model = tiny_model("tiny")
+    apply_compile(model, "-*")
+    compiled = {sublayer_letter(layer): layer._compiled_call_impl is not None for layer in model.model.layers}
+    assert compiled == {"-": True, "*": True, "M": False, "G": False, "K": False}
+    with pytest.raises(ZebraError, match=r"train\.compile_sublayers='x-'"):
+        apply_compile(tiny_model("tiny"), "x-")
+
+
+def test_float8_converts_the_large_linear_layers_only():
+    config = load_recipe("1b-mamba-mla").model.to_config()
+    from zebra.models import ZebraForCausalLM
+
+    with torch.device("meta"):
+        model = ZebraForCausalLM(config)
+    chosen = {name.split(".")[-1] for name, m in model.named_modules() if float8_eligible(m, name)}
+    # MLA's kv_down_proj is 2048 -> 160 and Mamba2's in_proj 2048 -> 5152: multiples of 16, above 128
+    assert chosen == {"q_down_proj", "q_up_proj", "kv_down_proj", "kv_up_proj", "o_proj", "in_proj", "out_proj",
+                      "gate_proj", "up_proj", "down_proj"}  # fmt: skip
+    gdn = load_recipe("1b-gdn-pure").model.to_config()
+    with torch.device("meta"):
+        model = ZebraForCausalLM(gdn)
+    left_out = {name.split(".")[-1] for name, m in model.named_modules()
+                if isinstance(m, torch.nn.Linear) and not float8_eligible(m, name)}  # fmt: skip
+    assert left_out == {"a_proj", "b_proj", "lm_head"}  # 2048 -> 16 gates: too small to pay for FP8 casts
+    assert not float8_eligible(model.lm_head, "lm_head")
+
+
+@pytest.mark.slow
+def test_regional_compile_gives_the_eager_loss_and_gradients():
+    """Compiling the MLP and MLA sublayers (inductor on CPU) changes the graph, not the math: the float64 loss
+    and every gradient match the eager model's to rounding."""
+    model = tiny_model("tiny").train()
+    compiled = copy.deepcopy(model)
+    apply_compile(compiled, "-*")
+    ids = torch.randint(0, model.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(2))
+    loss, grads = loss_and_grads(model, ids)
+    compiled_loss, compiled_grads = loss_and_grads(compiled, ids)
+    assert compiled_grads.keys() == grads.keys()
+    torch.testing.assert_close(compiled_loss, loss, rtol=1e-10, atol=0)
+    for name, grad in grads.items():
+        torch.testing.assert_close(compiled_grads[name], grad, rtol=1e-8, atol=1e-10, msg=name)
+
+
+@pytest.mark.skipif(HAS_TORCHAO, reason="checks the error without torchao")
+def test_float8_without_torchao_is_one_line_with_the_install():
+    with pytest.raises(ZebraError, match=r"train\.fp8 needs torchao") as info:
+        apply_float8(tiny_model("tiny"))
+    assert info.value.fix.startswith("pip install 'zebra-llama[fp8]'")
+
+
+def test_optimizer_graph_needs_a_gpu():
+    from zebra.train.optim import build_optimizer
+
+    spec = load_recipe("tiny", overrides=["train.optimizer_graph=true"]).train
+    with pytest.raises(ZebraError, match=r"train\.optimizer_graph needs a CUDA GPU"):
+        build_optimizer(tiny_model("tiny"), spec, torch.device("cpu"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_graphed_optimizer_step_follows_the_eager_one():
+    """TrainStep with the AdamW step replayed from a CUDA graph: the same weights as the eager fused step after
+    several steps under a changing learning rate (warm-up schedule)."""
+    from zebra.train.dist import DistEnv
+    from zebra.train.optim import build_optimizer, build_scheduler, lr_at
+    from zebra.train.step import TrainStep
+
+    env = DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cuda"))
+    ids = torch.randint(0, 272, (2, 65), generator=torch.Generator().manual_seed(0))
+    batch = {"tokens": ids[:, :-1], "labels": ids[:, 1:], "loss_mask": torch.ones(2, 64)}
+    weights = {}
+    for graphed in (False, True):
+        spec = load_recipe(
+            "tiny", overrides=[f"train.optimizer_graph={graphed}", "train.warmup_steps=4"]
+        ).train
+        torch.manual_seed(0)
+        model = tiny_model("tiny").float().cuda().train()
+        optimizer = build_optimizer(model, spec, env.device)
+        step = TrainStep(model, optimizer, build_scheduler(optimizer, spec), env, autocast_bf16=False,
+                         clip_grad=spec.clip_grad, optimizer_graph=graphed)  # fmt: skip
+        for _ in range(5):  # eager, capture + replay, then replays
+            assert step([batch]).applied
+        weights[graphed] = {n: p.detach().clone() for n, p in model.named_parameters()}
+        lr = optimizer.param_groups[0]["lr"]  # a float again after capture, the schedule's value
+        assert isinstance(lr, float) and lr == pytest.approx(lr_at(5, spec))
+    for name, w in weights[False].items():
+        torch.testing.assert_close(weights[True][name], w, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.skipif(not HAS_TORCHAO, reason="needs torchao")
+@pytest.mark.parametrize(
+    "device",
+    ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                          reason="needs a CUDA GPU")])],
+)  # fmt: skip
+def test_float8_training_step_runs_close_to_bf16(device):
+    """train.fp8 on a model wide enough for float8 layers: the first loss within 2% of bf16's, gradients finite
+    (on the CPU through torch's CPU `_scaled_mm`, on a GPU through its FP8 GEMMs)."""
+    from torchao.float8.float8_linear import Float8Linear
+
+    from zebra.models import ZebraForCausalLM
+
+    backend = "torch" if device == "cpu" else "auto"
+    config = load_recipe("tiny-gdn").model.to_config(
+        hidden_size=256, intermediate_size=1024, kernel_backend=backend
+    )
+    T = 64 if device == "cpu" else 256
+    gen = torch.Generator(device).manual_seed(0)
+    ids = torch.randint(0, 272, (4, T), device=device, generator=gen)
+    losses = {}
+    for fp8 in (False, True):
+        torch.manual_seed(0)
+        model = ZebraForCausalLM(config).to(device).train()
+        if fp8:
+            apply_float8(model)
+            assert any(isinstance(m, Float8Linear) for m in model.modules())
+        with torch.autocast(device, dtype=torch.bfloat16):
+            loss = model(ids, labels=ids).loss
+        loss.backward()
+        assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+        losses[fp8] = loss.item()
+    assert abs(losses[True] - losses[False]) < 0.02 * losses[False]
