@@ -140,27 +140,30 @@ class TrainBenchReport:
         return {**asdict(self), "ratio": self.ratio}
 
 
-def check_fla_comparable(recipe, device) -> str:
-    """The recipe's layer pattern, or a ZebraError when FLA has no class for it or no kernels on `device`."""
+def check_fla_comparable(recipe, device=None, *, flag: str = "--against fla") -> str:
+    """The recipe's layer pattern, or a ZebraError (naming `flag`) when FLA has no class for it or, with a
+    `device`, no kernels there."""
     pattern = arch.resolve_pattern(arch.as_config(recipe.model.flat()))
     mixers = set(pattern[0::2])
     if len(mixers) != 1 or mixers & {"M", "*"} or set(pattern[1::2]) != {"-"}:
         raise ZebraError(
-            f"--against fla: recipe {recipe.name} has pattern {pattern[:16]}...; FLA has classes for pure GDN "
+            f"{flag}: recipe {recipe.name} has pattern {pattern[:16]}...; FLA has classes for pure GDN "
             "and pure KDA models only",
-            fix="compare a pure recipe (1b-gdn-pure, 1b-kda-pure, tiny-gdn, tiny-kda), or drop --against",
+            fix="use a pure recipe (1b-gdn-pure, 1b-kda-pure, tiny-gdn, tiny-kda)",
         )
-    if device.type != "cuda":
+    if device is not None and device.type != "cuda":
         raise ZebraError(
-            "--against fla: FLA's kernels need a GPU (they have no CPU path)",
+            f"{flag}: FLA's kernels need a GPU (they have no CPU path)",
             fix="run it on a CUDA/ROCm machine",
         )
     return pattern
 
 
 def fla_model(recipe, device):
-    """FLA's own model class at the recipe's shapes (pure GDN or pure KDA only), on `device`, fp32 weights."""
-    pattern = check_fla_comparable(recipe, device)
+    """FLA's own model class at the recipe's shapes (pure GDN or pure KDA only), on `device`, fp32 weights.
+
+    Built on any device (its forward needs FLA's GPU kernels: check the device with `check_fla_comparable`)."""
+    pattern = check_fla_comparable(recipe)
     from fla.models import GatedDeltaNetConfig, GatedDeltaNetForCausalLM, KDAConfig, KDAForCausalLM
 
     cfg = fla_config(recipe.model.to_config(), pattern)
