@@ -7,7 +7,7 @@ import os
 
 import pytest
 import torch
-from convert_helpers import build_model
+from convert_helpers import build_model, write_run
 from megatron_writer import megatron_args, megatron_tensors, write_torch
 from typer.testing import CliRunner
 
@@ -189,3 +189,27 @@ def test_truncated_distcp_fails_mid_write_and_leaves_nothing(tmp_path):
     r = zebra("convert", root, "-o", tmp_path / "out", "--tokenizer", "none")
     assert_one_line_error(r, "iter_0000100: cannot read")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["primus"]
+
+
+@pytest.mark.parametrize(
+    ("output", "where"),
+    [(".", "is the source"), ("checkpoints", "is inside the source"), ("..", "contains the source")],
+)
+def test_an_output_overlapping_the_source_is_refused_even_with_yes(tmp_path, output, where):
+    """`zebra convert SRC -o SRC --yes` used to write the export and then delete the whole run."""
+    recipe, model = build_model("gdn")
+    run = tmp_path / "runs" / "gdn"
+    write_run(run, recipe, model)
+    before = listing(tmp_path)
+    r = zebra("convert", run, "-o", run / output, "--yes")
+    assert_one_line_error(r, where, "choose an output outside")
+    assert listing(tmp_path) == before
+
+
+def test_a_run_converts_into_its_own_export_folder(tmp_path):
+    recipe, model = build_model("gdn")
+    run = tmp_path / "gdn"
+    write_run(run, recipe, model)
+    r = zebra("convert", run, "-o", run / "export", "--yes")
+    assert r.exit_code == 0, r.output
+    assert (run / "export" / "config.json").is_file() and (run / "checkpoints").is_dir()

@@ -51,13 +51,14 @@ def convert(
 ) -> None:
     """Convert a checkpoint, streaming one tensor at a time into sharded safetensors."""
     from zebra.convert.formats import detect_format
-    from zebra.convert.pipeline import TARGETS, default_output
+    from zebra.convert.pipeline import TARGETS, check_output_apart, default_output
     from zebra.convert.pipeline import convert as run_convert
 
     if to not in TARGETS:
         raise ZebraError(f"--to {to}: unknown target", fix=f"use one of {', '.join(TARGETS)}")
     fmt = detect_format(src) if from_ == "auto" else from_
     target = output or default_output(src, to, fmt)
+    check_output_apart(src, target, to, fmt)
     if target.exists() and not force:
         if not confirm(f"{target} exists. Overwrite it?", yes=yes, default=False):
             raise ZebraError(
