@@ -31,6 +31,7 @@ from zebra.convert.tensor_sources import (
     TensorSource,
     torch_load,
 )
+from zebra.data.tokenizers import has_tokenizer_files
 from zebra.errors import ZebraError
 from zebra.models import ZebraConfig
 from zebra.recipes import load_recipe
@@ -77,10 +78,6 @@ def _model_type(path: Path) -> str | None:
         raise ZebraError(f"{cfg}: not valid JSON", fix="re-export or re-download the model") from None
 
 
-def _has_tokenizer(path: Path) -> bool:
-    return (path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file()
-
-
 def _weights(path: Path) -> TensorSource:
     if (path / "model.safetensors").is_file() or (path / "model.safetensors.index.json").is_file():
         return SafetensorsSource(path)
@@ -101,7 +98,7 @@ def _is_export(path: Path) -> bool:
 def _open_export(path: Path) -> Checkpoint:
     config = ZebraConfig.from_pretrained(path)
     return Checkpoint(
-        "hf", path, config, _weights(path), tokenizer=str(path) if _has_tokenizer(path) else None
+        "hf", path, config, _weights(path), tokenizer=str(path) if has_tokenizer_files(path) else None
     )
 
 
@@ -127,7 +124,7 @@ def _open_fla(path: Path) -> Checkpoint:
         path,
         zebra_config(kwargs),
         ConvertedSource(raw, pieces),
-        tokenizer=str(path) if _has_tokenizer(path) else None,
+        tokenizer=str(path) if has_tokenizer_files(path) else None,
     )
 
 
