@@ -9,18 +9,18 @@ styles (usage, description, an Options and a Commands panel); every subcommand's
 from __future__ import annotations
 
 import inspect
-import os
 from typing import Any
+
+from zebra.cli._output import out
 
 
 def print_group_help(group: Any, ctx: Any) -> None:
-    """Print GROUP's help (usage, description, options, commands, epilog) on stdout, as Typer lays it out."""
-    from rich.console import Console
+    """Print GROUP's help (usage, description, options, commands, epilog) on `out`'s console, as Typer lays it
+    out."""
     from rich.padding import Padding
     from rich.text import Text
 
-    width = os.environ.get("TERMINAL_WIDTH")  # Typer's own override of the help width
-    console = Console(highlight=False, width=int(width) if width and width.isdigit() else None)
+    console = out.console
     usage = f"{ctx.command_path} {' '.join(group.collect_usage_pieces(ctx))}"
     console.print(Padding(Text.assemble(("Usage: ", "yellow"), (usage, "bold")), 1))
     description = inspect.cleandoc(group.help or "").partition("\f")[0].split("\n\n")[0]
