@@ -9,6 +9,7 @@ import sys
 
 import pexpect
 import pytest
+from tests.generation.conftest import without_tokenizer
 
 PROMPT = ">>> "
 
@@ -113,24 +114,48 @@ def test_ctrl_c_stops_the_reply_not_the_program(random_export):
     assert child.exitstatus == 0
 
 
-def test_no_model_on_a_terminal_asks_for_model_and_settings(trained_export, tmp_path):
+def copy_run(run_dir, dest, *, age: float = 0.0):
+    """A copy of the trained run at DEST (its folder `age` seconds older than now)."""
+    import os
     import shutil
+    import time
 
-    shutil.copytree(
-        trained_export.parent, tmp_path / "runs" / "mine", ignore=shutil.ignore_patterns("data_cache")
-    )
-    child = pexpect.spawn(
-        sys.executable, ["-m", "zebra.cli.main", "chat", "--device", "cpu"], cwd=tmp_path, encoding="utf-8",
+    shutil.copytree(run_dir, dest, ignore=shutil.ignore_patterns("data_cache"))
+    os.utime(dest, (time.time() - age, time.time() - age))
+    return dest
+
+
+def spawn_in(cwd, *args: str) -> pexpect.spawn:
+    return pexpect.spawn(
+        sys.executable, ["-m", "zebra.cli.main", "chat", *args, "--device", "cpu"], cwd=cwd, encoding="utf-8",
         codec_errors="replace", timeout=180, dimensions=(50, 250),
     )  # fmt: skip
-    child.expect("Which model")
-    child.expect_exact("runs/mine")  # the recent run is offered first
-    child.send("\r")
-    child.expect("Temperature")
-    child.send("\x7f" * 5 + "0\r")  # replace the default 0.7
-    child.expect("Longest reply")
-    child.send("\x7f" * 5 + "7\r")
+
+
+def test_no_model_and_one_here_asks_nothing(trained_export, tmp_path):
+    """`zebra chat` starts straight at the prompt; temperature and length have defaults (issue 17 item 4)."""
+    copy_run(trained_export.parent, tmp_path / "runs" / "mine")
+    child = spawn_in(tmp_path)
+    child.expect_exact("model: runs/mine")
     child.expect_exact(PROMPT)
+    assert "?" not in child.before  # no question was asked
+    child.sendline("/stats")
+    assert "temperature 0.7; max 256]" in reply_of(child)
+    child.sendline("/quit")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_no_model_and_several_on_a_terminal_asks_only_which(trained_export, tmp_path):
+    copy_run(trained_export.parent, tmp_path / "runs" / "old", age=3600)
+    copy_run(trained_export.parent, tmp_path / "runs" / "new")
+    child = spawn_in(tmp_path, "--temperature", "0", "--max-new", "7")
+    child.expect("Which model")
+    child.expect_exact("runs/new")  # the newest is offered first
+    child.send("\r")
+    child.expect_exact(PROMPT)
+    assert "Temperature" not in child.before and "Longest" not in child.before
     child.sendline("/stats")
     assert "temperature 0; max 7]" in reply_of(child)
     child.sendline("/quit")
@@ -139,15 +164,41 @@ def test_no_model_on_a_terminal_asks_for_model_and_settings(trained_export, tmp_
     assert child.exitstatus == 0
 
 
-def test_no_model_without_a_terminal_is_one_line():
-    done = subprocess.run(
-        [sys.executable, "-m", "zebra.cli.main", "chat"],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
+def test_no_model_without_a_terminal_is_one_line(trained_export, tmp_path):
+    chat = [sys.executable, "-m", "zebra.cli.main", "chat"]
+    done = subprocess.run(chat, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=tmp_path)
     assert done.returncode == 1
     assert "missing MODEL" in done.stderr and "Traceback" not in done.stderr
+
+    copy_run(trained_export.parent, tmp_path / "runs" / "a")
+    copy_run(trained_export.parent, tmp_path / "runs" / "b", age=60)
+    done = subprocess.run(chat, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "missing MODEL, and there are 2 candidates" in done.stderr
+    assert "pass one of: runs/a, runs/b" in done.stderr
+
+
+def test_an_export_without_tokenizer_files_takes_tokenizer(trained_export, tmp_path):
+    """generate and chat on an export converted without a tokenizer (issue 17 item 2)."""
+    bare = without_tokenizer(trained_export, tmp_path / "bare")
+    generate_bare = [sys.executable, "-m", "zebra.cli.main", "generate", str(bare), "--prompt", "The zebra",
+                     "--max-new", "12", "--temperature", "0", "--device", "cpu"]  # fmt: skip
+    done = subprocess.run(generate_bare, capture_output=True, text=True)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"MODEL {bare}: no tokenizer files" in done.stderr and "pass --tokenizer" in done.stderr
+    done = subprocess.run(
+        [*generate_bare, "--tokenizer", "byte"], capture_output=True, text=True, errors="replace"
+    )
+    expected = generate(trained_export, "The zebra", 12)
+    assert done.returncode == 0 and done.stdout == expected
+
+    child = spawn_in(tmp_path, str(bare), "--tokenizer", "byte", "--temperature", "0", "--max-new", "12")
+    child.expect_exact(PROMPT)
+    child.sendline("The zebra")
+    child.expect_exact("The zebra")
+    assert _clean(reply_of(child)) == _clean(expected)
+    child.sendline("/quit")
+    child.expect(pexpect.EOF)
 
 
 @pytest.mark.parametrize(

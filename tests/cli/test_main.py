@@ -13,12 +13,22 @@ def test_version(zebra):
         assert r.returncode == 0 and r.stdout == f"zebra {__version__}\n"
 
 
-def test_help_lists_the_command_groups(zebra):
+def test_help_lists_every_command_with_its_summary(zebra):
+    import typer
+
+    from zebra.cli.main import app
+
     r = zebra("--help")
     assert r.returncode == 0
-    assert "Usage: zebra" in r.stdout
-    for group in ("recipes", "doctor", "bench"):
-        assert f" {group} " in r.stdout
+    assert "Usage: zebra [OPTIONS] COMMAND [ARGS]..." in r.stdout
+    assert "Train, convert, verify, evaluate and chat" in r.stdout
+    for flag in ("--version", "-V", "--install-completion", "--help", "-h"):
+        assert f" {flag} " in r.stdout
+    commands = typer.main.get_command(app).commands
+    assert len(commands) >= 12
+    for name, command in commands.items():
+        summary = (command.short_help or command.help).split("\n\n")[0]
+        assert f" {name} " in r.stdout and " ".join(summary.split()[:4]) in r.stdout, name
 
 
 def test_no_arguments_shows_help(zebra):

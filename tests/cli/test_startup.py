@@ -32,3 +32,12 @@ def test_the_detector_sees_a_heavy_import(tmp_path):
     modules = imported_modules(["doctor", "--json", "--data-dir", str(tmp_path)], ok_exit_codes=(0, 1))
     assert "torch" in {m.split(".")[0] for m in modules}
     assert set(HEAVY_MODULES) >= {"torch", "transformers", "fla", "megatron", "datasets", "lm_eval"}
+
+
+def test_root_help_skips_typers_full_help_renderer():
+    """`zebra --help` is drawn by zebra.cli._help: Typer's renderer imports markdown-it, pygments and attrs,
+    about half of what the root help used to cost (docs/benchmarks.md)."""
+    modules = set(imported_modules(["--help"]))
+    assert "zebra.cli._help" in modules
+    assert not modules & {"typer.rich_utils", "rich.markdown", "rich.syntax", "rich.traceback"}
+    assert "typer.rich_utils" in imported_modules(["recipes", "--help"])  # subcommands keep Typer's

@@ -65,3 +65,22 @@ def load_zebra(directory):
     from zebra.models import ZebraForCausalLM
 
     return ZebraForCausalLM.from_pretrained(directory, kernel_backend="torch").eval()
+
+
+def write_run(run_dir, recipe, model, step=20):
+    """A training run as the trainer leaves it: config.yaml, checkpoints/step_XXXXXXX (DCP) and `latest`."""
+    import torch
+
+    from zebra.recipes.loader import dump_recipe
+    from zebra.train.checkpoint import Checkpointer
+    from zebra.train.dist import DistEnv
+
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(dump_recipe(recipe))
+    env = DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
+    state = {
+        "model": model.state_dict(),
+        "optimizer": {"state": {"exp_avg": torch.zeros(4)}},
+        "progress": {"step": torch.tensor(step)},
+    }
+    return Checkpointer(run_dir, keep_last=2, env=env).save(step, state, {"consumed_samples": 64})

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import time
 
 import pytest
 import torch
-from convert_helpers import build_model
+from convert_helpers import build_model, write_run
 from megatron_writer import megatron_args, megatron_tensors, write_torch
 from typer.testing import CliRunner
 
@@ -189,3 +191,76 @@ def test_truncated_distcp_fails_mid_write_and_leaves_nothing(tmp_path):
     r = zebra("convert", root, "-o", tmp_path / "out", "--tokenizer", "none")
     assert_one_line_error(r, "iter_0000100: cannot read")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["primus"]
+
+
+@pytest.mark.parametrize(
+    ("output", "where"),
+    [(".", "is the source"), ("checkpoints", "is inside the source"), ("..", "contains the source")],
+)
+def test_an_output_overlapping_the_source_is_refused_even_with_yes(tmp_path, output, where):
+    """`zebra convert SRC -o SRC --yes` used to write the export and then delete the whole run."""
+    recipe, model = build_model("gdn")
+    run = tmp_path / "runs" / "gdn"
+    write_run(run, recipe, model)
+    before = listing(tmp_path)
+    r = zebra("convert", run, "-o", run / output, "--yes")
+    assert_one_line_error(r, where, "choose an output outside")
+    assert listing(tmp_path) == before
+
+
+def test_a_run_converts_into_its_own_export_folder(tmp_path):
+    recipe, model = build_model("gdn")
+    run = tmp_path / "gdn"
+    write_run(run, recipe, model)
+    r = zebra("convert", run, "-o", run / "export", "--yes")
+    assert r.exit_code == 0, r.output
+    assert (run / "export" / "config.json").is_file() and (run / "checkpoints").is_dir()
+
+
+def gdn_runs(root, *names):
+    """GDN training runs under ROOT/runs, each checkpoint a minute older than the one before."""
+    recipe, model = build_model("gdn")
+    for age, name in enumerate(names):
+        step = write_run(root / "runs" / name, recipe, model)
+        os.utime(step, (time.time() - 60 * age, time.time() - 60 * age))
+
+
+def test_convert_without_source_takes_the_run_under_runs(tmp_path, monkeypatch):
+    """The used-by line, `zebra convert --to fla`, after one `zebra train` (issue 17 item 3)."""
+    gdn_runs(tmp_path, "gdn")
+    monkeypatch.chdir(tmp_path)
+    r = zebra("convert", "--to", "fla")
+    assert r.exit_code == 0, r.output
+    assert "runs/gdn (zebra) -> runs/gdn-fla (fla)" in r.stdout
+    assert (tmp_path / "runs" / "gdn-fla" / "config.json").is_file()
+
+
+def test_convert_without_source_and_several_runs_lists_them_or_takes_the_newest_with_yes(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    assert_one_line_error(zebra("convert", "--to", "fla"), "missing SOURCE", "pass SOURCE")  # no run at all
+    gdn_runs(tmp_path, "new", "old")
+    r = zebra("convert", "--to", "fla")
+    assert_one_line_error(r, "missing SOURCE, and there are 2 candidates", "pass one of: runs/new, runs/old")
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["new", "old"]
+    r = zebra("convert", "--to", "fla", "--yes")
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["new", "new-fla", "old"]
+
+
+def test_convert_without_source_on_a_terminal_offers_the_runs(tmp_path):
+    import pexpect
+
+    gdn_runs(tmp_path, "new", "old")
+    child = pexpect.spawn(
+        sys.executable, ["-m", "zebra.cli.main", "convert", "--to", "fla"], cwd=tmp_path, encoding="utf-8",
+        codec_errors="replace", timeout=180, dimensions=(50, 250),
+    )  # fmt: skip
+    child.expect("Convert which run")
+    child.expect_exact("runs/old")  # both are offered, the newest first
+    child.send("\x1b[B\r")  # arrow down: the older one
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["new", "old", "old-fla"]

@@ -10,28 +10,11 @@ import textwrap
 
 import pytest
 import torch
-from convert_helpers import build_model, load_zebra, logits, tokens
+from convert_helpers import build_model, load_zebra, logits, tokens, write_run
 from safetensors.torch import load_file
 
 from zebra.convert import convert, export_hf, export_run
 from zebra.errors import ZebraError
-
-
-def write_run(run_dir, recipe, model, step=20):
-    """A training run as the trainer leaves it: config.yaml, checkpoints/step_XXXXXXX (DCP) and `latest`."""
-    from zebra.recipes.loader import dump_recipe
-    from zebra.train.checkpoint import Checkpointer
-    from zebra.train.dist import DistEnv
-
-    run_dir.mkdir(parents=True)
-    (run_dir / "config.yaml").write_text(dump_recipe(recipe))
-    env = DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
-    state = {
-        "model": model.state_dict(),
-        "optimizer": {"state": {"exp_avg": torch.zeros(4)}},
-        "progress": {"step": torch.tensor(step)},
-    }
-    return Checkpointer(run_dir, keep_last=2, env=env).save(step, state, {"consumed_samples": 64})
 
 
 def test_run_to_hf_to_zebra_is_bitwise(tmp_path):
@@ -138,3 +121,12 @@ def test_existing_output_needs_force(tmp_path):
     assert (out / "model.safetensors").stat().st_mtime_ns == before
     export_hf(model.state_dict(), recipe, out, force=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]  # no temp or backup folder left
+
+
+def test_the_library_refuses_to_export_a_run_into_its_checkpoints(tmp_path):
+    recipe, model = build_model("gdn")
+    run = tmp_path / "run"
+    write_run(run, recipe, model)
+    with pytest.raises(ZebraError, match="is inside the source"):
+        convert(run, "hf", run / "checkpoints", force=True)
+    assert (run / "checkpoints" / "latest").is_file()

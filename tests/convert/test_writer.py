@@ -88,3 +88,35 @@ def test_output_dir_cleans_folders_left_by_killed_runs(tmp_path):
         (tmp / "done").write_text("1")
     assert not stale.exists() and live.exists()
     assert (tmp_path / "out" / "done").is_file()
+
+
+def test_output_dir_flushes_the_new_output_before_the_rename_and_the_rename_after(tmp_path, monkeypatch):
+    """fsync calls and renames in order, the fsynced descriptors named through /proc (Linux)."""
+    events = []
+    real_fsync, real_rename = os.fsync, os.rename
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def rename(src, dst, **kwargs):
+        events.append(("rename", str(src), str(dst)))
+        real_rename(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "rename", rename)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    with output_dir(out, force=True) as tmp:
+        (tmp / "model.safetensors").write_bytes(b"x" * 10)
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "code.py").write_text("pass")
+
+    (into_place,) = [i for i, e in enumerate(events) if e[0] == "rename" and e[2] == str(out)]
+    tmp_name = events[into_place][1]
+    flushed_before = {e[1] for e in events[:into_place] if e[0] == "fsync"}
+    expected = {f"{tmp_name}/model.safetensors", f"{tmp_name}/sub/code.py", f"{tmp_name}/sub", tmp_name}
+    assert expected <= flushed_before
+    assert ("fsync", str(tmp_path)) in events[into_place + 1 :]  # the folder holding the new name
+    assert sorted(p.name for p in out.iterdir()) == ["model.safetensors", "sub"]

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from tests.generation.conftest import without_tokenizer
 from typer.testing import CliRunner
 
 from zebra.cli.main import app
@@ -112,3 +113,30 @@ def test_run_without_export_is_exported_from_its_latest_checkpoint(run_dir, tmp_
     assert resolved.source == "run" and resolved.path == run / "export"
     assert (run / "export" / "model.safetensors").is_file()
     assert resolved.model_type == "zebra"
+
+
+def test_an_export_without_tokenizer_files_names_the_flag_and_takes_it(export, task_dir, tmp_path):
+    """`zebra eval DIR` on an export converted without a tokenizer (issue 17 item 2)."""
+    bare = without_tokenizer(export, tmp_path / "bare")
+    result = runner.invoke(app, ["eval", str(bare)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
+        f"error: MODEL {bare}: no tokenizer files (tokenizer.json, tokenizer_config.json)"
+    ]
+    assert "pass --tokenizer" in result.stderr
+
+    args = [
+        "--tasks",
+        LOCAL_TASKS,
+        "--include-path",
+        str(task_dir),
+        "--device",
+        "cpu",
+        "--limit",
+        "4",
+        "--json",
+    ]
+    given = runner.invoke(app, ["eval", str(bare), "--tokenizer", "byte", *args])
+    own = runner.invoke(app, ["eval", str(export), *args])  # the export's own tokenizer is the byte one
+    assert given.exit_code == 0 and own.exit_code == 0, given.output + own.output
+    assert json.loads(given.stdout)["rows"] == json.loads(own.stdout)["rows"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +81,9 @@ def tiny_export(base: Path) -> Path:
     model = tiny_model("tiny", dtype=torch.float32, seed=0)
     export_hf(model.state_dict(), model.config, export, tokenizer="byte")
     return export
+
+
+def without_tokenizer(export: Path, dest: Path) -> Path:
+    """A copy of EXPORT without its tokenizer files, as `zebra convert` writes one when the source names none."""
+    shutil.copytree(export, dest, ignore=shutil.ignore_patterns("tokenizer*", "special_tokens_map.json"))
+    return dest

@@ -219,7 +219,7 @@ def fla_twin(model: torch.nn.Module) -> tuple[Any, str]:
 def build_model(spec: str, *, device: str, dtype: str, seed: int = 0) -> torch.nn.Module:
     """A model directory (export / FLA / run) loaded, or a recipe name/YAML built with random weights."""
     if Path(spec).is_dir():
-        model, _ = load_model(spec, device=device, dtype=dtype, tokenizer=False)
+        model, _ = load_model(spec, device=device, dtype=dtype, with_tokenizer=False)
         return model
     try:
         recipe = load_recipe(spec)

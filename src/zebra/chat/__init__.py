@@ -1,2 +1,2 @@
-"""`zebra chat`: a conversation kept in the model's constant-size recurrent state (session), the interactive loop
-(repl) and which local models a user likely means (discover)."""
+"""`zebra chat`: a conversation kept in the model's constant-size recurrent state (session) and the interactive
+loop (repl)."""

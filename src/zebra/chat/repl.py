@@ -44,7 +44,11 @@ class Repl:
 
     def run(self) -> None:
         mode = "chat template" if self.session.templated else "plain continuation (no chat template)"
-        self._say(f"zebra chat: {mode}; /help for commands, /quit or Ctrl-D to leave")
+        s = self.session.settings
+        self._say(
+            f"zebra chat: {mode}; temperature {s.temperature:g} (/temp X), replies up to {s.max_new_tokens} "
+            "tokens (/max N); /help for commands, /quit or Ctrl-D to leave"
+        )
         while True:
             try:
                 line = self.read_line(self.prompt)

@@ -29,6 +29,25 @@ def choose(message: str, choices: list[str], *, yes: bool, flag: str, default: s
     return answer
 
 
+def choose_found(message: str, found: list[str], *, yes: bool, flag: str, fix: str) -> str:
+    """A value for a missing `flag` from `found` (the likeliest first): the only one; of several, the user's pick
+    on a terminal, the first with --yes, else a one-line error listing them. None found: an error with `fix`."""
+    if not found:
+        raise ZebraError(f"missing {flag}", fix=fix)
+    if len(found) == 1:
+        return found[0]
+    if not can_prompt(yes):
+        if yes or os.environ.get("ZEBRA_YES"):
+            return found[0]
+        raise ZebraError(
+            f"missing {flag}, and there are {len(found)} candidates",
+            fix=f"pass one of: {', '.join(found[:8])}"
+            + (" ..." if len(found) > 8 else "")
+            + " (or --yes: the first)",
+        )
+    return choose(message, found, yes=yes, flag=flag, default=found[0])
+
+
 def confirm(message: str, *, yes: bool, default: bool = False) -> bool:
     """Ask yes/no on a terminal; `--yes` answers yes; with no terminal, answer `default`."""
     if yes or os.environ.get("ZEBRA_YES"):

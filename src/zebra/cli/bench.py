@@ -7,8 +7,6 @@ from typing import Annotated
 
 import typer
 
-from zebra.bench.data import bench_data
-from zebra.bench.startup import measure_startup
 from zebra.cli._options import (
     CompileOpt,
     CudaGraphOpt,
@@ -33,6 +31,8 @@ def startup(
     json_: JsonOpt = False,
 ) -> None:
     """Wall time of `zebra --help`, `--version` and `recipes list` in fresh processes, and heavy imports."""
+    from zebra.bench.startup import measure_startup
+
     with out.progress("startup", unit="run") as bar:
         results = measure_startup(repeats=repeats, on_progress=bar)
     if json_:
@@ -199,6 +199,8 @@ def data_(
     json_: JsonOpt = False,
 ) -> None:
     """Tokenization throughput of `zebra data prep` against Megatron's per-document preprocess loop."""
+    from zebra.bench.data import bench_data
+
     with out.stderr.status("starting") as status:
         r = bench_data(
             corpus,

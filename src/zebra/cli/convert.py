@@ -9,11 +9,12 @@ import typer
 
 from zebra.cli._options import DeviceOpt, ForceOpt, JsonOpt, YesOpt, examples, tokenizer_option
 from zebra.cli._output import out
-from zebra.cli._prompt import confirm
+from zebra.cli._prompt import choose_found, confirm
 from zebra.errors import ZebraError
 
 CONVERT_EXAMPLES = examples(
     "zebra convert runs/1b-gdn-pure                       # a run's latest checkpoint -> runs/1b-gdn-pure/export",
+    "zebra convert --to fla                               # the run under runs/ with the newest checkpoint",
     "zebra convert primus/checkpoints --output zebra-1b   # Primus torch / torch_dist -> Zebra HF export",
     "zebra convert zebra-1b --to fla --output fla-1b      # pure GDN / KDA -> FLA GatedDeltaNet / KDA",
     "zebra convert fla-1b --to hf --dtype bf16 --force",
@@ -27,9 +28,13 @@ VERIFY_EXAMPLES = examples(
 
 def convert(
     src: Annotated[
-        Path,
-        typer.Argument(help="Zebra run / checkpoint / export, FLA directory, or Primus-Megatron checkpoint."),
-    ],
+        Path | None,
+        typer.Argument(
+            help="Zebra run / checkpoint / export, FLA directory, or Primus-Megatron checkpoint (default: the run "
+            "under runs/ with the newest checkpoint; a pick on a terminal when there are several).",
+            show_default=False,
+        ),
+    ] = None,
     to: Annotated[
         str, typer.Option("--to", help="hf (= zebra): a Zebra HF export; fla: FLA's layout.")
     ] = "hf",
@@ -51,13 +56,16 @@ def convert(
 ) -> None:
     """Convert a checkpoint, streaming one tensor at a time into sharded safetensors."""
     from zebra.convert.formats import detect_format
-    from zebra.convert.pipeline import TARGETS, default_output
+    from zebra.convert.pipeline import TARGETS, check_output_apart, default_output
     from zebra.convert.pipeline import convert as run_convert
 
     if to not in TARGETS:
         raise ZebraError(f"--to {to}: unknown target", fix=f"use one of {', '.join(TARGETS)}")
+    if src is None:
+        src = _newest_run(yes)
     fmt = detect_format(src) if from_ == "auto" else from_
     target = output or default_output(src, to, fmt)
+    check_output_apart(src, target, to, fmt)
     if target.exists() and not force:
         if not confirm(f"{target} exists. Overwrite it?", yes=yes, default=False):
             raise ZebraError(
@@ -86,6 +94,17 @@ def convert(
         f"{result.tensors} tensors, pattern {result.pattern}"
     )
     out.hint(f"check it: zebra verify {result.output} --against {result.source}")
+
+
+def _newest_run(yes: bool) -> Path:
+    from zebra.discover import find_runs
+
+    cwd = Path.cwd()
+    runs = [str(p.relative_to(cwd)) for p in find_runs(cwd)]
+    fix = (
+        "pass SOURCE: a run, checkpoint, export, FLA or Megatron folder (no run under runs/ has a checkpoint)"
+    )
+    return Path(choose_found("Convert which run?", runs, yes=yes, flag="SOURCE", fix=fix))
 
 
 def verify(

@@ -7,13 +7,14 @@ from typing import Annotated
 
 import typer
 
-from zebra.cli._options import DeviceOpt, JsonOpt, examples
+from zebra.cli._options import DeviceOpt, JsonOpt, examples, tokenizer_option
 from zebra.cli._output import out
 
 EXAMPLES = examples(
     "zebra eval runs/tiny --tasks zebra --limit 100",
     "zebra eval export/ --tasks arc_easy,piqa --num-fewshot 0 --batch-size auto --output results/",
     "zebra eval export/ --tasks my_task --include-path my_tasks/ --device cpu",
+    "zebra eval zebra-1b --tokenizer meta-llama/Llama-3.2-1B   # an export converted without tokenizer files",
 )
 
 
@@ -51,6 +52,7 @@ def eval_command(
     include_path: Annotated[
         list[Path] | None, typer.Option("--include-path", help="Folder of local task YAMLs (repeatable).")
     ] = None,
+    tokenizer: Annotated[str | None, tokenizer_option("the model's")] = None,
     seed: Annotated[
         int, typer.Option("--seed", help="Seed for lm-eval's samplers and few-shot draws.")
     ] = 1234,
@@ -68,6 +70,7 @@ def eval_command(
         device=device,
         dtype=dtype,
         include_path=include_path or [],
+        tokenizer=tokenizer,
         seed=seed,
     )
     results = run_eval(req)

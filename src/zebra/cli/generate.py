@@ -17,6 +17,7 @@ from zebra.cli._options import (
     TopKOpt,
     TopPOpt,
     examples,
+    tokenizer_option,
 )
 from zebra.errors import ZebraError
 
@@ -24,6 +25,7 @@ EXAMPLES = examples(
     "zebra generate runs/tiny --prompt 'Once upon a time' --max-new 64 --temperature 0",
     "zebra generate export/ --file prompt.txt --seed 1 > completion.txt",
     "echo 'The zebra' | zebra generate export/ --file -",
+    "zebra generate zebra-1b --tokenizer meta-llama/Llama-3.2-1B -p 'Hi'   # an export without tokenizer files",
 )
 
 
@@ -40,6 +42,7 @@ def generate_command(
     seed: Annotated[
         int | None, typer.Option("--seed", help="Seed for sampling (reproducible output).")
     ] = None,
+    tokenizer: Annotated[str | None, tokenizer_option("the model's")] = None,
     device: DeviceOpt = None,
     dtype: DecodeDTypeOpt = "auto",
     cuda_graph: CudaGraphOpt = True,
@@ -50,13 +53,11 @@ def generate_command(
     from zebra.generation.loading import load_engine
 
     text = _prompt_text(prompt, file)
-    engine, tokenizer = load_engine(
-        model, device=device, dtype=dtype, cuda_graph=cuda_graph, compile=compile_
+    engine, tok = load_engine(
+        model, device=device, dtype=dtype, tokenizer=tokenizer, cuda_graph=cuda_graph, compile=compile_
     )
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
-    for piece in stream_completion(
-        engine, tokenizer, text, max_new_tokens=max_new, sampling=sampling, seed=seed
-    ):
+    for piece in stream_completion(engine, tok, text, max_new_tokens=max_new, sampling=sampling, seed=seed):
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")

@@ -21,12 +21,17 @@ from zebra.cli import eval as eval_cli
 from zebra.cli import generate as generate_cli
 from zebra.cli import train as train_cli
 from zebra.cli import upcycle as upcycle_cli
+from zebra.cli._help import print_group_help
 from zebra.cli._output import out
 from zebra.errors import ZebraError
 
 
 class _ZebraGroup(TyperGroup):
-    """Root group: a `ZebraError` prints as one line with its fix; anything else as one line plus a hint."""
+    """Root group: a `ZebraError` prints as one line with its fix; anything else as one line plus a hint. Its
+    help is drawn by `zebra.cli._help` (the help users type most, without Typer's heavy renderer)."""
+
+    def format_help(self, ctx, formatter) -> None:
+        print_group_help(self, ctx)
 
     def invoke(self, ctx):
         try:

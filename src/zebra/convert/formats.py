@@ -31,6 +31,7 @@ from zebra.convert.tensor_sources import (
     TensorSource,
     torch_load,
 )
+from zebra.data.tokenizers import has_tokenizer_files
 from zebra.errors import ZebraError
 from zebra.models import ZebraConfig
 from zebra.recipes import load_recipe
@@ -77,10 +78,6 @@ def _model_type(path: Path) -> str | None:
         raise ZebraError(f"{cfg}: not valid JSON", fix="re-export or re-download the model") from None
 
 
-def _has_tokenizer(path: Path) -> bool:
-    return (path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file()
-
-
 def _weights(path: Path) -> TensorSource:
     if (path / "model.safetensors").is_file() or (path / "model.safetensors.index.json").is_file():
         return SafetensorsSource(path)
@@ -101,7 +98,7 @@ def _is_export(path: Path) -> bool:
 def _open_export(path: Path) -> Checkpoint:
     config = ZebraConfig.from_pretrained(path)
     return Checkpoint(
-        "hf", path, config, _weights(path), tokenizer=str(path) if _has_tokenizer(path) else None
+        "hf", path, config, _weights(path), tokenizer=str(path) if has_tokenizer_files(path) else None
     )
 
 
@@ -127,7 +124,7 @@ def _open_fla(path: Path) -> Checkpoint:
         path,
         zebra_config(kwargs),
         ConvertedSource(raw, pieces),
-        tokenizer=str(path) if _has_tokenizer(path) else None,
+        tokenizer=str(path) if has_tokenizer_files(path) else None,
     )
 
 
@@ -234,14 +231,11 @@ def open_checkpoint(path: str | Path, fmt: str = "auto") -> Checkpoint:
 
 
 def zebra_config(kwargs: dict[str, Any]) -> Any:
-    """`ZebraConfig(**kwargs)`; unused Mamba2 sizes are made self-consistent first (ZebraConfig checks them even
-    when the pattern has no Mamba2 sublayer, and foreign configs do not carry them)."""
+    """`ZebraConfig(**kwargs)`, its ValueError as a one-line ZebraError.
 
-    kwargs = dict(kwargs)
-    if "M" not in (kwargs.get("layer_pattern") or "M"):
-        kwargs.setdefault("mamba_expand", 1)
-        kwargs.setdefault("mamba_head_dim", kwargs["hidden_size"])
-        kwargs.setdefault("mamba_num_groups", 1)
+    Foreign configs carry only the sizes of the mixers they use; the other mixers keep ZebraConfig's defaults,
+    which it does not check (it checks only the mixers the pattern uses).
+    """
     try:
         return ZebraConfig(**kwargs)
     except ValueError as e:

@@ -37,9 +37,11 @@ from zebra.convert.tensor_sources import (
     torch_load,
 )
 from zebra.errors import ZebraError
+from zebra.mixers import MIXERS
 
 _MODEL_PREFIXES = ("embedding.", "decoder.", "output_layer.")
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.*)$")
+_MEGATRON_RECURRENT = "M"  # the letter of a recurrent (Mamba) layer in Megatron's hybrid_override_pattern
 _UNKNOWN_FIX = "zebra reads Primus GDN / KDA / Mamba2 + MLA hybrids with SwiGLU MLPs (see docs/formats.md)"
 
 
@@ -191,22 +193,34 @@ def layer_kinds(shapes: Shapes, origin: str) -> str:
     pattern = []
     for i in range(max(subkeys) + 1):
         names = subkeys.get(i, set())
-        if "mixer.f_b_proj.weight" in names:
-            pattern.append("K")
-        elif "mixer.D" in names:
-            pattern.append("M")
-        elif "mixer.in_proj.weight" in names and "mixer.out_norm.weight" in names:
-            pattern.append("G")
-        elif any(n.startswith("self_attention.") for n in names):
-            pattern.append("*")
-        elif any(n.startswith("mlp.") for n in names):
-            pattern.append("-")
-        else:
+        kind = _layer_kind(names)
+        if kind is None:
             shown = ", ".join(sorted(names)[:4]) or "nothing"
             raise ZebraError(
                 f"{origin}: decoder.layers.{i} is an unknown kind of layer (holds {shown})", fix=_UNKNOWN_FIX
             )
+        pattern.append(_char(kind))
     return "".join(pattern)
+
+
+def _layer_kind(names: set[str]) -> str | None:
+    """The mixer (its registry name) a Megatron layer is, from the tensors it holds; None when unknown."""
+    if "mixer.f_b_proj.weight" in names:
+        return "kda"
+    if "mixer.D" in names:
+        return "mamba2"
+    if "mixer.in_proj.weight" in names and "mixer.out_norm.weight" in names:
+        return "gdn"
+    if any(n.startswith("self_attention.") for n in names):
+        return "mla"
+    if any(n.startswith("mlp.") for n in names):
+        return "mlp"
+    return None
+
+
+def _char(kind: str) -> str:
+    """The pattern character of the mixer named `kind` (`zebra.mixers.MIXERS`)."""
+    return next(spec.char for spec in MIXERS.values() if spec.name == kind)
 
 
 def _arg(args: Any, name: str, origin: str, default: Any = ...) -> Any:
@@ -220,15 +234,21 @@ def _arg(args: Any, name: str, origin: str, default: Any = ...) -> Any:
     return value
 
 
+def _slots(pattern: str) -> str:
+    """`pattern` as Megatron writes a hybrid stack: every recurrent mixer is a Mamba slot `M` (Primus fills the
+    slot with GDN or KDA by its own flags)."""
+    return "".join(_MEGATRON_RECURRENT if MIXERS[c].state == "recurrent" else c for c in pattern)
+
+
 def _check_args_pattern(pattern: str, args: Any, origin: str) -> None:
-    slots = re.sub("[GKM]", "M", pattern)
+    slots = _slots(pattern)
     override = getattr(args, "hybrid_override_pattern", None)
     if override:
         expected = override.replace("|", "")
         where = f"hybrid_override_pattern {override!r}"
     elif getattr(args, "hybrid_attention_ratio", None) is not None:
         ratio = float(args.hybrid_attention_ratio)
-        expected = pattern_from_ratio(int(_arg(args, "num_layers", origin)), ratio, "mamba2")
+        expected = _slots(pattern_from_ratio(int(_arg(args, "num_layers", origin)), ratio, "mamba2"))
         where = f"hybrid_attention_ratio {ratio} over {args.num_layers} layers"
     else:
         return
@@ -243,17 +263,19 @@ def zebra_config_kwargs(args: Any, shapes: Shapes, pattern: str, origin: str) ->
     """ZebraConfig keyword arguments from Megatron's saved args and the tensor shapes."""
     _check_args_pattern(pattern, args, origin)
     kw = _stack_kwargs(args, shapes, pattern, origin)
-    recurrent = {c for c in pattern if c in "GKM"}
+    kinds = {MIXERS[c].name: MIXERS[c] for c in pattern}  # the mixers used, by name
+    recurrent = [name for name, spec in kinds.items() if spec.state == "recurrent"]
     if len(recurrent) > 1:
         raise ZebraError(f"{origin}: layers mix {sorted(recurrent)} recurrent kinds", fix=_UNKNOWN_FIX)
-    kw["recurrent_type"] = {"G": "gdn", "K": "kda", "M": "mamba2"}.get(next(iter(recurrent), "G"))
-    if "G" in recurrent:
+    if recurrent:
+        kw["recurrent_type"] = recurrent[0]
+    if "gdn" in kinds:
         kw.update(_gdn_kwargs(args, origin))
-    if "K" in recurrent:
+    if "kda" in kinds:
         kw.update(_kda_kwargs(args, origin))
-    if "M" in recurrent:
+    if "mamba2" in kinds:
         kw.update(_mamba2_kwargs(args, shapes, pattern, kw["hidden_size"], origin))
-    if "*" in pattern:
+    if "mla" in kinds:
         kw.update(_mla_kwargs(args, kw["max_position_embeddings"], origin))
     return kw
 
@@ -318,7 +340,7 @@ def _kda_kwargs(args: Any, origin: str) -> dict[str, Any]:
 
 def _mamba2_kwargs(args: Any, shapes: Shapes, pattern: str, hidden: int, origin: str) -> dict[str, Any]:
     """Mamba2 sizes; the inner width and conv width come from the first Mamba2 sublayer's tensors."""
-    i = pattern.index("M")
+    i = pattern.index(_char("mamba2"))
     d_inner = shapes[f"decoder.layers.{i}.mixer.out_proj.weight"][0][1]
     return {
         "mamba_state_dim": int(_arg(args, "mamba_state_dim", origin)),
@@ -394,21 +416,22 @@ def _fold_double_latent_norms(raw: TensorSource, shapes: Shapes, notes: list[str
     return out
 
 
-_PRE_NORMS = {  # where each sublayer kind keeps its pre-norm, TE-fused or as its own module
-    "G": ("mixer.in_proj.layer_norm_weight", "norm.weight"),
-    "K": ("mixer.in_proj.layer_norm_weight", "norm.weight"),
-    "M": ("mixer.in_proj.layer_norm_weight", "norm.weight"),
-    "*": ("input_layernorm.weight",),
-    "-": ("mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"),
+_PRE_NORMS = {  # where each mixer (by registry name) keeps its pre-norm, TE-fused or as its own module
+    "gdn": ("mixer.in_proj.layer_norm_weight", "norm.weight"),
+    "kda": ("mixer.in_proj.layer_norm_weight", "norm.weight"),
+    "mamba2": ("mixer.in_proj.layer_norm_weight", "norm.weight"),
+    "mla": ("input_layernorm.weight",),
+    "mlp": ("mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"),
 }
 
 
 def _check_pre_norms(pattern: str, shapes: Shapes, origin: str) -> None:
     """Every Zebra sublayer is pre-norm; a Megatron layer built without one cannot be represented."""
-    for i, kind in enumerate(pattern):
-        if not any(f"decoder.layers.{i}.{name}" in shapes for name in _PRE_NORMS[kind]):
+    for i, char in enumerate(pattern):
+        norms = _PRE_NORMS[MIXERS[char].name]
+        if not any(f"decoder.layers.{i}.{name}" in shapes for name in norms):
             raise ZebraError(
-                f"{origin}: decoder.layers.{i} has no pre-norm ({' or '.join(_PRE_NORMS[kind])}); every Zebra "
+                f"{origin}: decoder.layers.{i} has no pre-norm ({' or '.join(norms)}); every Zebra "
                 "sublayer normalises its input",
                 fix="this layer spec (e.g. Primus' mamba_hybrid_stack_spec_no_te) has no Zebra equivalent",
             )
@@ -441,7 +464,9 @@ def read_megatron(path: Path) -> tuple[dict[str, Any], TensorSource, dict[str, A
 
     def keymap_for(key: str):
         m = _LAYER.match(key)
-        return mk.BY_KIND[pattern[int(m.group(1))]] if m and int(m.group(1)) < len(pattern) else mk.GLOBAL
+        if m and int(m.group(1)) < len(pattern):
+            return mk.BY_KIND[MIXERS[pattern[int(m.group(1))]].name]
+        return mk.GLOBAL
 
     pieces = plan_keys(keymap_for, shapes, split_dims(kw), origin=origin, fix=_UNKNOWN_FIX)
     tokenizer = (

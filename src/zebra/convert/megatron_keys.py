@@ -134,10 +134,10 @@ DROPPED = {
     "{*}._extra_state": None,  # Transformer Engine FP8 metadata
 }
 
-# One map per sublayer kind (Zebra pattern letter); COMMON and DROPPED apply everywhere.
+# One map per sublayer kind (its name in zebra.mixers.MIXERS); COMMON and DROPPED apply everywhere.
 BY_KIND = {
     kind: KeyMap({**COMMON, **table, **DROPPED})
-    for kind, table in {"G": GDN, "K": KDA, "M": MAMBA2, "*": MLA, "-": MLP}.items()
+    for kind, table in {"gdn": GDN, "kda": KDA, "mamba2": MAMBA2, "mla": MLA, "mlp": MLP}.items()
 }
 GLOBAL = KeyMap({**COMMON, **DROPPED})
 

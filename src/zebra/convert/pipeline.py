@@ -48,6 +48,32 @@ def default_output(src: Path, to: str, fmt: str) -> Path:
     return base.with_name(f"{base.name}-{'fla' if to == 'fla' else 'hf'}")
 
 
+def check_output_apart(src: str | Path, output: str | Path, to: str, fmt: str) -> None:
+    """Refuse an output equal to, inside or containing the source: replacing it would delete what is read.
+
+    The one output inside a source that is allowed is a training run's own `export/` (`default_output`), which
+    holds no checkpoint.
+
+    Raises:
+        ZebraError: the two paths overlap.
+    """
+    source, target = Path(src).resolve(), Path(output).resolve()
+    if fmt == "zebra" and target == default_output(source, "hf", fmt):
+        return
+    if target == source:
+        where = "is the source"
+    elif source in target.parents:
+        where = "is inside the source"
+    elif target in source.parents:
+        where = "contains the source"
+    else:
+        return
+    raise ZebraError(
+        f"--output {output} {where} {src}: writing it would delete the checkpoint being converted",
+        fix=f"choose an output outside {src}, e.g. --output {default_output(Path(src), to, fmt)}",
+    )
+
+
 def convert(
     src: str | Path,
     to: str = "hf",
@@ -79,6 +105,7 @@ def convert(
     ckpt = open_checkpoint(src, fmt)
     src = Path(src)
     out = Path(output) if output is not None else default_output(src, to, ckpt.format)
+    check_output_apart(src, out, to, ckpt.format)
     pattern = arch.resolve_pattern(ckpt.config)
     try:
         shapes = {k: s for k, (s, _) in ckpt.tensors.shapes().items()}

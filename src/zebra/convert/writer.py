@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from zebra.atomic import fsync_dir, fsync_tree
 from zebra.data.tokenizers import load_tokenizer
 from zebra.errors import ZebraError
 
@@ -185,7 +186,9 @@ def _write_shard(path, shard, fetch, on_tensor, origin) -> None:
 def output_dir(path: Path, *, force: bool, flag: str = "--output") -> Iterator[Path]:
     """Yield a fresh temporary directory next to `path`; on success it replaces `path`, on error it is removed.
 
-    An existing `path` needs `force`. Temporary folders left by killed runs (`.NAME.tmp-PID` of a dead PID)
+    Before the rename every file and folder of the new output is on the disk, and the rename itself is flushed
+    after it (`zebra.atomic`), so a crash leaves the old output or the whole new one. An existing `path` needs
+    `force`. Temporary folders left by killed runs (`.NAME.tmp-PID` of a dead PID)
     are removed first, so an interrupted conversion can simply be run again.
     """
     path = Path(path).absolute()
@@ -202,6 +205,7 @@ def output_dir(path: Path, *, force: bool, flag: str = "--output") -> Iterator[P
     tmp.mkdir()
     try:
         yield tmp
+        fsync_tree(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -209,6 +213,7 @@ def output_dir(path: Path, *, force: bool, flag: str = "--output") -> Iterator[P
     if path.exists():
         path.rename(old)
     tmp.rename(path)
+    fsync_dir(path.parent)
     shutil.rmtree(old, ignore_errors=True)
 
 

@@ -74,6 +74,12 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerFast:
     return tokenizer
 
 
+def has_tokenizer_files(folder: str | Path) -> bool:
+    """True when `folder` ships a tokenizer of its own (tokenizer.json or tokenizer_config.json)."""
+    folder = Path(folder)
+    return (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file()
+
+
 def _load_error(name: str, error: OSError) -> ZebraError:
     text = str(error)
     if Path(name).exists() or name.startswith((".", "/", "~")):

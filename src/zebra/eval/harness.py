@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zebra.data.tokenizers import load_tokenizer
 from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError
 from zebra.eval.tasks import load_tasks, task_manager
-from zebra.generation.loading import register_model_types, resolve_model_dir
+from zebra.generation.loading import register_model_types, resolve_model_dir, tokenizer_source
 
 
 @dataclass(kw_only=True)
@@ -35,6 +36,7 @@ class EvalRequest:
         device: torch device; default cuda when available.
         dtype: auto / bf16 / fp16 / fp32 / fp64.
         include_path: folders of local task YAMLs.
+        tokenizer: the tokenizer to use instead of the model's own (a name, hub id, folder or `byte`).
         seed: lm-eval's random, numpy, torch and few-shot seeds.
     """
 
@@ -46,6 +48,7 @@ class EvalRequest:
     device: str | None = None
     dtype: str = "auto"
     include_path: list[Path] = field(default_factory=list)
+    tokenizer: str | None = None
     seed: int = 1234
 
     def __post_init__(self) -> None:
@@ -62,6 +65,11 @@ def run_eval(req: EvalRequest) -> dict[str, Any]:
 
     model_dir = resolve_model_dir(req.model)
     register_model_types(model_dir)
+    tokenizer_from = tokenizer_source(
+        model_dir, req.tokenizer
+    )  # none at all: one line, before lm-eval starts
+    # --tokenizer loads here (`byte` is zebra's); without it HFLM reads the folder's own, as `lm_eval` would
+    tokenizer = load_tokenizer(req.tokenizer) if req.tokenizer is not None else None
     device = resolve_device(req.device)
     dtype = resolve_dtype(req.dtype, device)  # None: the checkpoint's, which HFLM calls "auto"
     batch_size = parse_batch_size(req.batch_size or ("auto" if device.startswith("cuda") else "1"))
@@ -75,6 +83,7 @@ def run_eval(req: EvalRequest) -> dict[str, Any]:
             device=device,
             dtype=dtype or "auto",
             batch_size=batch_size,
+            tokenizer=tokenizer,
         )
         results = _evaluate(lm, tasks, manager, req)
     results.pop("samples", None)
@@ -82,6 +91,7 @@ def run_eval(req: EvalRequest) -> dict[str, Any]:
         "model": str(model_dir.path),
         "model_type": model_dir.model_type,
         "source": model_dir.source,
+        "tokenizer": tokenizer_from,
     }
     return results
 

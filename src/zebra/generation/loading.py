@@ -16,7 +16,7 @@ from typing import Any
 import zebra.models  # noqa: F401  (registers `zebra` with AutoConfig / AutoModelForCausalLM)
 from zebra.caches import use_kernel_cache
 from zebra.convert.pipeline import export_run
-from zebra.data.tokenizers import load_tokenizer
+from zebra.data.tokenizers import has_tokenizer_files, load_tokenizer
 from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError
 from zebra.generation.engine import Engine
@@ -105,8 +105,31 @@ def register_model_types(model_dir: ModelDir) -> None:
             ) from None
 
 
+def tokenizer_source(model_dir: ModelDir, tokenizer: str | None = None) -> str:
+    """Where MODEL's tokenizer comes from: `tokenizer` (`--tokenizer`: a name, hub id, folder or `byte`) when
+    given, else the model folder's own files.
+
+    Raises:
+        ZebraError: no `tokenizer` and the folder has no tokenizer files (as an export converted without one).
+    """
+    if tokenizer is not None:
+        return tokenizer
+    if not has_tokenizer_files(model_dir.path):
+        raise ZebraError(
+            f"MODEL {model_dir.path}: no tokenizer files (tokenizer.json, tokenizer_config.json)",
+            fix="pass --tokenizer with the model's tokenizer: a hub id (e.g. meta-llama/Llama-3.2-1B), "
+            "a folder, or byte",
+        )
+    return str(model_dir.path)
+
+
 def load_model(
-    model: str | Path, *, device: str | None = None, dtype: str = "auto", tokenizer: bool = True
+    model: str | Path,
+    *,
+    device: str | None = None,
+    dtype: str = "auto",
+    tokenizer: str | None = None,
+    with_tokenizer: bool = True,
 ) -> tuple[Any, Any]:
     """Load MODEL for inference: (model in eval mode on `device`, its tokenizer or None).
 
@@ -114,9 +137,10 @@ def load_model(
         model: an export / FLA / HF / run directory (see `resolve_model_dir`).
         device: `cpu`, `cuda`, `cuda:N` or `auto`; default: cuda when available.
         dtype: `auto` (the checkpoint's), `bf16`, `fp16`, `fp32`, `fp64`.
-        tokenizer: also load the directory's tokenizer (a ZebraError when it has none).
+        tokenizer: the tokenizer to use instead of the model's own (see `tokenizer_source`).
+        with_tokenizer: also load the tokenizer (a ZebraError when there is none); False returns None for it.
     """
-    return _load(model, device, dtype, auto_on_gpu=None, tokenizer=tokenizer)
+    return _load(model, device, dtype, auto_on_gpu=None, tokenizer=tokenizer if with_tokenizer else False)
 
 
 def load_engine(
@@ -124,21 +148,28 @@ def load_engine(
     *,
     device: str | None = None,
     dtype: str = "auto",
+    tokenizer: str | None = None,
     cuda_graph: bool = True,
     compile: bool = False,
 ) -> tuple[Engine, Any]:
     """MODEL ready to decode (chat, generate): (an `Engine` over it, its tokenizer).
 
     `dtype` as in `load_model`, except that `auto` is bf16 on a GPU (decoding is bound by reading the weights);
-    `cuda_graph` and `compile` as in `Engine`.
+    `tokenizer` as in `load_model`; `cuda_graph` and `compile` as in `Engine`.
     """
-    lm, tok = _load(model, device, dtype, auto_on_gpu="bf16", tokenizer=True)
+    lm, tok = _load(model, device, dtype, auto_on_gpu="bf16", tokenizer=tokenizer)
     return Engine(lm, cuda_graph=cuda_graph, compile=compile), tok
 
 
 def _load(
-    model: str | Path, device: str | None, dtype: str, *, auto_on_gpu: str | None, tokenizer: bool
+    model: str | Path,
+    device: str | None,
+    dtype: str,
+    *,
+    auto_on_gpu: str | None,
+    tokenizer: str | bool | None,
 ) -> tuple[Any, Any]:
+    """`tokenizer`: a name to use, None for the model's own, False for none at all."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -147,6 +178,7 @@ def _load(
     model_dir = resolve_model_dir(model)
     register_model_types(model_dir)
     use_kernel_cache()  # compiled kernels and autotuning persist between runs
+    tok = None if tokenizer is False else _load_tokenizer(model_dir, tokenizer)  # before seconds of loading
     device = resolve_device(device)
     kwargs: dict[str, Any] = {}
     if (td := resolve_dtype(dtype, device, auto_on_gpu=auto_on_gpu)) is not None:
@@ -158,13 +190,18 @@ def _load(
             f"MODEL {model_dir.path}: cannot load ({str(e).splitlines()[0][:200]})",
             fix="check that the folder holds config.json and model.safetensors (re-export with zebra convert)",
         ) from None
-    lm.to(device).eval()
-    if not tokenizer:
-        return lm, None
+    return lm.to(device).eval(), tok
+
+
+def _load_tokenizer(model_dir: ModelDir, tokenizer: str | None) -> Any:
+    source = tokenizer_source(model_dir, tokenizer)
     try:
-        return lm, load_tokenizer(str(model_dir.path))
+        return load_tokenizer(source)
     except ZebraError as e:
+        if tokenizer is not None:
+            raise  # load_tokenizer's message names --tokenizer
         raise ZebraError(
             f"MODEL {model_dir.path}: no usable tokenizer ({e.message})",
-            fix="copy the tokenizer files (tokenizer.json, tokenizer_config.json) into the model folder",
+            fix="pass --tokenizer with the model's tokenizer (a hub id, a folder or byte), or copy its "
+            "tokenizer files (tokenizer.json, tokenizer_config.json) into the model folder",
         ) from None

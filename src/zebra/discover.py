@@ -1,9 +1,14 @@
-"""Models a user is likely to mean when `zebra chat` runs with no MODEL: recent runs and export folders."""
+"""What a user likely means when a command is given no folder: recent runs and model folders near here.
+
+`zebra chat` with no MODEL looks at `find_models`, `zebra convert` with no SOURCE at `find_runs`.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from zebra.train.checkpoint import committed
 
 
 def find_models(root: Path, *, limit: int = 20) -> list[Path]:
@@ -20,6 +25,16 @@ def find_models(root: Path, *, limit: int = 20) -> list[Path]:
         if _is_model_dir(export) and not _is_run(path):
             found[export] = export.stat().st_mtime
     return sorted(found, key=lambda p: -found[p])[:limit]
+
+
+def find_runs(root: Path) -> list[Path]:
+    """Training runs under ROOT/runs holding a committed checkpoint, the one with the newest checkpoint first."""
+    newest: dict[Path, float] = {}
+    for path in _children(root / "runs"):
+        found = committed(path / "checkpoints") if (path / "config.yaml").is_file() else []
+        if found:
+            newest[path] = found[0].stat().st_mtime
+    return sorted(newest, key=lambda p: -newest[p])
 
 
 def _children(folder: Path) -> list[Path]:

@@ -1,0 +1,45 @@
+"""Durable replacement of files and folders: what is renamed into place is on the disk first.
+
+A rename is atomic, but without an fsync a crash soon after it can leave the new name pointing at files whose
+data never reached the disk (or lose the rename itself). So: write under a temporary name, fsync the data,
+rename, then fsync the folder that holds the name. Checkpoints (zebra.train) and conversion outputs
+(zebra.convert) both follow it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Flush a folder's entries (the names created, renamed or removed in it) to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: str | Path) -> None:
+    """Flush every file under `root` and every folder, `root` included, to the disk."""
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(dirpath)
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Replace `path` by `text` so that readers see the old or the new content, never a mix, even after a crash."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+    fsync_dir(path.parent)
