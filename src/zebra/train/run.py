@@ -175,7 +175,7 @@ def resolve_run(
         micro_batch=micro,
         accumulation=accumulation,
         resume=resume,
-        checkpoint_step=ckpt.read_meta(found[0])["step"] if found else None,
+        checkpoint_step=ckpt.newest_step(found),
     )
     saved = run_dir / "config.yaml"
     if saved.is_file() and resume == "auto" and found:
