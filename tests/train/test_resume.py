@@ -98,3 +98,29 @@ def test_incomplete_checkpoints_are_never_candidates(tmp_path):
         for f in files:
             (ck / name / f).write_text("{}")
     assert [p.name for p in committed(ck)] == ["step_0000002"]
+
+
+def test_resume_path_into_a_run_with_outputs_asks_before_replacing_them(cli, tmp_path, sample_prefix):
+    other = _args("tiny-mamba", sample_prefix, tmp_path, "other", 2)
+    assert cli(*other).exit_code == 0
+    args = _args("tiny-mamba", sample_prefix, tmp_path, "r", 4, "train.save_interval=2")
+    assert cli(*args).exit_code == 0
+    run = tmp_path / "r"
+    metrics, checkpoints = (
+        (run / "metrics.jsonl").read_text(),
+        [p.name for p in committed(run / "checkpoints")],
+    )
+
+    refused = cli(*args, "--resume", str(tmp_path / "other"))  # no terminal, no --yes: a one-line error
+    assert refused.exit_code == 1 and "Traceback" not in refused.output
+    text = " ".join(refused.stderr.split())
+    assert f"{run}: holds an earlier run" in text and "--yes" in text
+    assert (run / "metrics.jsonl").read_text() == metrics
+    assert [p.name for p in committed(run / "checkpoints")] == checkpoints
+
+    own = cli(*args, "--resume", str(run))  # its own newest checkpoint replaces nothing: no question
+    assert own.exit_code == 0, own.output
+    confirmed = cli(*args, "--resume", str(tmp_path / "other"), "--yes")
+    assert confirmed.exit_code == 0, confirmed.output
+    assert "resumed from " + str(tmp_path / "other") in confirmed.output.replace("\n", "")
+    assert sorted(losses(run)) == [1, 2, 3, 4]

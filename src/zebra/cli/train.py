@@ -130,12 +130,22 @@ def train(
 
 
 def _confirm_start(run: TrainRun, yes: bool) -> bool:
-    """Warn about recipe keys that change on resume; whether to delete an earlier run first (`--resume never`,
-    asked unless --yes)."""
-    from zebra.train.run import has_outputs
+    """Warn about recipe keys that change on resume; ask before `--resume PATH` replaces an earlier run's
+    outputs; whether to delete an earlier run first (`--resume never`); both asked unless --yes."""
+    from zebra.train.run import has_outputs, replaces_outputs
 
     if run.changed:
         out.warn(f"{run.run_dir}/config.yaml changes on resume: {', '.join(run.changed[:8])}")
+    if replaces_outputs(run) and not confirm(
+        f"{run.run_dir} holds an earlier run: continue it from {run.resume}, replacing its later metrics "
+        "and checkpoints?",
+        yes=yes,
+    ):
+        raise ZebraError(
+            f"{run.run_dir}: holds an earlier run, whose later metrics and checkpoints --resume {run.resume} "
+            "would replace",
+            fix="pass --yes to continue it from there, or --run NAME for a new run",
+        )
     start_over = run.resume == "never" and has_outputs(run.run_dir)
     if start_over and not confirm(f"{run.run_dir} holds an earlier run: delete it and start over?", yes=yes):
         raise ZebraError(

@@ -148,6 +148,19 @@ def _check_manifest_tokenizer(entry: str, recipe: Recipe) -> None:
         )
 
 
+def run_name(run: str | None, recipe: Recipe) -> str:
+    """The run's folder name under --output: `--run`, else the recipe's `name:`; one path component, so that
+    the run (and what `--resume never` deletes) stays inside --output."""
+    name = run or recipe.name
+    if name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
+        where = f"--run {name!r}" if run else f"{recipe.source or 'recipe'}: name: {name!r}"
+        raise ZebraError(
+            f"{where}: a run name is one folder name (no '/', not '.' or '..')",
+            fix="pass --run NAME with a plain name (--output DIR chooses the folder that holds the runs)",
+        )
+    return name
+
+
 def resolve_run(
     recipe: Recipe,
     ranks: RankLayout,
@@ -165,7 +178,7 @@ def resolve_run(
     micro, accumulation = batch_plan(t.global_batch_size, t.micro_batch_size, ranks.world_size)
     if resume not in ("auto", "never") and not Path(resume).exists():
         raise ZebraError(f"--resume {resume}: no such checkpoint", fix="pass auto, never or an existing path")
-    run_dir = Path(output) / (run or recipe.name)
+    run_dir = Path(output) / run_name(run, recipe)
     resolve_data(recipe)
     found = ckpt.committed(run_dir / "checkpoints")
     resolved = TrainRun(
@@ -201,6 +214,16 @@ def _changed_keys(saved: Path, new_yaml: str) -> list[str]:
 def has_outputs(run_dir: Path) -> bool:
     """True when `run_dir` holds results of an earlier run (checkpoints, metrics, export)."""
     return any((run_dir / name).exists() for name in RUN_OUTPUTS)
+
+
+def replaces_outputs(run: TrainRun) -> bool:
+    """True when `--resume PATH` continues from another checkpoint than the newest of a run directory that holds
+    outputs: as the steps come round again, its metrics.jsonl is cut and its checkpoints are replaced."""
+    if run.resume in ("auto", "never") or not has_outputs(run.run_dir):
+        return False
+    start = ckpt.find_checkpoints(run.resume, run.run_dir)[:1]
+    newest = ckpt.committed(run.run_dir / "checkpoints")[:1]
+    return [p.resolve() for p in start] != [p.resolve() for p in newest]
 
 
 def prepare_run(run: TrainRun, *, start_over: bool = False) -> Path:
