@@ -180,3 +180,18 @@ def test_extending_a_finished_run_keeps_its_order_and_reads_unseen_samples_first
     epoch = first + more[:33]  # the 65 samples of the first epoch: each document's 20 tokens at most once
     seen = Counter(t for sample in epoch for t in sample if t != 256)
     assert max(seen.values()) <= 20 and len(seen) >= 95
+
+
+def test_a_second_run_into_a_running_run_is_refused_naming_it(cli, tmp_path, sample_prefix):
+    run = tmp_path / "busy"
+    proc = zebra_process(*_args("tiny-mamba", sample_prefix, tmp_path, "busy", 500))
+    try:
+        wait_for(lambda: logged_step(run) >= 1, proc)
+        second = cli(*_args("tiny-mamba", sample_prefix, tmp_path, "busy", 500, "train.save_interval=1"))
+        assert second.exit_code == 1 and "Traceback" not in second.output
+        text = " ".join(second.stderr.split())
+        assert f"{run}: in use by pid {proc.pid} on" in text and "--run NAME" in text
+        assert not (run / "checkpoints").exists() and logged_step(run) < 500  # the first run went on alone
+    finally:
+        proc.kill()
+        proc.wait()

@@ -86,7 +86,7 @@ def train(
 ) -> None:
     """Train a recipe: checkpoints, metrics.jsonl, a loss curve and an HF export land in OUTPUT/RUN."""
     # the library loads here, not when the CLI starts (zebra --help stays fast)
-    from zebra.launch import launch_overrides, make_plan, start, with_launch_lists
+    from zebra.launch import hold_run_dir, launch_overrides, make_plan, start, with_launch_lists
     from zebra.recipes import list_recipes, load_recipe
     from zebra.train.run import data_overrides, prepare_run
 
@@ -120,8 +120,9 @@ def train(
         return
     start_over = _confirm_start(plan.run, yes)
     L.check(plan)
-    prepare_run(plan.run, start_over=start_over)
-    outcome = start(plan, L.callbacks(), follow=follow)
+    with hold_run_dir(plan) as lock:
+        prepare_run(plan.run, start_over=start_over)
+        outcome = start(plan, L.callbacks(), follow=follow, lock=lock)
     if not outcome.ended:  # a Slurm job runs on
         if follow:
             L.stopped_following(outcome.job)

@@ -20,6 +20,7 @@ from typing import Any
 from zebra.data import load_tokenizer, read_manifest, resolve_prefixes
 from zebra.data.paths import parse_data_path, prep_folder
 from zebra.errors import ZebraError
+from zebra.locks import FolderLock
 from zebra.recipes import Recipe, dump_recipe
 from zebra.train import checkpoint as ckpt
 from zebra.train.data import batch_plan
@@ -224,6 +225,14 @@ def replaces_outputs(run: TrainRun) -> bool:
     start = ckpt.find_checkpoints(run.resume, run.run_dir)[:1]
     newest = ckpt.committed(run.run_dir / "checkpoints")[:1]
     return [p.resolve() for p in start] != [p.resolve() for p in newest]
+
+
+def run_lock(run_dir: str | Path) -> FolderLock:
+    """The lock of a run directory (`RUN/.lock`), held by whoever trains into it: the `zebra train` process
+    for local and Docker runs, task 0 of the job for Slurm runs. Not yet taken: `acquire()` or `with`."""
+    return FolderLock(
+        run_dir, fix="wait for that run to end (or stop it), or pass --run NAME for another run"
+    )
 
 
 def prepare_run(run: TrainRun, *, start_over: bool = False) -> Path:
