@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 import torch
 
+from zebra.checkpoint_dir import committed
 from zebra.errors import ZebraError
 from zebra.recipes import load_recipe
-from zebra.train.checkpoint import Checkpointer, committed
+from zebra.train.checkpoint import Checkpointer
 from zebra.train.dist import DistEnv
 from zebra.train.run import RankLayout, resolve_run
 from zebra.train.trainer import Progress

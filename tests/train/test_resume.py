@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from zebra.train.checkpoint import committed, read_meta
+from zebra.checkpoint_dir import committed, read_meta
 
 from .helpers import logged_step, losses, sets, wait_for, zebra_process
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zebra.checkpoint_dir import committed, find_checkpoints, newest_step
 from zebra.data import load_tokenizer, read_manifest, resolve_prefixes
 from zebra.data.paths import parse_data_path, prep_folder
 from zebra.errors import ZebraError
@@ -181,7 +182,7 @@ def resolve_run(
         raise ZebraError(f"--resume {resume}: no such checkpoint", fix="pass auto, never or an existing path")
     run_dir = Path(output) / run_name(run, recipe)
     resolve_data(recipe)
-    found = ckpt.committed(run_dir / "checkpoints")
+    found = committed(run_dir / "checkpoints")
     resolved = TrainRun(
         recipe=recipe,
         run_dir=run_dir,
@@ -189,7 +190,7 @@ def resolve_run(
         micro_batch=micro,
         accumulation=accumulation,
         resume=resume,
-        checkpoint_step=ckpt.newest_step(found),
+        checkpoint_step=newest_step(found),
     )
     saved = run_dir / "config.yaml"
     if saved.is_file() and resume == "auto" and found:
@@ -222,8 +223,8 @@ def replaces_outputs(run: TrainRun) -> bool:
     outputs: as the steps come round again, its metrics.jsonl is cut and its checkpoints are replaced."""
     if run.resume in ("auto", "never") or not has_outputs(run.run_dir):
         return False
-    start = ckpt.find_checkpoints(run.resume, run.run_dir)[:1]
-    newest = ckpt.committed(run.run_dir / "checkpoints")[:1]
+    start = find_checkpoints(run.resume, run.run_dir)[:1]
+    newest = committed(run.run_dir / "checkpoints")[:1]
     return [p.resolve() for p in start] != [p.resolve() for p in newest]
 
 

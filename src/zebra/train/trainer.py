@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zebra import arch
+from zebra.checkpoint_dir import find_checkpoints, step_name
 from zebra.data import load_tokenizer
 from zebra.errors import ZebraError
 from zebra.recipes import Recipe, load_recipe
@@ -218,9 +219,7 @@ class Trainer:
         """Load the checkpoint `resume` names (`auto`: this run's newest readable one; `never`: none)."""
         if resume == "never":
             return None
-        found = self.checkpointer.restore(
-            ckpt.find_checkpoints(resume, self.run_dir), self.state(), warn=warn
-        )
+        found = self.checkpointer.restore(find_checkpoints(resume, self.run_dir), self.state(), warn=warn)
         if found is None:
             return None
         self.data_parts = [int(n) for n in found[1].get("data_parts") or []]  # none before zebra kept them
@@ -286,7 +285,7 @@ class Trainer:
             loss=end.loss,
             val_loss=end.val_loss,
             stopped_by=end.stopped_by,
-            checkpoint=self.run_dir / "checkpoints" / ckpt.step_name(p.step),
+            checkpoint=self.run_dir / "checkpoints" / step_name(p.step),
             export_dir=export_dir,
         )
 
