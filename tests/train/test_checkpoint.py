@@ -132,3 +132,64 @@ def test_a_torn_dcp_file_still_falls_back(tmp_path):
     os.truncate(shard, shard.stat().st_size // 2)
     step, _, warnings = _restore(ck)
     assert step == 4 and len(warnings) == 1
+
+
+_TWO_RANKS = """
+import sys
+from pathlib import Path
+
+import torch
+
+from zebra.checkpoint_dir import committed
+from zebra.errors import ZebraError
+from zebra.train.checkpoint import Checkpointer
+from zebra.train.dist import barrier, destroy_distributed, init_distributed
+from zebra.train.trainer import Progress
+
+env = init_distributed("cpu")
+ck = Checkpointer(Path(sys.argv[1]), keep_last=5, env=env)
+state = lambda step: {"progress": Progress(step=step, consumed_samples=8 * step), "w": torch.full((4,), 1.0 * step)}
+for step in (2, 4):
+    ck.save(step, state(step), {})
+if env.rank == 1:  # only this rank's RNG file of the newest checkpoint would run code
+    (ck.dir / "step_0000004" / "rng" / "rank_00001.pt").write_bytes(Path(sys.argv[2]).read_bytes())
+barrier(env)
+try:
+    ck.restore(committed(ck.dir), state(0), warn=lambda w: print("warning:", w))
+    print("restored")
+except ZebraError as e:
+    print("error:", e.message)
+destroy_distributed()
+"""
+
+
+def test_a_refusal_on_one_rank_stops_every_rank_with_one_line_not_a_hang(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    crafted, marker = tmp_path / "crafted.pt", tmp_path / "ran"
+    torch.save({"torch": RunsCode(marker), "numpy": [], "python": []}, crafted)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", _TWO_RANKS, str(tmp_path / "run"), str(crafted)],
+            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    try:
+        outputs = [p.communicate(timeout=600)[0] for p in ranks]  # before the fix rank 0 waited for rank 1
+    finally:
+        for p in ranks:
+            p.kill()
+    assert "rank_00001.pt: refusing to unpickle posix.system" in outputs[1]
+    assert "step_0000004: another rank could not read its files" in outputs[0]
+    assert all("Traceback" not in o and "warning:" not in o and "restored" not in o for o in outputs), outputs
+    assert not marker.exists()

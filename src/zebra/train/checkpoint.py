@@ -163,9 +163,18 @@ def is_corrupt(error: BaseException) -> bool:
     return isinstance(error, (EOFError, ValueError, pickle.UnpicklingError, RuntimeError))
 
 
-def _unwrapped(error: BaseException) -> BaseException:
-    """The error to raise for a checkpoint that is not corrupt: a refusal (ZebraError) as itself."""
-    return next((e for e in _rank_errors(error) if isinstance(e, ZebraError)), error)
+def _not_corrupt(error: BaseException) -> BaseException:
+    """The error to raise for a checkpoint that is not corrupt: a refusal (ZebraError) as itself, a file this
+    process may not read as one line naming it, anything else (out of memory, a failed collective) as it is."""
+    errors = [e for e in _rank_errors(error) if not is_corrupt(e)] or [error]
+    if refusal := next((e for e in errors if isinstance(e, ZebraError)), None):
+        return refusal
+    if isinstance(errors[0], OSError) and errors[0].filename:
+        return ZebraError(
+            f"{errors[0].filename}: cannot read it ({errors[0].strerror})",
+            fix="check the file's permissions and the file system, then resume again",
+        )
+    return error
 
 
 class Checkpointer:
@@ -251,7 +260,7 @@ class Checkpointer:
 
         from zebra.safe_dcp import SafeFileSystemReader, SafeLoadPlanner
 
-        reason, meta, reader, rng = None, {}, None, None
+        reason, fatal, meta, reader, rng = None, None, {}, None, None
         try:
             meta = read_meta(path)
             reader = SafeFileSystemReader(str(path))
@@ -259,11 +268,21 @@ class Checkpointer:
             if meta.get("world_size") == self.env.world_size and rng_file.is_file():
                 rng = load_rng_states(rng_file)
         except Exception as e:
-            if not is_corrupt(e):
-                raise
-            reason = _reason(e)
-        failed = all_reduce_sum(torch.tensor([float(reason is not None)], device=self.env.device), self.env)
-        if failed.item():
+            if is_corrupt(e):
+                reason = _reason(e)
+            else:
+                fatal = e
+        # [corrupt, fatal] ranks: every rank learns both, so that none waits in a collective for one that stopped
+        counts = torch.tensor([float(reason is not None), float(fatal is not None)], device=self.env.device)
+        corrupt_ranks, fatal_ranks = all_reduce_sum(counts, self.env).tolist()
+        if fatal is not None:
+            raise _not_corrupt(fatal) from None
+        if fatal_ranks:
+            raise ZebraError(
+                f"{path}: another rank could not read its files (its error says why)",
+                fix="fix what that rank reports, then resume again",
+            )
+        if corrupt_ranks:
             return reason or "another rank could not read its files", {}
         try:
             with warnings.catch_warnings():
@@ -271,7 +290,7 @@ class Checkpointer:
                 dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(path))
         except (Exception, CheckpointException) as e:  # CheckpointException derives from BaseException
             if not is_corrupt(e):
-                raise _unwrapped(e) from None
+                raise _not_corrupt(e) from None
             return _reason(e), {}
         if rng is not None:
             _set_rng_states(rng, self.env.device)
