@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 import pytest
 
@@ -25,7 +26,7 @@ def test_a_second_holder_is_refused_naming_the_first(tmp_path, hold_folder):
 
 
 def test_a_requeued_slurm_job_waits_for_its_earlier_attempt_only(tmp_path, hold_folder, monkeypatch):
-    hold_folder(tmp_path / "run", seconds=3, env={"SLURM_JOB_ID": "42"})
+    pid = hold_folder(tmp_path / "run", env={"SLURM_JOB_ID": "42"})
     monkeypatch.setenv("SLURM_JOB_ID", "43")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
     with pytest.raises(ZebraError, match="in use by Slurm job 42"):  # another job: refused at once
@@ -35,5 +36,6 @@ def test_a_requeued_slurm_job_waits_for_its_earlier_attempt_only(tmp_path, hold_
     with pytest.raises(ZebraError, match="in use by Slurm job 42"):  # the same job, not restarted: refused
         FolderLock(tmp_path / "run", fix="").acquire()
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    threading.Timer(1.0, os.kill, (pid, signal.SIGKILL)).start()  # the earlier attempt ends while it waits
     with FolderLock(tmp_path / "run", fix="") as lock:  # its restart waits until the earlier attempt exits
         assert lock.holder()["slurm_job"] == "42" and lock.holder()["pid"] == os.getpid()
