@@ -116,3 +116,34 @@ def slurm_cluster() -> str:
         require_infra("a Slurm cluster", f"no usable node: {r.stdout.strip()}")
     default = next((p for p in usable if p.endswith("*")), usable[0])
     return default.rstrip("*")
+
+
+_HOLDER = """import sys, time
+from zebra.locks import FolderLock
+lock = FolderLock(sys.argv[1], fix="").acquire()
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+@pytest.fixture
+def hold_folder():
+    """hold_folder(folder, seconds=600, env=None) -> pid of another process holding `folder/.lock`
+    (zebra.locks.FolderLock) for `seconds`; it is killed when the test ends."""
+    holders: list[subprocess.Popen] = []
+
+    def hold(folder, seconds: float = 600, env: dict[str, str] | None = None) -> int:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _HOLDER, str(folder), str(seconds)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        holders.append(proc)
+        assert proc.stdout.readline().strip() == "held"
+        return proc.pid
+
+    yield hold
+    for proc in holders:
+        proc.kill()
+        proc.wait()

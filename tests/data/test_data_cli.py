@@ -49,6 +49,17 @@ def test_prep_then_inspect(cli, texts, tmp_path):
     assert again.exit_code == 0 and "already complete" in again.stdout
 
 
+def test_prep_into_a_folder_another_prep_writes_is_refused(cli, texts, tmp_path, hold_folder):
+    source = write_source("jsonl", tmp_path / "src", texts)
+    assert cli("data", "prep", "--source", source, "-t", "byte", "-o", tmp_path / "out").exit_code == 0
+    before = sorted(p.name for p in (tmp_path / "out").iterdir())
+    pid = hold_folder(tmp_path / "out")
+    r = cli("data", "prep", "--source", source, "-t", "byte", "-o", tmp_path / "out", "--force")
+    one_line_error(r, f"in use by pid {pid} on")
+    assert "another --output" in r.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == before  # --force removed nothing
+
+
 def test_prep_default_output_folder(cli, texts, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     source = write_source("jsonl", tmp_path / "src", texts[:5])

@@ -71,6 +71,16 @@ def test_two_tasks_train_like_two_local_ranks(
     assert [(j["id"], j["state"], j["exit_code"]) for j in listed] == [(job_id, "COMPLETED", 0)]
 
 
+def test_a_run_directory_in_use_is_refused_before_a_job_is_submitted(
+    zebra, slurm_cluster, tmp_path, hold_folder, cancel_jobs_left
+):
+    pid = hold_folder(tmp_path / "tiny")
+    refused = zebra("train", *SLURM_TASKS, "--partition", slurm_cluster, "-o", str(tmp_path))
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert f"{tmp_path / 'tiny'}: in use by pid {pid} on" in " ".join(refused.stderr.split())
+    assert json.loads(zebra("jobs", "list", "--json").stdout) == []
+
+
 def wait_for(condition, what: str, timeout: float = 300, poll: float = 0.5):
     deadline = time.monotonic() + timeout
     while not (value := condition()):
@@ -97,6 +107,8 @@ def test_preempted_job_is_requeued_and_resumes(
     # What Slurm sends before a time limit and submitit's pre-emption test sends: USR2 to every task.
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
     wait_for(lambda: squeue_state(job_id) == "PENDING", "the requeue")
+    second = zebra("train", *TINY, "-o", str(tmp_path))  # the queued job holds the run directory
+    assert second.returncode == 1 and f"in use by Slurm job {job_id}" in " ".join(second.stderr.split())
     # Slurm holds a requeued job back for two minutes (BeginTime); let it start sooner, though not within the
     # second its old credential was revoked in (slurmd would refuse to launch it).
     subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now+3"], check=True)

@@ -37,6 +37,8 @@ def _one_line_error(result, *needles: str) -> None:
         (["tiny", "--set", "model.vocab_size=200"], ["has 259 ids but model.vocab_size is 200"]),
         (["tiny", "--resume", "/nonexistent/ckpt"], ["--resume /nonexistent/ckpt: no such checkpoint"]),
         (["tiny", "--set", "data.paths=[]"], ["no training data", "--mock-data"]),
+        (["tiny", "--run", "../x", "--dry-run"], ["--run '../x': a run name is one folder name"]),
+        (["tiny", "--run", "/tmp/x", "--dry-run"], ["--run '/tmp/x': a run name is one folder name"]),
         ([], ["missing RECIPE"]),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else None,
@@ -53,6 +55,16 @@ def test_bad_recipe_file_is_one_line(cli, tmp_path):
     other = tmp_path / "other.yaml"
     other.write_text("extends: tiny\ntrain:\n  warmup_steps: -1\n")
     _one_line_error(cli("train", str(other)), "train.warmup_steps: -1 is below the minimum")
+
+
+@pytest.mark.parametrize("name", ["../escape", "/tmp/escape", "a/b", ".."])
+def test_a_recipe_name_with_a_path_in_it_is_refused(cli, tmp_path, name):
+    """The run folder is OUTPUT/NAME: a path in the name would put it (and what --resume never deletes) elsewhere."""
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text(f"extends: tiny\nname: {json.dumps(name)}\n")
+    _one_line_error(cli("train", str(recipe), "--mock-data", "--output", str(tmp_path / "runs"), "--dry-run"),
+                    f"name: {name!r}: a run name is one folder name", "--run NAME")  # fmt: skip
+    assert not (tmp_path / "runs").exists()
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(cli, tmp_path):

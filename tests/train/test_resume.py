@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from zebra.train.checkpoint import committed, read_meta
+from zebra.checkpoint_dir import committed, read_meta
 
 from .helpers import logged_step, losses, sets, wait_for, zebra_process
 
@@ -98,3 +98,100 @@ def test_incomplete_checkpoints_are_never_candidates(tmp_path):
         for f in files:
             (ck / name / f).write_text("{}")
     assert [p.name for p in committed(ck)] == ["step_0000002"]
+
+
+def test_resume_path_into_a_run_with_outputs_asks_before_replacing_them(cli, tmp_path, sample_prefix):
+    other = _args("tiny-mamba", sample_prefix, tmp_path, "other", 2)
+    assert cli(*other).exit_code == 0
+    args = _args("tiny-mamba", sample_prefix, tmp_path, "r", 4, "train.save_interval=2")
+    assert cli(*args).exit_code == 0
+    run = tmp_path / "r"
+    metrics, checkpoints = (
+        (run / "metrics.jsonl").read_text(),
+        [p.name for p in committed(run / "checkpoints")],
+    )
+
+    refused = cli(*args, "--resume", str(tmp_path / "other"))  # no terminal, no --yes: a one-line error
+    assert refused.exit_code == 1 and "Traceback" not in refused.output
+    text = " ".join(refused.stderr.split())
+    assert f"{run}: holds an earlier run" in text and "--yes" in text
+    assert (run / "metrics.jsonl").read_text() == metrics
+    assert [p.name for p in committed(run / "checkpoints")] == checkpoints
+
+    own = cli(*args, "--resume", str(run))  # its own newest checkpoint replaces nothing: no question
+    assert own.exit_code == 0, own.output
+    confirmed = cli(*args, "--resume", str(tmp_path / "other"), "--yes")
+    assert confirmed.exit_code == 0, confirmed.output
+    assert "resumed from " + str(tmp_path / "other") in confirmed.output.replace("\n", "")
+    assert sorted(losses(run)) == [1, 2, 3, 4]
+
+
+def _labelled_corpus(folder) -> str:
+    """100 documents of 20 tokens, document d made of token d + 1 only, each followed by EOD (256): the tokens
+    of a sample say which documents it holds."""
+    import numpy as np
+
+    from zebra.data.indexed import ShardWriter
+
+    folder.mkdir()
+    writer = ShardWriter(folder / "docs", np.uint16)
+    docs = np.concatenate([np.array([d + 1] * 20 + [256], dtype=np.uint16) for d in range(100)])
+    writer.add_documents(docs, np.full(100, 21))
+    writer.finish()
+    writer.commit()
+    return str(folder / "docs")
+
+
+def _samples_read(run_dir, max_steps: int, resume: str, *overrides: str) -> list[tuple[int, ...]]:
+    """The training samples a run of `run_dir`'s recipe reads up to `max_steps` (from its checkpoint with auto)."""
+    from zebra.recipes import load_recipe
+    from zebra.train.dist import init_distributed
+    from zebra.train.trainer import Trainer
+
+    recipe = load_recipe(run_dir / "config.yaml", overrides=[f"train.max_steps={max_steps}", *overrides])
+    trainer = Trainer(recipe, run_dir, init_distributed("cpu"))
+    trainer.restore(resume, warn=print)
+    batches, _ = trainer.open_data()
+    samples: list[tuple[int, ...]] = []
+    while len(samples) < (max_steps - trainer.progress.step) * recipe.train.global_batch_size:
+        samples += [tuple(row) for row in next(batches)["tokens"].tolist()]
+    return samples
+
+
+def test_extending_a_finished_run_keeps_its_order_and_reads_unseen_samples_first(cli, tmp_path):
+    """Megatron shuffles over all the epochs a sample count needs: 32 samples fit one epoch (65 samples),
+    80 need two, and building the order for 80 (or for 6 steps x a global batch of 16) would reorder the first 32
+    and repeat documents early."""
+    from collections import Counter
+
+    prefix = _labelled_corpus(tmp_path / "corpus")
+    args = _args("tiny", prefix, tmp_path, "r", 4, "data.split=100,0,0")
+    assert cli(*args).exit_code == 0
+    run = tmp_path / "r"
+    first = _samples_read(run, 4, "never")  # 4 steps x 8 samples, as the finished run read them
+    more = _samples_read(run, 10, "auto")  # --max-steps 10 from its step-4 checkpoint: 48 more
+    assert len(first) == 32 and len(more) == 48
+    uninterrupted = _samples_read(run, 8, "never")  # a run of 8 steps from the start (one epoch)
+    assert uninterrupted == first + more[:32]
+
+    bigger_batch = _samples_read(run, 6, "auto", "train.global_batch_size=16")  # 2 steps x 16 from step 4
+    assert bigger_batch == uninterrupted[32:]
+
+    epoch = first + more[:33]  # the 65 samples of the first epoch: each document's 20 tokens at most once
+    seen = Counter(t for sample in epoch for t in sample if t != 256)
+    assert max(seen.values()) <= 20 and len(seen) >= 95
+
+
+def test_a_second_run_into_a_running_run_is_refused_naming_it(cli, tmp_path, sample_prefix):
+    run = tmp_path / "busy"
+    proc = zebra_process(*_args("tiny-mamba", sample_prefix, tmp_path, "busy", 500))
+    try:
+        wait_for(lambda: logged_step(run) >= 1, proc)
+        second = cli(*_args("tiny-mamba", sample_prefix, tmp_path, "busy", 500, "train.save_interval=1"))
+        assert second.exit_code == 1 and "Traceback" not in second.output
+        text = " ".join(second.stderr.split())
+        assert f"{run}: in use by pid {proc.pid} on" in text and "--run NAME" in text
+        assert not (run / "checkpoints").exists() and logged_step(run) < 500  # the first run went on alone
+    finally:
+        proc.kill()
+        proc.wait()

@@ -209,7 +209,7 @@ def write_parity(report: ParityReport, output: Path) -> dict[str, Path]:
     Returns:
         {"json": ..., "png": ...}
     """
-    from zebra.train.checkpoint import write_atomic
+    from zebra.atomic import write_atomic
     from zebra.train.plot import plot_runs
 
     runs = []

@@ -86,7 +86,7 @@ def train(
 ) -> None:
     """Train a recipe: checkpoints, metrics.jsonl, a loss curve and an HF export land in OUTPUT/RUN."""
     # the library loads here, not when the CLI starts (zebra --help stays fast)
-    from zebra.launch import launch_overrides, make_plan, start, with_launch_lists
+    from zebra.launch import hold_run_dir, launch_overrides, make_plan, start, with_launch_lists
     from zebra.recipes import list_recipes, load_recipe
     from zebra.train.run import data_overrides, prepare_run
 
@@ -120,8 +120,9 @@ def train(
         return
     start_over = _confirm_start(plan.run, yes)
     L.check(plan)
-    prepare_run(plan.run, start_over=start_over)
-    outcome = start(plan, L.callbacks(), follow=follow)
+    with hold_run_dir(plan) as lock:
+        prepare_run(plan.run, start_over=start_over)
+        outcome = start(plan, L.callbacks(), follow=follow, lock=lock)
     if not outcome.ended:  # a Slurm job runs on
         if follow:
             L.stopped_following(outcome.job)
@@ -130,12 +131,22 @@ def train(
 
 
 def _confirm_start(run: TrainRun, yes: bool) -> bool:
-    """Warn about recipe keys that change on resume; whether to delete an earlier run first (`--resume never`,
-    asked unless --yes)."""
-    from zebra.train.run import has_outputs
+    """Warn about recipe keys that change on resume; ask before `--resume PATH` replaces an earlier run's
+    outputs; whether to delete an earlier run first (`--resume never`); both asked unless --yes."""
+    from zebra.train.run import has_outputs, replaces_outputs
 
     if run.changed:
         out.warn(f"{run.run_dir}/config.yaml changes on resume: {', '.join(run.changed[:8])}")
+    if replaces_outputs(run) and not confirm(
+        f"{run.run_dir} holds an earlier run: continue it from {run.resume}, replacing its later metrics "
+        "and checkpoints?",
+        yes=yes,
+    ):
+        raise ZebraError(
+            f"{run.run_dir}: holds an earlier run, whose later metrics and checkpoints --resume {run.resume} "
+            "would replace",
+            fix="pass --yes to continue it from there, or --run NAME for a new run",
+        )
     start_over = run.resume == "never" and has_outputs(run.run_dir)
     if start_over and not confirm(f"{run.run_dir} holds an earlier run: delete it and start over?", yes=yes):
         raise ZebraError(

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zebra.checkpoint_dir import committed, is_complete
 from zebra.convert.fla import FLA_FAMILIES, FLA_TO_ZEBRA, read_fla_config
 from zebra.convert.keymap import plan_keys
 from zebra.convert.megatron import is_torch_dist, is_torch_format, read_megatron, resolve_iteration_dir
@@ -35,7 +36,6 @@ from zebra.data.tokenizers import has_tokenizer_files
 from zebra.errors import ZebraError
 from zebra.models import ZebraConfig
 from zebra.recipes import load_recipe
-from zebra.train.checkpoint import committed, is_complete
 
 
 @dataclass

@@ -147,14 +147,17 @@ class DCPSource(TensorSource):
     """
 
     def __init__(self, directory: Path, accept):
-        from torch.distributed.checkpoint import FileSystemReader
         from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+        from zebra.safe_dcp import SafeFileSystemReader
 
         self.origin = str(directory)
         self.directory = Path(directory)
-        self._reader = FileSystemReader(str(directory))
         try:
+            self._reader = SafeFileSystemReader(str(directory))  # reads .metadata without running code
             metadata = self._reader.read_metadata()
+        except ZebraError:
+            raise
         except Exception as e:
             raise ZebraError(
                 f"{directory}/.metadata: unreadable distributed-checkpoint metadata ({type(e).__name__})",

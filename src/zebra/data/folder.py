@@ -16,6 +16,7 @@ from typing import Any
 from zebra.data.indexed import ShardWriter, check_prefix
 from zebra.data.manifest import Manifest, Shard, manifest_path, read_manifest, write_manifest
 from zebra.errors import ZebraError
+from zebra.locks import FolderLock
 
 _FIX = "choose another --output, or pass --force to replace its contents"
 
@@ -58,6 +59,7 @@ class ShardFolder:
 
     def __enter__(self) -> ShardFolder:
         self.path.mkdir(parents=True, exist_ok=True)
+        self.lock = FolderLock(self.path, fix="wait for it to end, or choose another --output").acquire()
         if self.force:
             _clear(self.path)
         self.notes += _verify_committed(self.path, self.manifest)
@@ -71,6 +73,7 @@ class ShardFolder:
             self.writer = None
         for path in self.path.glob(f"{self.path.name}_*.tmp.*"):
             path.unlink(missing_ok=True)
+        self.lock.release()
 
     def open_shard(self, index: int) -> ShardWriter:
         """Start shard `index` (its tokens in the manifest's dtype), under temporary names until `commit`."""

@@ -8,24 +8,26 @@
 Shared: `ranks.py` counts the ranks where they run, `commands.py` builds the rank and torchrun commands,
 `environment.py` decides what the ranks get from this machine (variables, mounts), `devices.py` the GPUs.
 
-    from zebra.launch import Callbacks, check_launcher, make_plan, start
+    from zebra.launch import Callbacks, check_launcher, hold_run_dir, make_plan, start
     from zebra.recipes import load_recipe
     from zebra.train.run import prepare_run
     recipe = load_recipe("tiny", overrides=["launch.launcher=docker", "launch.image=zebra-test/hostbind"])
     plan = make_plan(recipe, nproc=2)      # plan.describe(): the dry-run view, secrets masked
     check_launcher(plan)
-    prepare_run(plan.run)
-    outcome = start(plan, Callbacks())     # outcome.stopped_by, outcome.job
+    with hold_run_dir(plan) as lock:       # RUN/.lock
+        prepare_run(plan.run)
+        outcome = start(plan, Callbacks(), lock=lock)   # outcome.stopped_by, outcome.job
 """
 
 from zebra.launch.plan import LaunchPlan, launch_overrides, make_plan, with_launch_lists
-from zebra.launch.start import Callbacks, Outcome, check_launcher, start
+from zebra.launch.start import Callbacks, Outcome, check_launcher, hold_run_dir, start
 
 __all__ = [
     "Callbacks",
     "LaunchPlan",
     "Outcome",
     "check_launcher",
+    "hold_run_dir",
     "launch_overrides",
     "make_plan",
     "start",

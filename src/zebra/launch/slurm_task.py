@@ -9,11 +9,12 @@ Pre-emption and time limits: sbatch asks Slurm for USR2 `SIGNAL_DELAY_S` before 
 exits 0) and hands back the same task with `--resume auto`; submitit then requeues the job. A job that Slurm
 itself requeues (pre-emption, `scontrol requeue`) restarts with SLURM_RESTART_COUNT > 0 and also resumes.
 Each task writes its rank's exit code to `slurm/<job>_<task>_exit.json`, which `zebra jobs` reads when
-accounting (sacct) is not there.
+accounting (sacct) is not there. Task 0 holds the run directory's lock (`RUN/.lock`) while the job runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,11 +23,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
+from zebra.errors import ZebraError
 from zebra.launch.commands import rank_command, rank_env, torchrun_command
 from zebra.launch.container import ContainerSpec
 from zebra.launch.docker import start_container, stop_and_wait
 from zebra.launch.jobs import exit_file
+from zebra.train.run import run_lock
 
 POLL_S = 0.5
 
@@ -54,16 +58,30 @@ class SlurmTask:
             f"zebra: task {job.global_rank} of job {job.job_id} on {job.hostname} (restart {restarts})",
             flush=True,
         )
-        if self.container is None:
-            code = self._run_rank(dist, resume)
-        else:
-            code = self._run_container(job, dist, resume)
+        with self._run_lock(job, done):
+            if self.container is None:
+                code = self._run_rank(dist, resume)
+            else:
+                code = self._run_container(job, dist, resume)
         tmp = done.with_suffix(".tmp")
         tmp.write_text(json.dumps({"exit_code": code, "task": job.global_rank, "restarts": restarts}))
         tmp.replace(done)
         if code:
             sys.exit(code)  # the task (and the job) fails with the rank's code
         return code
+
+    def _run_lock(self, job, done: Path) -> contextlib.AbstractContextManager:
+        """Task 0 holds the run directory's lock while the job runs (a requeued attempt waits for its earlier
+        one). When another run holds it the job is cancelled: the other tasks' ranks would wait for rank 0."""
+        if job.global_rank != 0:
+            return contextlib.nullcontext()
+        try:
+            return run_lock(self.run_dir).acquire()
+        except ZebraError as e:
+            print(f"zebra: error: {e}", flush=True)
+            done.write_text(json.dumps({"exit_code": 1, "task": job.global_rank, "error": e.message}))
+            subprocess.run(["scancel", job.job_id], check=False)
+            sys.exit(1)
 
     def _run_rank(self, dist, resume: str) -> int:
         import submitit

@@ -2,8 +2,9 @@
 
     plan = make_plan(recipe, nproc=2)
     check_launcher(plan)                   # the Docker engine and image, or the Slurm client, are there
-    prepare_run(plan.run)                  # RUN/config.yaml
-    outcome = start(plan, Callbacks(log=print), follow=True)
+    with hold_run_dir(plan) as lock:       # RUN/.lock: no other run writes into the run directory
+        prepare_run(plan.run)              # RUN/config.yaml
+        outcome = start(plan, Callbacks(log=print), follow=True, lock=lock)
 
 `start` reports through `Callbacks` while the ranks run (the CLI renders them) and returns an `Outcome`;
 a failing run raises a ZebraError with the failing rank's exit code.
@@ -11,16 +12,21 @@ a failing run raises a ZebraError with the failing rank's exit code.
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import BinaryIO
 
+from zebra.errors import ZebraError
 from zebra.launch.docker import check_docker, run_docker
-from zebra.launch.jobs import JobRecord, JobStatus, check_finished, follow_log
+from zebra.launch.jobs import JobRecord, JobStatus, check_finished, follow_log, job_status, load_jobs
 from zebra.launch.local import run_local
 from zebra.launch.plan import LaunchPlan
 from zebra.launch.slurm_submit import require_slurm, submit
+from zebra.locks import FolderLock
+from zebra.train.run import run_lock
 from zebra.train.view import TrainView
 
 
@@ -66,10 +72,48 @@ def check_launcher(
         require_slurm()
 
 
-def start(plan: LaunchPlan, callbacks: Callbacks | None = None, *, follow: bool = False) -> Outcome:
+@contextlib.contextmanager
+def hold_run_dir(plan: LaunchPlan) -> Iterator[FolderLock | None]:
+    """Hold the run directory's lock (`RUN/.lock`) in this process while the run is prepared and started.
+
+    Yields None for a run over several nodes started on each node by hand (every node runs the same command).
+
+    Raises:
+        ZebraError: another run holds the lock (named), or a Slurm job zebra submitted for this run directory
+            is still queued or running.
+    """
+    if plan.launcher != "slurm" and plan.run.ranks.nodes > 1:
+        yield None
+        return
+    with run_lock(plan.run_dir) as lock:
+        _refuse_queued_jobs(plan.run_dir)
+        yield lock
+
+
+def _refuse_queued_jobs(run_dir: Path) -> None:
+    """A queued job holds no lock yet (its task 0 takes it when it starts): ask the job registry instead."""
+    for job in load_jobs():
+        if Path(job.run_dir) == run_dir and not (status := job_status(job)).finished:
+            raise ZebraError(
+                f"{run_dir}: in use by Slurm job {job.id} ({status.state})",
+                fix=f"wait for it to end, or `zebra jobs cancel {job.id}`; or pass --run NAME for another run",
+            )
+
+
+def start(
+    plan: LaunchPlan,
+    callbacks: Callbacks | None = None,
+    *,
+    follow: bool = False,
+    lock: FolderLock | None = None,
+) -> Outcome:
     """Start the ranks of `plan` (its run directory prepared): local and docker runs to their end, a Slurm
     job submitted (and with `follow` followed to its end, task 0's log copied to `callbacks.output`; Ctrl-C
     stops the following, not the job).
+
+    Args:
+        lock: the run directory's lock (`hold_run_dir`); a Slurm run releases it once the job is submitted, as
+            the job's task 0 takes it when it starts.
 
     Raises:
         ZebraError: the run failed; the failing rank's exit code becomes the error's.
@@ -81,6 +125,8 @@ def start(plan: LaunchPlan, callbacks: Callbacks | None = None, *, follow: bool 
         assert plan.container is not None, "a docker plan has a container"
         return Outcome(stopped_by=run_docker(plan.container, cb.log, cb.output))
     job = submit(plan)
+    if lock is not None:
+        lock.release()
     cb.submitted(job)
     if not follow:
         return Outcome(job=job)

@@ -6,19 +6,23 @@ Layout of `<run>/checkpoints/`:
       .metadata  __0_0.distcp ...   DCP: keys model.<ZebraForCausalLM state_dict name>, optimizer.*,
                                     scheduler.*, progress.* (step, consumed samples, ...)
       meta.json              step, consumed samples, world size, time (rank 0)
-      rng/rank_00000.pt      each rank's torch / CUDA / numpy / python RNG states
+      rng/rank_00000.pt      each rank's torch / CUDA / numpy / python RNG states (tensors, lists, numbers)
     latest                   the name of the newest committed checkpoint
 
 A save writes `step_XXXXXXX.partial/`, fsyncs every file, then renames it into place and rewrites `latest`
 (temp file + rename), so a crash at any moment leaves the previous checkpoints and `latest` intact.
+
+A restore reads nothing that could run code (`zebra.safe_dcp`, `torch.load(weights_only=True)`) and falls back
+to the previous checkpoint when a file of the newest is truncated or corrupt (a torn DCP folder, an empty
+`meta.json`, an unreadable RNG file); any other error (out of memory, a failed collective) is raised.
 """
 
 from __future__ import annotations
 
+import errno
 import json
-import os
+import pickle
 import random
-import re
 import shutil
 import time
 import warnings
@@ -26,98 +30,61 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from zebra.atomic import fsync_dir, fsync_tree, write_atomic
+from zebra.checkpoint_dir import committed, read_meta, step_name
 from zebra.errors import ZebraError
-from zebra.train.dist import DistEnv, barrier
-
-_STEP_DIR = re.compile(r"step_(\d+)")
-
-
-def step_name(step: int) -> str:
-    return f"step_{step:07d}"
-
-
-def is_complete(path: Path) -> bool:
-    """A committed checkpoint: DCP metadata and our meta.json are both present."""
-    return (path / ".metadata").is_file() and (path / "meta.json").is_file()
-
-
-def read_meta(path: Path) -> dict[str, Any]:
-    return json.loads((path / "meta.json").read_text())
-
-
-def committed(checkpoints: Path) -> list[Path]:
-    """Complete checkpoints under `checkpoints/`, newest first, the one `latest` names leading."""
-    if not checkpoints.is_dir():
-        return []
-    found = [p for p in checkpoints.iterdir() if _STEP_DIR.fullmatch(p.name) and is_complete(p)]
-    found.sort(key=lambda p: int(_STEP_DIR.fullmatch(p.name).group(1)), reverse=True)
-    pointer = checkpoints / "latest"
-    if pointer.is_file():
-        name = pointer.read_text().strip()
-        found.sort(key=lambda p: p.name != name)  # stable: `latest` first, the rest stay newest-first
-    return found
-
-
-def find_checkpoints(source: str | Path, run_dir: Path) -> list[Path]:
-    """Checkpoints to try, in order, for `--resume auto` (this run) or `--resume PATH`.
-
-    PATH may be one checkpoint (`.../step_0000100`), a `checkpoints/` folder or a run directory.
-    """
-    if str(source) == "auto":
-        return committed(run_dir / "checkpoints")
-    path = Path(source)
-    if (path / ".metadata").is_file():
-        if not is_complete(path):
-            raise ZebraError(
-                f"--resume {path}: incomplete checkpoint (no meta.json)", fix="pick another step"
-            )
-        return [path]
-    for folder in (path / "checkpoints", path):
-        if folder.is_dir() and (found := committed(folder)):
-            return found
-    raise ZebraError(
-        f"--resume {path}: no checkpoint there",
-        fix="pass a run directory, its checkpoints/ or a step_XXXXXXX",
-    )
-
-
-def _fsync_tree(root: Path) -> None:
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_dir(Path(dirpath))
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` by `text` so that readers see the old or the new content, never a mix."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
-    _fsync_dir(path.parent)
+from zebra.train.dist import DistEnv, all_reduce_sum, barrier
 
 
 def _rng_states(device) -> dict[str, Any]:
+    """This process's RNG states as tensors, lists and numbers (what `torch.load(weights_only=True)` reads)."""
     import numpy as np
     import torch
 
-    states = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    states = {
+        "torch": torch.get_rng_state(),
+        "numpy": [kind, keys.tolist(), pos, has_gauss, cached_gaussian],
+        "python": [version, list(internal), gauss_next],
+    }
     if device.type == "cuda":
         states["cuda"] = torch.cuda.get_rng_state(device)
+    return states
+
+
+def load_rng_states(path: Path) -> dict[str, Any]:
+    """An RNG file, read with `weights_only=True`; files written before zebra stored plain lists hold numpy's
+    state as an array, so numpy's array classes are allowed too (they build arrays, nothing else).
+
+    Raises:
+        ZebraError: the file names another class or function (it could run code).
+        pickle.UnpicklingError, EOFError, RuntimeError: a truncated or corrupt file.
+    """
+    import numpy as np
+    import torch
+
+    from zebra.safe_dcp import REFUSAL_FIX, refused_global
+
+    reconstruct = np.zeros(0).__reduce__()[0]  # numpy's array constructor, under both of its module names
+    arrays = [
+        (reconstruct, "numpy.core.multiarray._reconstruct"),
+        (reconstruct, "numpy._core.multiarray._reconstruct"),
+        np.ndarray,
+        np.dtype,
+        type(np.dtype(np.uint32)),  # the key array's dtype class
+    ]
+    try:
+        with torch.serialization.safe_globals(arrays):
+            states = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        if (blocked := refused_global(e)) is None:
+            raise
+        raise ZebraError(
+            f"{path}: refusing to unpickle {blocked} (it could run code on this machine)", fix=REFUSAL_FIX
+        ) from None
+    if not isinstance(states, dict) or not {"torch", "numpy", "python"} <= states.keys():
+        raise pickle.UnpicklingError(f"{path}: not an RNG state file")
     return states
 
 
@@ -126,19 +93,58 @@ def _set_rng_states(states: dict[str, Any], device) -> None:
     import torch
 
     torch.set_rng_state(states["torch"])
-    np.random.set_state(states["numpy"])
-    random.setstate(states["python"])
+    kind, keys, pos, has_gauss, cached_gaussian = states["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached_gaussian))
+    version, internal, gauss_next = states["python"]
+    random.setstate((version, tuple(internal), gauss_next))
     if device.type == "cuda" and "cuda" in states:
         torch.cuda.set_rng_state(states["cuda"], device)
 
 
-def _reason(error: BaseException) -> str:
-    """One line on why a checkpoint did not load (DCP wraps each rank's error in a CheckpointException)."""
+def _rank_errors(error: BaseException) -> list[BaseException]:
+    """The errors behind `error` (DCP wraps each rank's error in a CheckpointException: `failures`)."""
     failures = getattr(error, "failures", None)
-    if failures:
-        error = next(iter(failures.values()))[0]
+    if not failures:
+        return [error]
+    return [f[0] if isinstance(f, tuple) else f for f in failures.values()]
+
+
+def _reason(error: BaseException) -> str:
+    """One line on why a checkpoint did not load."""
+    error = _rank_errors(error)[0]
     text = str(error).strip().splitlines()[0] if str(error).strip() else ""
     return f"{type(error).__name__}: {text[:160]}" if text else type(error).__name__
+
+
+def is_corrupt(error: BaseException) -> bool:
+    """Whether `error` says a checkpoint file is missing, truncated or corrupt (then an older one may load),
+    rather than something about this machine (out of memory, a device or collective failure, a refusal)."""
+    import torch
+    import torch.distributed
+
+    errors = _rank_errors(error)
+    if len(errors) > 1 or errors[0] is not error:
+        return all(is_corrupt(e) for e in errors)
+    not_files = (torch.OutOfMemoryError, torch.distributed.DistError, getattr(torch, "AcceleratorError", ()))
+    if isinstance(error, not_files) or "out of memory" in str(error).lower():
+        return False
+    if isinstance(error, OSError):  # missing files, and torch.load seeking past a truncated end (EINVAL)
+        return error.errno not in (errno.EACCES, errno.EPERM, errno.ENOMEM, errno.EMFILE, errno.ENFILE)
+    return isinstance(error, (EOFError, ValueError, pickle.UnpicklingError, RuntimeError))
+
+
+def _not_corrupt(error: BaseException) -> BaseException:
+    """The error to raise for a checkpoint that is not corrupt: a refusal (ZebraError) as itself, a file this
+    process may not read as one line naming it, anything else (out of memory, a failed collective) as it is."""
+    errors = [e for e in _rank_errors(error) if not is_corrupt(e)] or [error]
+    if refusal := next((e for e in errors if isinstance(e, ZebraError)), None):
+        return refusal
+    if isinstance(errors[0], OSError) and errors[0].filename:
+        return ZebraError(
+            f"{errors[0].filename}: cannot read it ({errors[0].strerror})",
+            fix="check the file's permissions and the file system, then resume again",
+        )
+    return error
 
 
 class Checkpointer:
@@ -170,11 +176,11 @@ class Checkpointer:
         if self.env.is_main:
             meta = {**meta, "step": step, "world_size": self.env.world_size, "time": time.time()}
             (partial / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-            _fsync_tree(partial)
+            fsync_tree(partial)
             if final.exists():
                 shutil.rmtree(final)
             partial.replace(final)
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir)
             write_atomic(self.dir / "latest", final.name + "\n")
             self._prune()
         barrier(self.env)
@@ -191,37 +197,71 @@ class Checkpointer:
     ) -> tuple[Path, dict[str, Any]] | None:
         """Load the first readable checkpoint of `candidates` into `state`; warn about each one skipped.
 
-        Returns (checkpoint, its meta.json) or None when `candidates` is empty. Raises ZebraError when none loads.
+        Returns (checkpoint, its meta.json) or None when `candidates` is empty. Raises ZebraError when none loads,
+        or when a file holds objects that could run code; errors other than corrupt files are raised as they are.
         """
-        import torch
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.api import CheckpointException
-
         failures = []
         for path in candidates:
-            try:
-                meta = read_meta(path)
-                with warnings.catch_warnings():
-                    warnings.filterwarnings(
-                        "ignore", message=".*assuming the intent is to load in a single.*"
-                    )
-                    dcp.load(state, checkpoint_id=str(path))
-            except (Exception, CheckpointException) as e:  # torn or corrupted: try the previous one
-                reason = _reason(e)
-                failures.append(f"{path.name}: {reason}")
-                nxt = candidates[len(failures)] if len(failures) < len(candidates) else None
-                warn(
-                    f"checkpoint {path} could not be loaded ({reason}); "
-                    + (f"falling back to {nxt.name}" if nxt else "no older checkpoint left")
-                )
-                continue
-            rng = path / "rng" / f"rank_{self.env.rank:05d}.pt"
-            if meta.get("world_size") == self.env.world_size and rng.is_file():
-                _set_rng_states(torch.load(rng, weights_only=False), self.env.device)
-            return path, meta
+            reason, meta = self._try_load(path, state)
+            if reason is None:
+                return path, meta
+            failures.append(f"{path.name}: {reason}")
+            nxt = candidates[len(failures)] if len(failures) < len(candidates) else None
+            warn(
+                f"checkpoint {path} could not be loaded ({reason}); "
+                + (f"falling back to {nxt.name}" if nxt else "no older checkpoint left")
+            )
         if failures:
             raise ZebraError(
                 "no checkpoint could be loaded: " + "; ".join(failures),
                 fix="pass --resume never to start over, or --resume PATH to pick one",
             )
         return None
+
+    def _try_load(self, path: Path, state: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+        """Load checkpoint `path` into `state` (collective); (None, meta.json) or (why it is corrupt, {}).
+
+        The files each rank reads alone (meta.json, .metadata, its RNG file) are read first and the ranks agree
+        on the outcome, so that they all load the same checkpoint or all skip it.
+        """
+        import torch
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.api import CheckpointException
+
+        from zebra.safe_dcp import SafeFileSystemReader, SafeLoadPlanner
+
+        reason, fatal, meta, reader, rng = None, None, {}, None, None
+        try:
+            meta = read_meta(path)
+            reader = SafeFileSystemReader(str(path))
+            rng_file = path / "rng" / f"rank_{self.env.rank:05d}.pt"
+            if meta.get("world_size") == self.env.world_size and rng_file.is_file():
+                rng = load_rng_states(rng_file)
+        except Exception as e:
+            if is_corrupt(e):
+                reason = _reason(e)
+            else:
+                fatal = e
+        # [corrupt, fatal] ranks: every rank learns both, so that none waits in a collective for one that stopped
+        counts = torch.tensor([float(reason is not None), float(fatal is not None)], device=self.env.device)
+        corrupt_ranks, fatal_ranks = all_reduce_sum(counts, self.env).tolist()
+        if fatal is not None:
+            raise _not_corrupt(fatal) from None
+        if fatal_ranks:
+            raise ZebraError(
+                f"{path}: another rank could not read its files (its error says why)",
+                fix="fix what that rank reports, then resume again",
+            )
+        if corrupt_ranks:
+            return reason or "another rank could not read its files", {}
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single.*")
+                dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(path))
+        except (Exception, CheckpointException) as e:  # CheckpointException derives from BaseException
+            if not is_corrupt(e):
+                raise _not_corrupt(e) from None
+            return _reason(e), {}
+        if rng is not None:
+            _set_rng_states(rng, self.env.device)
+        return None, meta

@@ -1,9 +1,10 @@
 """Training data: Megatron `.bin/.idx` prefixes through megatron-core's GPTDataset (blends, train/valid split,
 EOD handling), or megatron-core's MockGPTDataset, cut into per-rank micro-batches in a fixed order.
 
-The order is a pure function of the seed: global step `s` reads samples `[s*G, (s+1)*G)` of the (already
-shuffled) dataset, so the data position is just `consumed_samples` and a resumed run reads exactly what an
-uninterrupted one would. Within a step, micro-batch `a` of rank `r` holds samples
+The order is a pure function of the seed and of the sample counts it was built for (`build_train_order`: a
+resume with a larger max_steps or global batch extends it, never reorders it): global step `s` reads samples
+`[s*G, (s+1)*G)` of the (already shuffled) dataset, so the data position is just `consumed_samples` and a
+resumed run reads exactly what an uninterrupted one would. Within a step, micro-batch `a` of rank `r` holds samples
 `s*G + a*m*W + r*m + [0, m)` (G global batch, m micro batch, W ranks): any world size sees the same global batch.
 With `data.order: fla` the dataset is a convert-fla folder's chunks, and sample `g` is the chunk FLA's own
 trainer reads at that place (`zebra.data.fla_order`).
@@ -91,7 +92,7 @@ def _megatron_process_group():
 
 
 def build_datasets(
-    recipe: Recipe, *, train_samples: int, valid_samples: int, cache_dir: Path
+    recipe: Recipe, *, train_samples: int, valid_samples: int, cache_dir: Path, part: int = 0
 ) -> tuple[torch.utils.data.Dataset, torch.utils.data.Dataset | None]:
     """The train and validation datasets (megatron GPTDataset / BlendedDataset / MockGPTDataset).
 
@@ -100,6 +101,8 @@ def build_datasets(
     Args:
         train_samples: sequences the run will read (max_steps x global batch).
         valid_samples: sequences one validation pass reads (0: no validation set).
+        part: 0, or the extension of a run's data order that this is (shuffled with train.seed + part; see
+            `build_train_order`).
     """
     if recipe.data.order == "fla" and not recipe.data.mock:
         return fla_dataset(recipe, train_samples), None  # FLA trains on every chunk: no validation split
@@ -125,7 +128,7 @@ def build_datasets(
             weights = [w for _, w in pairs]
             blend = ([p for p, _ in pairs], weights if len(pairs) > 1 else None)
         config = GPTDatasetConfig(
-            random_seed=recipe.train.seed,
+            random_seed=recipe.train.seed + part,
             sequence_length=recipe.data.seq_len,
             blend=blend,
             split=None if recipe.data.mock else recipe.data.split,
@@ -166,6 +169,39 @@ def fla_dataset(recipe: Recipe, samples: int, *, ranks: int | None = None) -> to
     micro, accumulation = batch_plan(recipe.train.global_batch_size, recipe.train.micro_batch_size, world)
     folder = fla_folder(recipe.data.paths, recipe.data.seq_len, recipe.train.global_batch_size)
     return FlaChunkDataset(folder, FlaOrder(folder.chunks, world, micro, accumulation), samples)
+
+
+def build_train_order(
+    recipe: Recipe, *, parts: list[int], stop: int, valid_samples: int, cache_dir: Path
+) -> tuple[torch.utils.data.Dataset, torch.utils.data.Dataset | None, list[int]]:
+    """The run's training samples in their order (at least `stop` of them), the validation set, and `parts`.
+
+    A run's order is fixed by the sample count it is first built for: megatron shuffles over all the epochs
+    that count needs, so building it for another count (a larger max_steps or global batch on resume) would
+    reorder the samples already trained on. `parts` are the sample counts of the order so far (saved in each
+    checkpoint; empty for a new run: `[stop]`). A run that needs more samples than they give gets one more
+    part, built for the missing samples with train.seed + its index and appended: the unread samples of the
+    first part's last epoch come first, then new epochs. (A weighted blend is cut to its sample count, so its
+    extension starts a new shuffle at once.) FLA's order (`data.order: fla`) depends on the position alone, so it is
+    simply built for `stop` samples.
+    """
+    from torch.utils.data import ConcatDataset
+
+    if recipe.data.order == "fla" and not recipe.data.mock:
+        return fla_dataset(recipe, stop), None, [stop]  # FLA's order is a function of the position alone
+    parts = list(parts) or [stop]
+    train, valid = build_datasets(
+        recipe, train_samples=parts[0], valid_samples=valid_samples, cache_dir=cache_dir
+    )
+    pieces = [train]
+    while len(pieces) < len(parts) or sum(len(d) for d in pieces) < stop:
+        if len(pieces) == len(parts):
+            parts.append(stop - sum(len(d) for d in pieces))
+        extra, _ = build_datasets(
+            recipe, train_samples=parts[len(pieces)], valid_samples=0, cache_dir=cache_dir, part=len(pieces)
+        )
+        pieces.append(extra)
+    return (train if len(pieces) == 1 else ConcatDataset(pieces)), valid, parts
 
 
 def batch_plan(global_batch: int, micro_batch: int, world_size: int) -> tuple[int, int]:

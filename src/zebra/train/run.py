@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zebra.atomic import write_atomic
+from zebra.checkpoint_dir import committed, find_checkpoints, newest_step
 from zebra.data import load_tokenizer, read_manifest, resolve_prefixes
 from zebra.data.paths import parse_data_path, prep_folder
 from zebra.errors import ZebraError
+from zebra.locks import FolderLock
 from zebra.recipes import Recipe, dump_recipe
-from zebra.train import checkpoint as ckpt
 from zebra.train.data import batch_plan
 
 RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "loss.png", "export", "tensorboard", "data_cache")
@@ -152,6 +154,19 @@ def _check_manifest_tokenizer(entry: str, recipe: Recipe) -> None:
         )
 
 
+def run_name(run: str | None, recipe: Recipe) -> str:
+    """The run's folder name under --output: `--run`, else the recipe's `name:`; one path component, so that
+    the run (and what `--resume never` deletes) stays inside --output."""
+    name = run or recipe.name
+    if name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
+        where = f"--run {name!r}" if run else f"{recipe.source or 'recipe'}: name: {name!r}"
+        raise ZebraError(
+            f"{where}: a run name is one folder name (no '/', not '.' or '..')",
+            fix="pass --run NAME with a plain name (--output DIR chooses the folder that holds the runs)",
+        )
+    return name
+
+
 def resolve_run(
     recipe: Recipe,
     ranks: RankLayout,
@@ -169,9 +184,9 @@ def resolve_run(
     micro, accumulation = batch_plan(t.global_batch_size, t.micro_batch_size, ranks.world_size)
     if resume not in ("auto", "never") and not Path(resume).exists():
         raise ZebraError(f"--resume {resume}: no such checkpoint", fix="pass auto, never or an existing path")
-    run_dir = Path(output) / (run or recipe.name)
+    run_dir = Path(output) / run_name(run, recipe)
     resolve_data(recipe)
-    found = ckpt.committed(run_dir / "checkpoints")
+    found = committed(run_dir / "checkpoints")
     resolved = TrainRun(
         recipe=recipe,
         run_dir=run_dir,
@@ -179,7 +194,7 @@ def resolve_run(
         micro_batch=micro,
         accumulation=accumulation,
         resume=resume,
-        checkpoint_step=ckpt.read_meta(found[0])["step"] if found else None,
+        checkpoint_step=newest_step(found),
     )
     saved = run_dir / "config.yaml"
     if saved.is_file() and resume == "auto" and found:
@@ -207,6 +222,24 @@ def has_outputs(run_dir: Path) -> bool:
     return any((run_dir / name).exists() for name in RUN_OUTPUTS)
 
 
+def replaces_outputs(run: TrainRun) -> bool:
+    """True when `--resume PATH` continues from another checkpoint than the newest of a run directory that holds
+    outputs: as the steps come round again, its metrics.jsonl is cut and its checkpoints are replaced."""
+    if run.resume in ("auto", "never") or not has_outputs(run.run_dir):
+        return False
+    start = find_checkpoints(run.resume, run.run_dir)[:1]
+    newest = committed(run.run_dir / "checkpoints")[:1]
+    return [p.resolve() for p in start] != [p.resolve() for p in newest]
+
+
+def run_lock(run_dir: str | Path) -> FolderLock:
+    """The lock of a run directory (`RUN/.lock`), held by whoever trains into it: the `zebra train` process
+    for local and Docker runs, task 0 of the job for Slurm runs. Not yet taken: `acquire()` or `with`."""
+    return FolderLock(
+        run_dir, fix="wait for that run to end (or stop it), or pass --run NAME for another run"
+    )
+
+
 def prepare_run(run: TrainRun, *, start_over: bool = False) -> Path:
     """Create the run directory and write the resolved recipe to `config.yaml` (atomically).
 
@@ -221,5 +254,5 @@ def prepare_run(run: TrainRun, *, start_over: bool = False) -> Path:
             elif target.exists():
                 target.unlink()
     run.run_dir.mkdir(parents=True, exist_ok=True)
-    ckpt.write_atomic(run.run_dir / "config.yaml", dump_recipe(run.recipe))
+    write_atomic(run.run_dir / "config.yaml", dump_recipe(run.recipe))
     return run.run_dir

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from zebra.train.checkpoint import committed
+from zebra.checkpoint_dir import committed
 from zebra.train.metrics import read_metrics
 
 

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from zebra import arch
 from zebra.caches import kernel_cache_dir, use_kernel_cache
+from zebra.checkpoint_dir import find_checkpoints, step_name
 from zebra.data import load_tokenizer
 from zebra.errors import ZebraError
 from zebra.recipes import Recipe, load_recipe
 from zebra.train import checkpoint as ckpt
-from zebra.train.data import batch_plan, build_datasets, micro_batches
+from zebra.train.data import batch_plan, build_train_order, micro_batches
 from zebra.train.dist import DistEnv, all_reduce_sum, barrier, destroy_distributed, init_distributed
 from zebra.train.metrics import (
     IntervalMeter,
@@ -201,6 +202,7 @@ class Trainer:
             optimizer_graph=t.optimizer_graph,
         )
         self.progress = Progress()
+        self.data_parts: list[int] = []  # the sample counts of the data order (`build_train_order`)
         self.consecutive_skips = 0  # non-finite steps in a row
         self.metrics = None  # rank 0's MetricsLog while fitting
         self.checkpointer = ckpt.Checkpointer(run_dir, keep_last=t.keep_last, env=env)
@@ -220,6 +222,7 @@ class Trainer:
     def save(self) -> Path:
         meta = {
             "consumed_samples": self.progress.consumed_samples,
+            "data_parts": self.data_parts,
             "recipe": self.recipe.name,
             "parallel": self.parallel,
         }
@@ -229,10 +232,11 @@ class Trainer:
         """Load the checkpoint `resume` names (`auto`: this run's newest readable one; `never`: none)."""
         if resume == "never":
             return None
-        found = self.checkpointer.restore(
-            ckpt.find_checkpoints(resume, self.run_dir), self.state(), warn=warn
-        )
-        return None if found is None else found[0]
+        found = self.checkpointer.restore(find_checkpoints(resume, self.run_dir), self.state(), warn=warn)
+        if found is None:
+            return None
+        self.data_parts = [int(n) for n in found[1].get("data_parts") or []]  # none before zebra kept them
+        return found[0]
 
     def evaluate(self, valid, global_batch: int) -> float:
         """Mean validation loss over `eval_steps` fixed global batches (the same ones every time)."""
@@ -294,7 +298,7 @@ class Trainer:
             loss=end.loss,
             val_loss=end.val_loss,
             stopped_by=end.stopped_by,
-            checkpoint=self.run_dir / "checkpoints" / ckpt.step_name(p.step),
+            checkpoint=self.run_dir / "checkpoints" / step_name(p.step),
             export_dir=export_dir,
         )
 
@@ -302,16 +306,18 @@ class Trainer:
         """(this rank's training micro-batches from the run's data position on, the validation set or None)."""
         r, t, p = self.recipe, self.recipe.train, self.progress
         G = t.global_batch_size
-        train_ds, valid_ds = build_datasets(
+        stop = p.consumed_samples + (t.max_steps - p.step) * G  # (max_steps or G may differ from the start)
+        train_ds, valid_ds, self.data_parts = build_train_order(
             r,
-            train_samples=t.max_steps * G,
+            parts=self.data_parts,
+            stop=stop,
             valid_samples=t.eval_steps * G if t.eval_interval else 0,
             cache_dir=self.run_dir / "data_cache",
         )
         batches = micro_batches(
             train_ds,
             start=p.consumed_samples,
-            stop=t.max_steps * G,
+            stop=stop,
             global_batch=G,
             micro_batch=self.micro_batch,
             env=self.env,

@@ -1,0 +1,41 @@
+"""Folder locks (`zebra.locks.FolderLock`): one holder at a time, named to the next; the kernel drops a lock
+with its process; a requeued Slurm job waits for its own earlier attempt instead of being refused."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+
+from zebra.errors import ZebraError
+from zebra.locks import FolderLock
+
+
+def test_a_second_holder_is_refused_naming_the_first(tmp_path, hold_folder):
+    pid = hold_folder(tmp_path / "run")
+    with pytest.raises(ZebraError, match=rf"run: in use by pid {pid} on \S+, since") as err:
+        FolderLock(tmp_path / "run", fix="wait").acquire()
+    assert err.value.fix == "wait"
+    os.kill(pid, signal.SIGKILL)  # a crash leaves no stale lock
+    os.waitpid(pid, 0)
+    with FolderLock(tmp_path / "run", fix="wait") as lock:
+        assert lock.held and lock.holder()["pid"] == os.getpid()
+    assert not lock.held
+
+
+def test_a_requeued_slurm_job_waits_for_its_earlier_attempt_only(tmp_path, hold_folder, monkeypatch):
+    pid = hold_folder(tmp_path / "run", env={"SLURM_JOB_ID": "42"})
+    monkeypatch.setenv("SLURM_JOB_ID", "43")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    with pytest.raises(ZebraError, match="in use by Slurm job 42"):  # another job: refused at once
+        FolderLock(tmp_path / "run", fix="").acquire()
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    with pytest.raises(ZebraError, match="in use by Slurm job 42"):  # the same job, not restarted: refused
+        FolderLock(tmp_path / "run", fix="").acquire()
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    threading.Timer(1.0, os.kill, (pid, signal.SIGKILL)).start()  # the earlier attempt ends while it waits
+    with FolderLock(tmp_path / "run", fix="") as lock:  # its restart waits until the earlier attempt exits
+        assert lock.holder()["slurm_job"] == "42" and lock.holder()["pid"] == os.getpid()

@@ -1,0 +1,195 @@
+"""Checkpoint files that are torn, corrupt, crafted or old: RNG states stored as plain data and read with
+`weights_only=True`, a fallback for corrupt files only, an empty meta.json, RNG files of earlier versions."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from zebra.checkpoint_dir import committed
+from zebra.errors import ZebraError
+from zebra.recipes import load_recipe
+from zebra.train.checkpoint import Checkpointer
+from zebra.train.dist import DistEnv
+from zebra.train.run import RankLayout, resolve_run
+from zebra.train.trainer import Progress
+
+ENV = DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
+
+
+class RunsCode:
+    """Pickles as a call of os.system: loading it unsafely creates `marker`."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _state(step: int = 0) -> dict:
+    return {"progress": Progress(step=step, consumed_samples=8 * step), "w": torch.full((4,), float(step))}
+
+
+def _saved(tmp_path: Path, steps=(2, 4, 6)) -> Checkpointer:
+    ck = Checkpointer(tmp_path, keep_last=5, env=ENV)
+    for step in steps:
+        ck.save(step, _state(step), {"consumed_samples": 8 * step})
+    return ck
+
+
+def _restore(ck: Checkpointer) -> tuple[int, dict, list[str]]:
+    warnings, state = [], _state()
+    path, _ = ck.restore(committed(ck.dir), state, warn=warnings.append)
+    assert state["progress"].step == int(path.name.split("_")[1])
+    return state["progress"].step, state, warnings
+
+
+def _draws() -> tuple:
+    return torch.rand(3).tolist(), np.random.rand(3).tolist(), [random.random() for _ in range(3)]
+
+
+def test_rng_files_hold_plain_data_and_restore_every_generator(tmp_path):
+    ck = _saved(tmp_path, steps=(2,))
+    expected = _draws()  # what follows the saved states
+    rng_file = ck.dir / "step_0000002" / "rng" / "rank_00000.pt"
+    states = torch.load(rng_file, weights_only=True)  # no allow-list needed: tensors, lists, numbers
+    assert set(states) == {"torch", "numpy", "python"}
+    _draws()
+    _restore(ck)
+    assert _draws() == expected
+
+
+def test_rng_files_written_before_plain_data_still_restore(tmp_path):
+    ck = _saved(tmp_path, steps=(2,))
+    old = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    torch.save(old, ck.dir / "step_0000002" / "rng" / "rank_00000.pt")  # numpy's state as an array
+    expected = _draws()
+    _restore(ck)
+    assert _draws() == expected
+
+
+def test_an_rng_file_that_would_run_code_is_refused_in_one_line(tmp_path):
+    ck = _saved(tmp_path, steps=(2,))
+    marker = tmp_path / "ran"
+    rng_file = ck.dir / "step_0000002" / "rng" / "rank_00000.pt"
+    torch.save({"torch": RunsCode(marker), "numpy": [], "python": []}, rng_file)
+    with pytest.raises(ZebraError, match=r"rank_00000.pt: refusing to unpickle posix.system") as err:
+        _restore(ck)
+    assert "\n" not in str(err.value) and not marker.exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_a_corrupt_rng_file_falls_back_to_the_previous_checkpoint(tmp_path, damage):
+    ck = _saved(tmp_path)
+    rng_file = ck.dir / "step_0000006" / "rng" / "rank_00000.pt"
+    if damage == "truncated":
+        os.truncate(rng_file, rng_file.stat().st_size // 2)
+    else:
+        rng_file.write_bytes(b"\x00garbage" * 100)
+    step, state, warnings = _restore(ck)
+    assert step == 4 and torch.equal(state["w"], torch.full((4,), 4.0))
+    (warning,) = warnings
+    assert "step_0000006 could not be loaded" in warning and "falling back to step_0000004" in warning
+    assert "\n" not in warning
+
+
+@pytest.mark.parametrize("content", ["", "{", '{"consumed_samples": 48}', "[6]"])
+def test_an_empty_or_corrupt_meta_json_falls_back_to_the_previous_checkpoint(tmp_path, content):
+    ck = _saved(tmp_path / "run")
+    (ck.dir / "step_0000006" / "meta.json").write_text(content)
+    recipe = load_recipe("tiny", overrides=["data.mock=true", "data.paths=[]"])
+    planned = resolve_run(recipe, RankLayout("cpu", nodes=1, ranks_per_node=1), output=tmp_path, run="run")
+    assert planned.checkpoint_step == 4  # what the plan shows
+    step, _, warnings = _restore(ck)
+    assert step == 4
+    (warning,) = warnings
+    assert "step_0000006 could not be loaded" in warning and "falling back to step_0000004" in warning
+
+
+def test_running_out_of_memory_is_raised_not_taken_for_a_torn_checkpoint(tmp_path):
+    ck = _saved(tmp_path)
+
+    class NoMemory(Progress):
+        def load_state_dict(self, state):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    state = {**_state(), "progress": NoMemory()}
+    warnings: list[str] = []
+    with pytest.raises(torch.OutOfMemoryError):
+        ck.restore(committed(ck.dir), state, warn=warnings.append)
+    assert warnings == []
+
+
+def test_a_torn_dcp_file_still_falls_back(tmp_path):
+    ck = _saved(tmp_path)
+    shard = ck.dir / "step_0000006" / "__0_0.distcp"
+    os.truncate(shard, shard.stat().st_size // 2)
+    step, _, warnings = _restore(ck)
+    assert step == 4 and len(warnings) == 1
+
+
+_TWO_RANKS = """
+import sys
+from pathlib import Path
+
+import torch
+
+from zebra.checkpoint_dir import committed
+from zebra.errors import ZebraError
+from zebra.train.checkpoint import Checkpointer
+from zebra.train.dist import barrier, destroy_distributed, init_distributed
+from zebra.train.trainer import Progress
+
+env = init_distributed("cpu")
+ck = Checkpointer(Path(sys.argv[1]), keep_last=5, env=env)
+state = lambda step: {"progress": Progress(step=step, consumed_samples=8 * step), "w": torch.full((4,), 1.0 * step)}
+for step in (2, 4):
+    ck.save(step, state(step), {})
+if env.rank == 1:  # only this rank's RNG file of the newest checkpoint would run code
+    (ck.dir / "step_0000004" / "rng" / "rank_00001.pt").write_bytes(Path(sys.argv[2]).read_bytes())
+barrier(env)
+try:
+    ck.restore(committed(ck.dir), state(0), warn=lambda w: print("warning:", w))
+    print("restored")
+except ZebraError as e:
+    print("error:", e.message)
+destroy_distributed()
+"""
+
+
+def test_a_refusal_on_one_rank_stops_every_rank_with_one_line_not_a_hang(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    crafted, marker = tmp_path / "crafted.pt", tmp_path / "ran"
+    torch.save({"torch": RunsCode(marker), "numpy": [], "python": []}, crafted)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", _TWO_RANKS, str(tmp_path / "run"), str(crafted)],
+            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    try:
+        outputs = [p.communicate(timeout=600)[0] for p in ranks]  # before the fix rank 0 waited for rank 1
+    finally:
+        for p in ranks:
+            p.kill()
+    assert "rank_00001.pt: refusing to unpickle posix.system" in outputs[1]
+    assert "step_0000004: another rank could not read its files" in outputs[0]
+    assert all("Traceback" not in o and "warning:" not in o and "restored" not in o for o in outputs), outputs
+    assert not marker.exists()
