@@ -24,6 +24,7 @@ from zebra.train.dist import DistEnv, all_reduce_sum, barrier, destroy_distribut
 from zebra.train.metrics import IntervalMeter, MetricsLog, device_peak_flops, mfu, peak_memory_gb
 from zebra.train.optim import build_optimizer, build_scheduler
 from zebra.train.parallelize import choose_parallel, parallelize
+from zebra.train.peers import watch_peers
 from zebra.train.plot import plot_runs
 from zebra.train.step import TrainStep, loss_sum
 from zebra.train.view import TrainView
@@ -456,6 +457,7 @@ def train_rank(
     recipe = load_recipe(config)
     env = init_distributed(device)
     try:
-        return Trainer(recipe, run_dir, env, view).fit(resume)
+        with watch_peers(env, run_dir):  # a peer gone: one line naming its node
+            return Trainer(recipe, run_dir, env, view).fit(resume)
     finally:
         destroy_distributed()
