@@ -1,16 +1,20 @@
-"""The slurm launcher against a real single-node Slurm (munged, slurmctld, slurmd started by .ci/run): a job
-of two CPU tasks (gloo) trains exactly like two local ranks, and a job pre-empted through submitit's signal
-saves, is requeued and resumes from its checkpoint to the same losses."""
+"""The slurm launcher against a real Slurm cluster (munged, slurmctld and two slurmd on this machine, started by
+.ci/run): a job of two CPU tasks (gloo) trains exactly like two local ranks, a job pre-empted through
+submitit's signal saves, is requeued and resumes from its checkpoint to the same losses; over two nodes, a
+followed job survives `scontrol requeue` to its end, and `zebra jobs cancel` makes both nodes save and stop."""
 
 from __future__ import annotations
 
 import json
 import math
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from zebra.train.checkpoint import committed, read_meta
 
 from .helpers import SETS, STEPS, TINY, hostbind_flags, losses
 
@@ -126,3 +130,66 @@ def test_each_node_can_run_its_ranks_in_a_container(
     written = [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
     assert written == []  # not in the pickled task, the logs, the registry or the run
     assert not docker_client.containers.list(all=True, filters={"label": f"zebra.run_dir={run_dir}"})
+
+
+TWO_NODES = [*TINY, "--launcher", "slurm", "--nodes", "2", "--nproc", "1"]
+
+
+def job_id_of(stdout: str) -> str:
+    return stdout.split("submitted Slurm job ")[1].split(":")[0]
+
+
+def task_exits(run_dir: Path, job_id: str) -> list[int]:
+    return sorted(
+        json.loads(p.read_text())["exit_code"] for p in (run_dir / "slurm").glob(f"{job_id}_*_exit.json")
+    )
+
+
+def test_two_nodes_follow_a_job_through_a_requeue_to_its_end(
+    zebra_env, zebra, slurm_two_nodes, tmp_path, cancel_jobs_left
+):
+    steps = 40  # long enough for the requeue to land mid-run
+    cmd = [sys.executable, "-m", "zebra.cli.main", "train", *TWO_NODES, "--max-steps", str(steps),
+           "--partition", slurm_two_nodes, "-o", str(tmp_path / "runs"), "--follow"]  # fmt: skip
+    with open(tmp_path / "follow.out", "w") as out:
+        follower = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    env=zebra_env, text=True)  # fmt: skip
+    run_dir = tmp_path / "runs" / "tiny"
+    wait_for(lambda: (run_dir / "checkpoints" / "latest").is_file(), "the first checkpoint")
+    job_id = job_id_of((tmp_path / "follow.out").read_text())
+    subprocess.run(["scontrol", "requeue", job_id], check=True)  # what a pre-empting Slurm does
+    wait_for(lambda: squeue_state(job_id) == "PENDING", "the requeue")
+    subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now+3"], check=True)
+
+    assert follower.wait(timeout=600) == 0, (tmp_path / "follow.out").read_text()
+    followed = (tmp_path / "follow.out").read_text()
+    assert "(restart 0)" in followed and "(restart 1)" in followed and f"step {steps}/{steps}" in followed
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["tiny"]  # one run folder
+    assert [s for s, _ in losses(run_dir)] == list(range(1, steps + 1))  # rank 0's metrics, each step once
+    final = committed(run_dir / "checkpoints")[0]
+    assert (read_meta(final)["step"], read_meta(final)["world_size"]) == (steps, 2)
+    assert task_exits(run_dir, job_id) == [0, 0]
+    log = zebra("jobs", "logs", job_id, "--follow")
+    assert log.returncode == 0, log.stdout + log.stderr
+    first, second = log.stdout.split("(restart 1)")  # both attempts, in order
+    assert "(restart 0)" in first and "stopped by SIGTERM" in first
+    resumed = int(second.split("resumed from ")[1].split("(step ")[1].split(",")[0])
+    assert 2 <= resumed < steps
+
+
+def test_cancel_makes_both_nodes_save_and_stop(zebra, slurm_two_nodes, tmp_path, cancel_jobs_left):
+    args = [*TWO_NODES, "--max-steps", "1000", "--set", "train.save_interval=0"]
+    submitted = zebra("train", *args, "--partition", slurm_two_nodes, "-o", str(tmp_path))
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    job_id = job_id_of(submitted.stdout)
+    run_dir = tmp_path / "tiny"
+    wait_for(lambda: len(losses(run_dir)) >= 2 if (run_dir / "metrics.jsonl").is_file() else False, "step 2")
+
+    cancelled = zebra("jobs", "cancel", job_id)
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+    wait_for(lambda: len(task_exits(run_dir, job_id)) == 2, "both tasks to end")
+    assert task_exits(run_dir, job_id) == [0, 0]  # each node's rank saved and exited cleanly
+    (saved,) = committed(run_dir / "checkpoints")
+    assert read_meta(saved)["world_size"] == 2 and 2 <= read_meta(saved)["step"] < 1000
+    assert sorted(p.name for p in saved.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    assert "stopped by SIGTERM" in (run_dir / "slurm" / f"{job_id}_0_log.out").read_text()
