@@ -117,18 +117,29 @@ def test_each_node_can_run_its_ranks_in_a_container(
     zebra, slurm_cluster, hostbind_image, docker_client, local_two_ranks, tmp_path, cancel_jobs_left
 ):
     secret = "hf_slurmContainerSecret_987654321"
-    probe = 'test -n "$HF_TOKEN" && test "$HF_TOKEN" = "$EXPECTED_TOKEN" && echo token-arrived'
+    marked, url = (
+        "db-pass-marked-slurm-77",
+        "https://bob:pw-in-slurm-url@127.0.0.1:9/x",
+    )  # --secret-env, a URL
+    probe = (
+        'test -n "$HF_TOKEN" && test "$HF_TOKEN" = "$EXPECTED_TOKEN" && test "$DB_PASS" = "$EXPECTED_DB_SECRET" '
+        '&& test "$WANDB_BASE_URL" = "$EXPECTED_URL_SECRET" && echo token-arrived'
+    )
     result = zebra(
         "train", *SLURM_TASKS, "--container", *hostbind_flags(hostbind_image), "--partition", slurm_cluster,
-        "-o", str(tmp_path), "--env", "EXPECTED_TOKEN", "--set", f"launch.container_setup={probe}", "--follow",
-        env={"HF_TOKEN": secret, "EXPECTED_TOKEN": secret},
+        "-o", str(tmp_path), "--env", "EXPECTED_*", "--secret-env", "DB_PASS",
+        "--set", f"launch.container_setup={probe}", "--follow",
+        env={"HF_TOKEN": secret, "EXPECTED_TOKEN": secret, "DB_PASS": marked, "EXPECTED_DB_SECRET": marked,
+             "WANDB_BASE_URL": url, "EXPECTED_URL_SECRET": url},
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = tmp_path / "tiny"
-    assert "token-arrived" in result.stdout and secret not in result.stdout + result.stderr
+    assert "token-arrived" in result.stdout
     assert_same_losses(run_dir, local_two_ranks)
-    written = [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
-    assert written == []  # not in the pickled task, the logs, the registry or the run
+    for value in (secret, marked, "pw-in-slurm-url"):
+        assert value not in result.stdout + result.stderr
+        written = [p for p in tmp_path.rglob("*") if p.is_file() and value.encode() in p.read_bytes()]
+        assert written == []  # not in the pickled task, the logs, the registry or the run
     assert not docker_client.containers.list(all=True, filters={"label": f"zebra.run_dir={run_dir}"})
 
 
