@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 from zebra.chat.session import ChatSession, ChatSettings
-from zebra.chat.text_stream import TextStream
-from zebra.generation import Engine
+from zebra.generation import Engine, TextStream, stream_completion
 
 TEMPLATE = (
     "{% for m in messages %}<|begin_of_text|>{{ m.role }}\n{{ m.content }}<|endoftext|>{% endfor %}"
@@ -149,6 +148,17 @@ def test_text_stream_holds_back_split_characters(loaded):
     pieces = [stream.push(i) for i in ids] + [stream.flush()]
     assert "".join(pieces) == "zébra\n→ok"
     assert "\ufffd" not in "".join(pieces)
+
+
+def test_stream_completion_yields_the_greedy_text_in_non_empty_pieces(loaded):
+    model, tokenizer = loaded
+    eos = {tokenizer.eos_token_id}
+    ids = tokenizer("The zebra")["input_ids"]
+    expected = tokenizer.decode(
+        [t for t in greedy(model, ids, 10, eos) if t not in eos], skip_special_tokens=True
+    )
+    pieces = list(stream_completion(Engine(model), tokenizer, "The zebra", max_new_tokens=10))
+    assert "".join(pieces) == expected and all(pieces)
 
 
 def test_generate_stdout_is_only_the_greedy_text(loaded, trained_export):

@@ -7,12 +7,12 @@ import warnings
 warnings.filterwarnings("ignore", message=".*CPU.*")  # FLA warns that its kernels need a GPU
 
 SHAPES = {  # name -> recipe overrides on top of `tiny` (hidden 64, byte vocab 272)
-    "gdn": ["model.pattern=null", "model.num_layers=4", "model.recurrent=gdn"],
-    "kda": ["model.pattern=null", "model.num_layers=4", "model.recurrent=kda"],
+    "gdn": ["model.pattern=null", "model.num_layers=4", "model.recurrent_type=gdn"],
+    "kda": ["model.pattern=null", "model.num_layers=4", "model.recurrent_type=kda"],
     "mamba-mla": [
         "model.pattern=null",
         "model.num_layers=8",
-        "model.recurrent=mamba2",
+        "model.recurrent_type=mamba2",
         "model.hybrid_attention_ratio=0.25",
     ],
     "hybrid": [],  # *-M-G-K-: every kind at once

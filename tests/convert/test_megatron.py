@@ -64,7 +64,7 @@ class _Payload:
 
 def test_args_are_read_with_weights_only_and_inert_stand_ins(tmp_path):
     """Globals the allow-list does not know are replaced by inert stand-ins: nothing in the file runs."""
-    from zebra.convert.sources import torch_load
+    from zebra.convert.tensor_sources import torch_load
 
     _, model = build_model("gdn")
     marker = tmp_path / "code-ran"

@@ -9,13 +9,13 @@ import textwrap
 
 import torch
 
-from zebra.convert.sources import TensorSource
+from zebra.convert.tensor_sources import TensorSource
 
 # ~350 MB in float32: 20 GDN + 20 MLP sublayers at width 512; the largest tensor is 4 MB.
 BIG = [
     "model.pattern=null",
     "model.num_layers=40",
-    "model.recurrent=gdn",
+    "model.recurrent_type=gdn",
     "model.hidden_size=512",
     "model.intermediate_size=2048",
     "model.vocab_size=8192",

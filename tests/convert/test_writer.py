@@ -52,6 +52,19 @@ def test_written_files_load_with_safetensors_and_cast_dtypes(tmp_path):
     assert (tmp_path / "model.safetensors.index.json").is_file()
 
 
+def test_progress_reports_bytes_written_after_each_tensor(tmp_path):
+    tensors = {"a": torch.randn(3, 5), "b": torch.arange(7, dtype=torch.int64), "c": torch.randn(4)}
+    specs = [
+        TensorSpec(k, tuple(v.shape), torch.float16 if k == "a" else v.dtype) for k, v in tensors.items()
+    ]
+    calls = []
+    write_safetensors(
+        tmp_path, specs, tensors.__getitem__, max_shard_bytes=40, on_progress=lambda *a: calls.append(a)
+    )
+    total = 15 * 2 + 7 * 8 + 4 * 4  # on-disk bytes: "a" is written as float16
+    assert calls == [(30, total, "a"), (86, total, "b"), (102, total, "c")]
+
+
 def test_output_dir_removes_its_temp_folder_on_error_and_keeps_the_old_output(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

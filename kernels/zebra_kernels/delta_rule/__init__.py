@@ -57,23 +57,10 @@ def delta_rule(
     backend: str,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`gated_delta_rule` / `kimi_delta_rule` (see those for the arguments), for the variant's decay shape."""
-    B, T, H, K = q.shape
-    HV, V = v.shape[2], v.shape[3]
-    if k.shape != q.shape:
-        raise ValueError(
-            f"q and k must have the same shape [B, T, H, K], got {list(q.shape)} and {list(k.shape)}"
-        )
-    if v.shape[:2] != q.shape[:2] or HV % H != 0:
-        raise ValueError(f"v must be [B, T, HV, V] with HV a multiple of H={H}, got {list(v.shape)}")
-    beta_dims = {"B": B, "T": T, "HV": HV}
-    g_dims = {**beta_dims, "K": K} if variant.per_channel else beta_dims
-    for name, x, dims in (("g", g, g_dims), ("beta", beta, beta_dims)):
-        if tuple(x.shape) != tuple(dims.values()):
-            raise ValueError(
-                f"{name} must have shape [{', '.join(dims)}] = {list(dims.values())}, got {list(x.shape)}"
-            )
+    _check_shapes(variant, q, k, v, g, beta)
     if use_gate_in_kernel and A_log is None:
         raise ValueError("use_gate_in_kernel=True needs A_log [HV]")
+    T, K, HV, V = q.shape[1], q.shape[3], v.shape[2], v.shape[3]
     N = num_sequences(q, cu_seqlens)
     check_state(initial_state, (N, HV, K, V))
     scale = K**-0.5 if scale is None else scale
@@ -105,6 +92,62 @@ def delta_rule(
             dt_bias=dt_bias,
         )
 
+    return _torch_delta_rule(
+        variant, q, k, v, g, beta, scale=scale, initial_state=initial_state,
+        output_final_state=output_final_state, cu_seqlens=cu_seqlens, use_qk_l2norm=use_qk_l2norm,
+        use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias, mode=mode, chunk_size=chunk_size,
+    )  # fmt: skip
+
+
+def _check_shapes(
+    variant: DeltaRuleVariant,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+) -> None:
+    """ValueError naming the offending shapes unless q, k `[B, T, H, K]`, v `[B, T, HV, V]` (HV a multiple of
+    H), g `[B, T, HV]` (`[B, T, HV, K]` per channel) and beta `[B, T, HV]` fit together."""
+    B, T, H, K = q.shape
+    HV = v.shape[2]
+    if k.shape != q.shape:
+        raise ValueError(
+            f"q and k must have the same shape [B, T, H, K], got {list(q.shape)} and {list(k.shape)}"
+        )
+    if v.shape[:2] != q.shape[:2] or HV % H != 0:
+        raise ValueError(f"v must be [B, T, HV, V] with HV a multiple of H={H}, got {list(v.shape)}")
+    beta_dims = {"B": B, "T": T, "HV": HV}
+    g_dims = {**beta_dims, "K": K} if variant.per_channel else beta_dims
+    for name, x, dims in (("g", g, g_dims), ("beta", beta, beta_dims)):
+        if tuple(x.shape) != tuple(dims.values()):
+            raise ValueError(
+                f"{name} must have shape [{', '.join(dims)}] = {list(dims.values())}, got {list(x.shape)}"
+            )
+
+
+def _torch_delta_rule(
+    variant: DeltaRuleVariant,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    scale: float,
+    initial_state: torch.Tensor | None,
+    output_final_state: bool,
+    cu_seqlens: torch.Tensor | None,
+    use_qk_l2norm: bool,
+    use_gate_in_kernel: bool,
+    A_log: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    mode: str,
+    chunk_size: int,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The torch backend: the decay and the grouped q/k in the shapes of the shared forms, then the chunk
+    (`mode="chunk"`) or the naive recurrent form over each sequence."""
+    T, H, HV = q.shape[1], q.shape[2], v.shape[2]
     out_dtype, dtype = v.dtype, compute_dtype(q, k, v, g, beta, initial_state, A_log, dt_bias)
     q, k, v, beta = (x.to(dtype) for x in (q, k, v, beta))
     g = variant.gate(g, A_log, dt_bias) if use_gate_in_kernel else g.to(dtype)

@@ -60,18 +60,8 @@ def mamba2_ssd(
         >>> y.shape, state.shape
         (torch.Size([2, 100, 4, 8]), torch.Size([2, 4, 16, 8]))
     """
-    Bt, T, H, P = x.shape
-    G, N = B.shape[2], B.shape[3]
-    if tuple(dt.shape) != (Bt, T, H):
-        raise ValueError(f"dt must have shape [B, T, H] = {[Bt, T, H]}, got {list(dt.shape)}")
-    if tuple(A.shape) != (H,) or (D is not None and tuple(D.shape) != (H,)):
-        raise ValueError(
-            f"A and D must have shape [H] = [{H}], got {list(A.shape)} and {None if D is None else list(D.shape)}"
-        )
-    if B.shape != C.shape or B.shape[:2] != x.shape[:2] or H % G != 0:
-        raise ValueError(
-            f"B and C must be [B, T, G, N] with H={H} a multiple of G, got {list(B.shape)}, {list(C.shape)}"
-        )
+    _check_shapes(x, dt, A, B, C, D)
+    T, H, P, N = x.shape[1], x.shape[2], x.shape[3], B.shape[3]
     N_seq = num_sequences(x, cu_seqlens)
     check_state(initial_state, (N_seq, H, N, P))
     grad = needs_grad(x, dt, A, B, C, D, initial_state)
@@ -99,6 +89,48 @@ def mamba2_ssd(
             y = y + (D[:, None] * x).to(y.dtype)
         return y.to(x.dtype), S
 
+    return _torch_ssd(x, dt, A, B, C, D, initial_state, output_final_state, cu_seqlens, mode, chunk_size)
+
+
+def _check_shapes(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+) -> None:
+    """ValueError naming the offending shapes unless x `[B, T, H, P]`, dt `[B, T, H]`, A and D `[H]` and B, C
+    `[B, T, G, N]` (H a multiple of G) fit together."""
+    Bt, T, H, _ = x.shape
+    if tuple(dt.shape) != (Bt, T, H):
+        raise ValueError(f"dt must have shape [B, T, H] = {[Bt, T, H]}, got {list(dt.shape)}")
+    if tuple(A.shape) != (H,) or (D is not None and tuple(D.shape) != (H,)):
+        raise ValueError(
+            f"A and D must have shape [H] = [{H}], got {list(A.shape)} and {None if D is None else list(D.shape)}"
+        )
+    if B.shape != C.shape or B.shape[:2] != x.shape[:2] or H % B.shape[2] != 0:
+        raise ValueError(
+            f"B and C must be [B, T, G, N] with H={H} a multiple of G, got {list(B.shape)}, {list(C.shape)}"
+        )
+
+
+def _torch_ssd(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    initial_state: torch.Tensor | None,
+    output_final_state: bool,
+    cu_seqlens: torch.Tensor | None,
+    mode: str,
+    chunk_size: int,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The torch backend of `mamba2_ssd` (same arguments): the chunk form (`mode="chunk"`) or the naive
+    recurrent form with B/C per head, over each sequence, then the D skip."""
+    T = x.shape[1]
     out_dtype, dtype = x.dtype, compute_dtype(x, dt, A, B, C, D, initial_state)
     x, dt, A, B, C = (t.to(dtype) for t in (x, dt, A, B, C))
     if mode == "chunk" and T > 0:

@@ -15,6 +15,7 @@ What is measured, per batch size B (random prompt ids, greedy, no stop token, on
 
 from __future__ import annotations
 
+import platform
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -23,7 +24,13 @@ from typing import Any
 
 import torch
 
+from zebra import arch
+from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError
+from zebra.generation import Engine, SamplingParams, sample_next_token
+from zebra.generation.loading import load_model
+from zebra.models import ZebraForCausalLM
+from zebra.recipes import load_recipe
 
 
 @dataclass(kw_only=True)
@@ -81,13 +88,22 @@ class DecodeBenchReport:
 
 
 def run_decode_bench(
-    cfg: DecodeBenchConfig, on_phase: Callable[[str], None] | None = None
+    cfg: DecodeBenchConfig, on_progress: Callable[[float, float | None, str], None] | None = None
 ) -> DecodeBenchReport:
-    """Measure the engine (and HF generate) on cfg.model for every batch size; see the module docstring."""
-    from zebra.generation import Engine
-    from zebra.generation.loading import check_device, default_device
+    """Measure the engine (and HF generate) on cfg.model for every batch size; see the module docstring.
 
-    say = on_phase or (lambda _msg: None)
+    `on_progress(done, total, note)` is called as each phase starts (build, bandwidth, then one engine run and
+    one HF run per batch size), with the phases done so far.
+    """
+    phases = 2 + len(cfg.batches) * (2 if cfg.hf else 1)
+    done = 0
+
+    def say(note: str) -> None:
+        nonlocal done
+        if on_progress is not None:
+            on_progress(done, phases, note)
+        done += 1
+
     if cfg.prompt < 1 or cfg.new < 2 or not cfg.batches or min(cfg.batches) < 1:
         raise ZebraError(
             "need --prompt >= 1, --new >= 2 and batch sizes >= 1",
@@ -95,7 +111,7 @@ def run_decode_bench(
         )
     if cfg.cache not in ("auto", "static", "dynamic"):
         raise ZebraError(f"--cache {cfg.cache}: unknown", fix="use auto, static or dynamic")
-    device = check_device(cfg.device or default_device())
+    device = resolve_device(cfg.device)
     say(f"building {cfg.model} on {device}")
     model = build_model(cfg.model, device=device, dtype=cfg.dtype, seed=cfg.seed)
     if cfg.cache == "static" and model.config.model_type != "zebra":
@@ -142,14 +158,9 @@ def run_decode_bench(
 
 def build_model(spec: str, *, device: str, dtype: str, seed: int = 0) -> torch.nn.Module:
     """A model directory (export / FLA / run) loaded, or a recipe name/YAML built with random weights."""
-    from zebra.generation.loading import load_model, torch_dtype
-
     if Path(spec).is_dir():
         model, _ = load_model(spec, device=device, dtype=dtype, tokenizer=False)
         return model
-    from zebra.models import ZebraForCausalLM
-    from zebra.recipes import load_recipe
-
     try:
         recipe = load_recipe(spec)
     except ZebraError as e:
@@ -160,7 +171,7 @@ def build_model(spec: str, *, device: str, dtype: str, seed: int = 0) -> torch.n
     torch.manual_seed(seed)
     with torch.device(device):
         model = ZebraForCausalLM(recipe.model.to_config())
-    td = torch_dtype(dtype)
+    td = resolve_dtype(dtype)
     if td is not None:
         model.to(td)
     return model.eval()
@@ -170,9 +181,6 @@ def build_model(spec: str, *, device: str, dtype: str, seed: int = 0) -> torch.n
 def _bench_engine(
     engine: Any, prompts: torch.Tensor, new: int, weight_bytes: int, bandwidth: float
 ) -> DecodeBenchRow:
-    from zebra import arch
-    from zebra.generation import SamplingParams, sample_next
-
     batch, prompt_len = prompts.shape
     greedy = SamplingParams()
     device = engine.device
@@ -186,7 +194,7 @@ def _bench_engine(
         _sync(device)
         t1 = time.perf_counter()
         for _ in range(n_new):
-            nxt = sample_next(state.logits, greedy)
+            nxt = sample_next_token(state.logits, greedy)
             nxt.tolist()  # a streaming caller needs the tokens on the host every step
             engine.step(state, nxt)
         _sync(device)
@@ -295,8 +303,6 @@ def measure_bandwidth(device: torch.device, nbytes: int | None = None) -> float:
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    import platform
-
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 

@@ -107,25 +107,28 @@ def _wall(argv: list[str]) -> float:
 def measure_startup(
     commands: Sequence[Sequence[str]] = DEFAULT_COMMANDS,
     repeats: int = 10,
-    on_run: Callable[[], None] | None = None,
+    on_progress: Callable[[float, float | None, str], None] | None = None,
 ) -> list[StartupTiming]:
     """Time `python -c pass` and each `zebra ARGS` over `repeats` fresh processes; list heavy imports.
 
     Args:
         commands: argument lists for `zebra`.
         repeats: runs per command (the median is reported).
-        on_run: called after every process (for a progress bar); (len(commands) + 1) * repeats calls.
+        on_progress: called after every timed process with (processes done, (len(commands) + 1) * repeats,
+            the command).
     """
     results = []
     jobs = [("python -c pass", [sys.executable, "-c", "pass"], None)]
     jobs += [(f"zebra {' '.join(args)}", zebra_argv(args), args) for args in commands]
+    done, total = 0, len(jobs) * repeats
     for label, argv, args in jobs:
         _wall(argv)  # warm the page cache and .pyc files: the median then measures steady state
         times = []
         for _ in range(repeats):
             times.append(_wall(argv))
-            if on_run:
-                on_run()
+            done += 1
+            if on_progress:
+                on_progress(done, total, label)
         heavy = tuple(heavy_imports(args)) if args is not None else None
         results.append(StartupTiming(label, tuple(times), heavy))
     return results

@@ -31,7 +31,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import torch
+
+from zebra import arch
+from zebra.convert.fla import fla_config
 from zebra.errors import ZebraError
+from zebra.recipes import load_recipe
+from zebra.train.dist import DistEnv
+from zebra.train.metrics import device_peak_flops
+from zebra.train.optim import build_optimizer
+from zebra.train.parallelize import parallelize
+from zebra.train.step import TrainStep
+from zebra.train.trainer import build_model
 
 
 @dataclass(kw_only=True)
@@ -85,8 +96,6 @@ class TrainBenchReport:
 
 def check_fla_comparable(recipe, device) -> str:
     """The recipe's layer pattern, or a ZebraError when FLA has no class for it or no kernels on `device`."""
-    from zebra import arch
-
     pattern = arch.resolve_pattern(arch.as_config(recipe.model.flat()))
     mixers = set(pattern[0::2])
     if len(mixers) != 1 or mixers & {"M", "*"} or set(pattern[1::2]) != {"-"}:
@@ -105,10 +114,6 @@ def check_fla_comparable(recipe, device) -> str:
 
 def fla_model(recipe, device):
     """FLA's own model class at the recipe's shapes (pure GDN or pure KDA only), on `device`, fp32 weights."""
-    import torch
-
-    from zebra.convert.fla import fla_config
-
     pattern = check_fla_comparable(recipe, device)
     from fla.models import GatedDeltaNetConfig, GatedDeltaNetForCausalLM, KDAConfig, KDAForCausalLM
 
@@ -130,8 +135,6 @@ def fla_loss_sum(model, tokens, labels, loss_mask):
     tokens, labels, loss_mask `[m, T]` (labels[:, t] is position t's target). FLA scores position t against
     `labels[:, t + 1]` of what it is given, so it gets our targets one position later; the last position has none.
     """
-    import torch
-
     targets = labels.masked_fill(loss_mask == 0, -100)  # [m, T]
     fla_labels = torch.cat([torch.full_like(targets[:, :1], -100), targets[:, :-1]], dim=1)  # [m, T]
     mean = model(input_ids=tokens, labels=fla_labels, use_cache=False).loss  # over non-ignored targets
@@ -145,13 +148,6 @@ def training_step(model, recipe, cfg: TrainBenchConfig, device, *, loss_fn=None,
     `loss_fn` as `TrainStep`'s; `score_last=False` masks position T-1 out of the loss (FLA scores T-1 of T).
     Returns (step, micro_batch).
     """
-    import torch
-
-    from zebra.train.dist import DistEnv
-    from zebra.train.optim import build_optimizer
-    from zebra.train.parallelize import parallelize
-    from zebra.train.step import TrainStep
-
     t = recipe.train
     env = DistEnv(rank=0, local_rank=0, world_size=1, device=device)
     bf16 = t.precision == "bf16"
@@ -194,8 +190,6 @@ def _measure(
     score_last: bool = True,
 ) -> TrainBenchRow:
     """Time `training_step` on `model` (arguments as there)."""
-    import torch
-
     params = sum(p.numel() for p in model.parameters())  # tied weights once
     step, batch = training_step(model, recipe, cfg, device, loss_fn=loss_fn, score_last=score_last)
     for _ in range(cfg.warmup):
@@ -221,16 +215,13 @@ def _measure(
 
 
 def run_train_bench(
-    cfg: TrainBenchConfig, *, on_phase: Callable[[str], None] = lambda _: None
+    cfg: TrainBenchConfig, *, on_progress: Callable[[float, float | None, str], None] | None = None
 ) -> TrainBenchReport:
-    """Measure the recipe's training step (and FLA's with `against="fla"`); see the module docstring."""
-    import torch
+    """Measure the recipe's training step (and FLA's with `against="fla"`); see the module docstring.
 
-    from zebra import arch
-    from zebra.recipes import load_recipe
-    from zebra.train.metrics import device_peak_flops
-    from zebra.train.trainer import build_model
-
+    `on_progress(done, total, note)` is called as each model's measurement starts, with the models done so far.
+    """
+    progress = on_progress or (lambda _done, _total, _note: None)
     if cfg.against not in (None, "fla"):
         raise ZebraError(f"--against {cfg.against}: unknown", fix="the only comparison is --against fla")
     recipe = load_recipe(cfg.recipe, overrides=cfg.overrides)
@@ -246,12 +237,13 @@ def run_train_bench(
     if cfg.against == "fla":
         check_fla_comparable(recipe, device)  # fail before any timing
     rows = []
-    on_phase(f"zebra: {cfg.warmup} warm-up + {cfg.steps} timed steps")
+    models = 2 if cfg.against == "fla" else 1
+    progress(0, models, f"zebra: {cfg.warmup} warm-up + {cfg.steps} timed steps")
     rows.append(_measure("zebra", build_model(recipe, device), recipe, cfg, device, flops, peak))
     if cfg.against == "fla":
         gc.collect()
         torch.cuda.empty_cache()
-        on_phase(f"fla: {cfg.warmup} warm-up + {cfg.steps} timed steps")
+        progress(1, models, f"fla: {cfg.warmup} warm-up + {cfg.steps} timed steps")
         fla = fla_model(recipe, device)
         name = f"fla ({type(fla).__name__})"
         rows.append(

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import TextIO
 
 from zebra.chat.session import ChatSession
+from zebra.generation import CacheFullError
 
 HELP = """commands:
   /reset         forget the conversation (keeps the system prompt)
@@ -108,8 +109,6 @@ class Repl:
         )
 
     def turn(self, text: str) -> None:
-        from zebra.generation import CacheFullError
-
         with _stop_on_sigint() as stop:
             try:
                 for piece in self.session.send(text, should_stop=stop.is_set):

@@ -14,8 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from zebra.chat.text_stream import TextStream
-from zebra.generation import Engine, SamplingParams
+from zebra.generation import Engine, SamplingParams, TextStream
 
 
 @dataclass

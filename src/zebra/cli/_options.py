@@ -1,8 +1,8 @@
-"""Option types shared by several commands (HF `_cli_utils` style)."""
+"""Option types shared by several commands (HF `_cli_utils` style): each flag is declared once, here."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -20,6 +20,36 @@ SetOpt = Annotated[
     ),
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing output.")]
+
+# Loading a model (zebra.device reads --device and --dtype).
+DeviceOpt = Annotated[
+    str | None, typer.Option("--device", help="cpu, cuda, cuda:N or auto (default: cuda if any).")
+]
+DecodeDTypeOpt = Annotated[
+    str, typer.Option("--dtype", help="auto (bf16 on GPU, the checkpoint's on CPU), bf16, fp16, fp32.")
+]
+CudaGraphOpt = Annotated[
+    bool,
+    typer.Option("--cuda-graph/--no-cuda-graph", help="Capture the decode step in a CUDA graph (GPU only)."),
+]
+CompileOpt = Annotated[bool, typer.Option("--compile", help="torch.compile the decode step (GPU only).")]
+
+# Token sampling (zebra.generation.SamplingParams); each command picks its own defaults.
+TemperatureOpt = Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy.")]
+TopKOpt = Annotated[int, typer.Option("--top-k", min=0, help="Sample from the k most likely (0 = all).")]
+TopPOpt = Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass.")]
+
+
+def tokenizer_option(default: str, *, short: bool = False) -> Any:
+    """`--tokenizer` (an HF name or hub id, a folder, or `byte`); `default` says what happens without it.
+
+    Use as `tokenizer: Annotated[str | None, tokenizer_option("the model's")] = None`.
+    """
+    return typer.Option(
+        "--tokenizer",
+        *(["-t"] if short else []),
+        help=f"Tokenizer: an HF name or hub id, a folder, or byte (built in); default: {default}.",
+    )
 
 
 def examples(*lines: str) -> str:

@@ -13,12 +13,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
+    DownloadColumn,
     MofNCompleteColumn,
     Progress,
     ProgressColumn,
     Task,
     TextColumn,
     TimeRemainingColumn,
+    TransferSpeedColumn,
 )
 from rich.table import Table
 from rich.text import Text
@@ -65,23 +67,33 @@ class Output:
     def hint(self, message: str) -> None:
         self.stderr.print(f"[dim]hint:[/] {escape(message)}", soft_wrap=True)
 
-    def progress(self, description: str, total: float | None, unit: str = "it") -> Progress:
-        """A transient progress bar on stderr showing count, rate and ETA.
+    def progress(
+        self, description: str, total: float | None = None, unit: str = "it", *, enabled: bool = True
+    ) -> ProgressBar:
+        """A transient progress bar on stderr: count (or bytes when `unit` is "B"), rate, ETA and a note.
 
-        with out.progress("tokenizing", total=n_docs, unit="doc") as bar:
-            task = bar.task_ids[0]
-            bar.advance(task)
+        The bar is itself the library's progress callback, `bar(done, total, note)`, so a command hands it over:
+
+            with out.progress("converting", unit="B", enabled=not json_) as bar:
+                convert(..., on_progress=bar)
+
+        `enabled=False` draws nothing (e.g. with --json). Rich's own API works too (`bar.advance(bar.task_ids[0])`).
         """
-        bar = Progress(
+        if unit == "B":
+            counts: tuple[ProgressColumn, ...] = (DownloadColumn(), TransferSpeedColumn())
+        else:
+            counts = (MofNCompleteColumn(), RateColumn(unit))
+        bar = ProgressBar(
             TextColumn("{task.description}"),
             BarColumn(),
-            MofNCompleteColumn(),
-            RateColumn(unit),
+            *counts,
             TimeRemainingColumn(),
+            TextColumn("{task.fields[note]}", style="dim"),
             console=self.stderr,
             transient=True,
+            disable=not enabled,
         )
-        bar.add_task(description, total=total)
+        bar.add_task(description, total=total, note="")
         return bar
 
     def json(self, data: Any) -> None:
@@ -91,6 +103,14 @@ class Output:
     def train_view(self) -> RichTrainView:
         """How a training run shows here: a live progress bar on a terminal, one line per log step otherwise."""
         return RichTrainView(self)
+
+
+class ProgressBar(Progress):
+    """A Rich `Progress` with one task that library code can drive as a plain callback."""
+
+    def __call__(self, done: float, total: float | None = None, note: str = "") -> None:
+        """The library's progress callback: `done` so far, `total` when known, and what is being done now."""
+        self.update(self.task_ids[0], completed=done, total=total, note=note)
 
 
 class RateColumn(ProgressColumn):

@@ -6,8 +6,19 @@ from typing import Annotated
 
 import typer
 
-from zebra.cli._options import JsonOpt, SetOpt, examples
+from zebra.bench.data import bench_data
+from zebra.bench.startup import measure_startup
+from zebra.cli._options import (
+    CompileOpt,
+    CudaGraphOpt,
+    DeviceOpt,
+    JsonOpt,
+    SetOpt,
+    examples,
+    tokenizer_option,
+)
 from zebra.cli._output import out
+from zebra.errors import ZebraError
 
 app = typer.Typer(help="Measure startup, data, training and decoding speed.", no_args_is_help=True)
 
@@ -18,10 +29,8 @@ def startup(
     json_: JsonOpt = False,
 ) -> None:
     """Wall time of `zebra --help`, `--version` and `recipes list` in fresh processes, and heavy imports."""
-    from zebra.bench.startup import DEFAULT_COMMANDS, measure_startup
-
-    with out.progress("startup", total=(len(DEFAULT_COMMANDS) + 1) * repeats, unit="run") as bar:
-        results = measure_startup(repeats=repeats, on_run=lambda: bar.advance(bar.task_ids[0]))
+    with out.progress("startup", unit="run") as bar:
+        results = measure_startup(repeats=repeats, on_progress=bar)
     if json_:
         out.json([r.to_dict() for r in results])
         return
@@ -57,22 +66,17 @@ def decode(
     prompt: Annotated[int, typer.Option("--prompt", min=1, help="Prompt tokens per sequence.")] = 2048,
     new: Annotated[int, typer.Option("--new", min=2, help="New tokens per sequence.")] = 256,
     dtype: Annotated[str, typer.Option("--dtype", help="bf16, fp16, fp32 or auto.")] = "bf16",
-    device: Annotated[
-        str | None, typer.Option("--device", help="cpu, cuda, cuda:N (default: cuda if any).")
-    ] = None,
+    device: DeviceOpt = None,
     no_hf: Annotated[bool, typer.Option("--no-hf", help="Skip HF generate.")] = False,
     cache: Annotated[
         str, typer.Option("--cache", help="auto (static on GPU for zebra models), static or dynamic.")
     ] = "auto",
-    cuda_graph: Annotated[
-        bool, typer.Option("--cuda-graph/--no-cuda-graph", help="Replay the decode step from a CUDA graph.")
-    ] = True,
-    compile_: Annotated[bool, typer.Option("--compile", help="torch.compile the decode step.")] = False,
+    cuda_graph: CudaGraphOpt = True,
+    compile_: CompileOpt = False,
     json_: JsonOpt = False,
 ) -> None:
     """Prefill and decode speed of the generation engine next to HF generate, and the memory roofline."""
     from zebra.bench.decode import DecodeBenchConfig, run_decode_bench
-    from zebra.errors import ZebraError
 
     try:
         batches = [int(b) for b in batch.split(",") if b.strip()]
@@ -90,8 +94,8 @@ def decode(
         cuda_graph=cuda_graph,
         compile=compile_,
     )
-    with out.stderr.status("starting") as status:
-        report = run_decode_bench(cfg, on_phase=lambda msg: status.update(msg))
+    with out.progress("decode bench", unit="phase") as bar:
+        report = run_decode_bench(cfg, on_progress=bar)
     if json_:
         out.json(report.to_dict())
         return
@@ -158,9 +162,7 @@ def data_(
         str | None,
         typer.Option("--corpus", help="jsonl file with a 'text' field (default: the sample corpus)."),
     ] = None,
-    tokenizer: Annotated[
-        str, typer.Option("--tokenizer", "-t", help="HF tokenizer name or path, or 'byte'.")
-    ] = "byte",
+    tokenizer: Annotated[str, tokenizer_option("byte", short=True)] = "byte",
     train_bpe: Annotated[
         int | None,
         typer.Option("--train-bpe", help="Train a BPE of this vocabulary on the corpus, in Llama-3's form."),
@@ -175,8 +177,6 @@ def data_(
     json_: JsonOpt = False,
 ) -> None:
     """Tokenization throughput of `zebra data prep` against Megatron's per-document preprocess loop."""
-    from zebra.bench.data import bench_data
-
     with out.stderr.status("starting") as status:
         r = bench_data(
             corpus,
@@ -221,8 +221,6 @@ def data_(
         "zebra data prep encoded with " + ", ".join(f"{k} ({v:,} documents)" for k, v in r.encoders.items())
     )
     if not r.identical_output:
-        from zebra.errors import ZebraError
-
         raise ZebraError(
             "the two pipelines wrote different tokens", fix="report this as a bug in zebra data prep"
         )
@@ -265,8 +263,8 @@ def train_(
         against=against,
         overrides=set_ or [],
     )
-    with out.stderr.status("building") as status:
-        report = run_train_bench(cfg, on_phase=lambda msg: status.update(msg))
+    with out.progress("train bench", unit="model") as bar:
+        report = run_train_bench(cfg, on_progress=bar)
     if json_:
         out.json(report.to_dict())
         return

@@ -8,7 +8,18 @@ from typing import Annotated
 
 import typer
 
-from zebra.cli._options import YesOpt, examples
+from zebra.chat.discover import find_models
+from zebra.cli._options import (
+    CompileOpt,
+    CudaGraphOpt,
+    DecodeDTypeOpt,
+    DeviceOpt,
+    TemperatureOpt,
+    TopKOpt,
+    TopPOpt,
+    YesOpt,
+    examples,
+)
 from zebra.cli._prompt import ask_text, can_prompt, choose
 from zebra.errors import ZebraError
 
@@ -18,15 +29,6 @@ EXAMPLES = examples(
     "zebra chat            (on a terminal: pick a run or export folder)",
 )
 
-DeviceOpt = Annotated[str | None, typer.Option("--device", help="cpu, cuda, cuda:N (default: cuda if any).")]
-DTypeOpt = Annotated[
-    str, typer.Option("--dtype", help="auto (bf16 on GPU, the checkpoint's on CPU), bf16, fp32.")
-]
-CudaGraphOpt = Annotated[
-    bool,
-    typer.Option("--cuda-graph/--no-cuda-graph", help="Capture the decode step in a CUDA graph (GPU only)."),
-]
-CompileOpt = Annotated[bool, typer.Option("--compile", help="torch.compile the decode step (GPU only).")]
 _OTHER = "another folder…"
 
 
@@ -34,16 +36,14 @@ def chat_command(
     model: Annotated[
         str | None, typer.Argument(help="Export, FLA or run directory (asked on a terminal when left out).")
     ] = None,
-    temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy.")] = 0.7,
-    top_k: Annotated[
-        int, typer.Option("--top-k", min=0, help="Sample from the k most likely (0 = all).")
-    ] = 0,
-    top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass.")] = 0.95,
+    temperature: TemperatureOpt = 0.7,
+    top_k: TopKOpt = 0,
+    top_p: TopPOpt = 0.95,
     max_new: Annotated[int, typer.Option("--max-new", min=1, help="Longest reply in tokens.")] = 256,
     system: Annotated[str | None, typer.Option("--system", help="System prompt.")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Seed for sampling.")] = None,
     device: DeviceOpt = None,
-    dtype: DTypeOpt = "auto",
+    dtype: DecodeDTypeOpt = "auto",
     cuda_graph: CudaGraphOpt = True,
     compile_: CompileOpt = False,
     yes: YesOpt = False,
@@ -51,13 +51,13 @@ def chat_command(
     """Chat with MODEL; the history lives in the model's recurrent state, not in a re-read transcript."""
     from zebra.chat.repl import Repl
     from zebra.chat.session import ChatSession, ChatSettings
-    from zebra.generation import Engine
-    from zebra.generation.loading import load_model
+    from zebra.generation.loading import load_engine
 
     if model is None:
         model, temperature, max_new = _pick(yes, temperature, max_new)
-    lm, tokenizer = load_model(model, device=device, dtype=_inference_dtype(dtype, device))
-    engine = Engine(lm, cuda_graph=cuda_graph, compile=compile_)
+    engine, tokenizer = load_engine(
+        model, device=device, dtype=dtype, cuda_graph=cuda_graph, compile=compile_
+    )
     settings = ChatSettings(
         temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=max_new, system=system, seed=seed
     )
@@ -66,19 +66,8 @@ def chat_command(
     Repl(ChatSession(engine, tokenizer, settings)).run()
 
 
-def _inference_dtype(dtype: str, device: str | None) -> str:
-    """`auto` means bf16 on a GPU and the checkpoint's dtype on CPU."""
-    if dtype != "auto":
-        return dtype
-    from zebra.generation.loading import default_device
-
-    return "bf16" if (device or default_device()).startswith("cuda") else "auto"
-
-
 def _pick(yes: bool, temperature: float, max_new: int) -> tuple[str, float, int]:
     """Ask for the model and the main settings on a terminal; without one, a one-line error."""
-    from zebra.chat.discover import find_models
-
     if not can_prompt(yes):
         raise ZebraError("missing MODEL", fix="pass an export, FLA or run directory: zebra chat runs/NAME")
     cwd = Path.cwd()

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from zebra.cli._options import ForceOpt, JsonOpt, YesOpt, examples
+from zebra.cli._options import DeviceOpt, ForceOpt, JsonOpt, YesOpt, examples, tokenizer_option
 from zebra.cli._output import out
 from zebra.cli._prompt import confirm
 from zebra.errors import ZebraError
@@ -41,12 +41,7 @@ def convert(
         str, typer.Option("--from", help="Source format: auto, zebra (run), hf (export), fla, megatron.")
     ] = "auto",
     dtype: Annotated[str, typer.Option("--dtype", help="auto (keep), bf16, fp16, fp32.")] = "auto",
-    tokenizer: Annotated[
-        str | None,
-        typer.Option(
-            "--tokenizer", help="Tokenizer to ship (name, path, byte or none); default: the source's."
-        ),
-    ] = None,
+    tokenizer: Annotated[str | None, tokenizer_option("the source's; none ships no tokenizer")] = None,
     max_shard_size: Annotated[
         str, typer.Option("--max-shard-size", help="Largest safetensors shard, e.g. 5GB, 500MB.")
     ] = "5GB",
@@ -69,17 +64,18 @@ def convert(
                 f"--output {target}: already exists", fix="pass --force (or --yes) to overwrite it"
             )
         force = True
-    result = run_convert(
-        src,
-        to,
-        target,
-        fmt=fmt,
-        dtype=dtype,
-        force=force,
-        tokenizer=tokenizer,
-        max_shard_size=max_shard_size,
-        progress=not json_,
-    )
+    with out.progress("converting", unit="B", enabled=not json_) as bar:
+        result = run_convert(
+            src,
+            to,
+            target,
+            fmt=fmt,
+            dtype=dtype,
+            force=force,
+            tokenizer=tokenizer,
+            max_shard_size=max_shard_size,
+            on_progress=bar,
+        )
     if json_:
         out.json(result.to_dict())
         return
@@ -102,13 +98,11 @@ def verify(
     prompts: Annotated[
         list[str] | None, typer.Option("--prompt", "--prompts", "-p", help="Prompt text (repeatable).")
     ] = None,
-    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    device: DeviceOpt = None,
     max_new_tokens: Annotated[
         int, typer.Option("--max-new-tokens", min=1, max=256, help="Greedy continuation length.")
     ] = 12,
-    tokenizer: Annotated[
-        str | None, typer.Option("--tokenizer", help="Tokenizer when the directory has none.")
-    ] = None,
+    tokenizer: Annotated[str | None, tokenizer_option("the directory's")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Audit names and shapes, compare logits with the source, and show a greedy sample; exit 1 on failure."""

@@ -6,9 +6,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from zebra.cli._options import JsonOpt, examples
 from zebra.cli._output import out
+from zebra.doctor import run_checks
 
 EPILOG = examples(
     "zebra doctor",
@@ -38,10 +40,6 @@ def doctor(
     ] = None,
 ) -> None:
     """Check Python, packages, GPUs, Docker, Slurm, the HF token, disk and NCCL settings; exit 1 on a failure."""
-    from rich.markup import escape
-
-    from zebra.doctor import run_checks
-
     checks = run_checks(data_dir=data_dir, sample=sample, required=require or [])
     counts = {s: sum(c.status == s for c in checks) for s in ("ok", "warn", "fail")}
     if json_:

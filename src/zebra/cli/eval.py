@@ -7,9 +7,8 @@ from typing import Annotated
 
 import typer
 
-from zebra.cli._options import JsonOpt, examples
+from zebra.cli._options import DeviceOpt, JsonOpt, examples
 from zebra.cli._output import out
-from zebra.errors import ZebraError
 
 EXAMPLES = examples(
     "zebra eval runs/tiny --tasks zebra --limit 100",
@@ -41,9 +40,7 @@ def eval_command(
     limit: Annotated[
         float | None, typer.Option("--limit", help="Examples per task (an integer, or a fraction below 1).")
     ] = None,
-    device: Annotated[
-        str | None, typer.Option("--device", help="cpu, cuda, cuda:N (default: cuda if any).")
-    ] = None,
+    device: DeviceOpt = None,
     dtype: Annotated[
         str, typer.Option("--dtype", help="auto (the checkpoint's), bf16, fp16, fp32.")
     ] = "auto",
@@ -62,16 +59,12 @@ def eval_command(
     """Evaluate MODEL on lm-eval-harness tasks and print one row per task and metric."""
     from zebra.eval import EvalRequest, expand_tasks, metric_rows, run_eval, write_results
 
-    if limit is not None and (limit <= 0 or (limit >= 1 and limit != int(limit))):
-        raise ZebraError(
-            f"--limit {limit}: not a positive integer or a fraction below 1", fix="e.g. --limit 100"
-        )
     req = EvalRequest(
         model=model,
         tasks=expand_tasks(tasks),
         num_fewshot=num_fewshot,
         batch_size=batch_size,
-        limit=None if limit is None else (limit if limit < 1 else int(limit)),
+        limit=limit,
         device=device,
         dtype=dtype,
         include_path=include_path or [],
@@ -80,22 +73,12 @@ def eval_command(
     results = run_eval(req)
     written = write_results(results, output) if output else None
     rows = metric_rows(results)
-
     if json_:
         out.json({"rows": rows, "results_file": str(written) if written else None})
         return
     out.table(
         ["task", "n-shot", "metric", "value", "± stderr"],
-        [
-            [
-                r["task"],
-                r["n_shot"],
-                r["metric"],
-                _num(r["value"]),
-                _num(r["stderr"]),
-            ]
-            for r in rows
-        ],
+        [[r["task"], r["n_shot"], r["metric"], _num(r["value"]), _num(r["stderr"])] for r in rows],
         title=f"lm-eval on {results['zebra']['model']}",
         justify={"value": "right", "± stderr": "right", "n-shot": "right"},
     )

@@ -8,8 +8,16 @@ from typing import Annotated
 
 import typer
 
-from zebra.cli._options import examples
-from zebra.cli.chat import CompileOpt, CudaGraphOpt, DeviceOpt, DTypeOpt, _inference_dtype
+from zebra.cli._options import (
+    CompileOpt,
+    CudaGraphOpt,
+    DecodeDTypeOpt,
+    DeviceOpt,
+    TemperatureOpt,
+    TopKOpt,
+    TopPOpt,
+    examples,
+)
 from zebra.errors import ZebraError
 
 EXAMPLES = examples(
@@ -26,40 +34,32 @@ def generate_command(
         Path | None, typer.Option("--file", "-f", help="Read the prompt from a file (- for stdin).")
     ] = None,
     max_new: Annotated[int, typer.Option("--max-new", min=1, help="New tokens at most.")] = 128,
-    temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy.")] = 0.0,
-    top_k: Annotated[
-        int, typer.Option("--top-k", min=0, help="Sample from the k most likely (0 = all).")
-    ] = 0,
-    top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass.")] = 1.0,
+    temperature: TemperatureOpt = 0.0,
+    top_k: TopKOpt = 0,
+    top_p: TopPOpt = 1.0,
     seed: Annotated[
         int | None, typer.Option("--seed", help="Seed for sampling (reproducible output).")
     ] = None,
     device: DeviceOpt = None,
-    dtype: DTypeOpt = "auto",
+    dtype: DecodeDTypeOpt = "auto",
     cuda_graph: CudaGraphOpt = True,
     compile_: CompileOpt = False,
 ) -> None:
     """Continue a prompt and print only the generated text (streamed), for use in scripts."""
-    from zebra.chat.text_stream import TextStream
-    from zebra.generation import Engine, SamplingParams
-    from zebra.generation.loading import load_model
+    from zebra.generation import SamplingParams, stream_completion
+    from zebra.generation.loading import load_engine
 
     text = _prompt_text(prompt, file)
-    lm, tokenizer = load_model(model, device=device, dtype=_inference_dtype(dtype, device))
-    engine = Engine(lm, cuda_graph=cuda_graph, compile=compile_)
-    ids = tokenizer(text)["input_ids"]
-    if not ids:
-        raise ZebraError("the prompt is empty after tokenization", fix="pass a non-empty --prompt or --file")
-    stream = TextStream(tokenizer)
-    stop = {tokenizer.eos_token_id} - {None}
+    engine, tokenizer = load_engine(
+        model, device=device, dtype=dtype, cuda_graph=cuda_graph, compile=compile_
+    )
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
-    for tokens in engine.generate([ids], max_new_tokens=max_new, sampling=sampling, stop_ids=stop, seed=seed):
-        token = tokens[0]
-        if token is None or token in stop:
-            continue
-        sys.stdout.write(stream.push(token))
+    for piece in stream_completion(
+        engine, tokenizer, text, max_new_tokens=max_new, sampling=sampling, seed=seed
+    ):
+        sys.stdout.write(piece)
         sys.stdout.flush()
-    sys.stdout.write(stream.flush() + "\n")
+    sys.stdout.write("\n")
     sys.stdout.flush()
 
 

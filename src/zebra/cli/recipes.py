@@ -47,10 +47,14 @@ def _human(n: float) -> str:
 
 
 def _mixers(pattern: str) -> str:
-    names = {"M": "Mamba2", "G": "GDN", "K": "KDA", "*": "MLA"}
-    kinds = [names[c] for c in "MGK*" if c in pattern]
-    counts = "+".join(f"{pattern.count(c)} {names[c]}" for c in "MGK*" if c in pattern)
-    return counts if len(kinds) > 1 else kinds[0]
+    """The mixer kinds of a pattern (MLPs left out): "GDN" for one kind, else counts, "12 Mamba2+4 MLA"."""
+    from zebra.arch import used_mixers
+    from zebra.mixers import MLP
+
+    kinds = [spec for spec in used_mixers(pattern) if spec.char != MLP]
+    if len(kinds) == 1:
+        return kinds[0].label
+    return "+".join(f"{pattern.count(spec.char)} {spec.label}" for spec in kinds) or "none"
 
 
 @app.command("list", epilog=examples("zebra recipes list", "zebra recipes list --json"))

@@ -10,7 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from zebra.errors import ZebraError
+from zebra.models import ZebraForCausalLM
 
 
 @dataclass
@@ -56,8 +59,6 @@ class Audit:
 
 def meta_model(cls: Any, config: Any) -> Any:
     """`cls(config)` on the meta device (no memory, no init)."""
-    import torch
-
     with torch.device("meta"):
         return cls(config)
 
@@ -93,8 +94,6 @@ def audit(
 
 def zebra_audit(shapes: dict[str, tuple[int, ...]], config: Any, subject: str = "") -> Audit:
     """Audit against `ZebraForCausalLM(config)`."""
-    from zebra.models import ZebraForCausalLM
-
     expected, tied = expected_shapes(meta_model(ZebraForCausalLM, config))
     result = audit(shapes, expected, tied=tied, target="ZebraForCausalLM")
     result.subject = subject

@@ -15,7 +15,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zebra.convert.keymap import KeyMap
+from zebra import arch
+from zebra.convert.keymap import KeyMap, plan_keys
+from zebra.convert.tensor_sources import ConvertedSource
+from zebra.convert.writer import (
+    DEFAULT_MAX_SHARD,
+    load_tokenizer_to_ship,
+    output_dir,
+    parse_size,
+    special_token_ids,
+    stored_dtype,
+    tensor_specs,
+    write_generation_config,
+    write_safetensors,
+)
+from zebra.device import resolve_dtype
 from zebra.errors import ZebraError
 
 FLA_TO_ZEBRA = KeyMap(
@@ -255,28 +269,22 @@ def export_fla(
     output: Path,
     *,
     tokenizer: Any = None,
-    dtype: Any = None,
+    dtype: str = "auto",
     force: bool = False,
-    max_shard_bytes: int,
-    progress: bool = False,
+    max_shard_size: int | str = DEFAULT_MAX_SHARD,
+    on_progress: Callable[[float, float | None, str], None] | None = None,
 ) -> Path:
     """Write `checkpoint` (a pure GDN or pure KDA model) as an FLA directory that FLA's classes load.
 
     Args:
         checkpoint: a `zebra.convert.formats.Checkpoint`.
         output: the FLA directory (written to a temporary folder, then renamed).
-        tokenizer: a loaded tokenizer or None.
-        dtype: a torch dtype to cast floating tensors to, or None to keep them.
+        tokenizer: as `export_hf`'s: a name / folder / `byte`, a loaded tokenizer, or None / "none".
+        dtype: "auto" keeps each tensor's dtype; "bf16" / "fp16" / "fp32" / "fp64" casts floating tensors.
         force: replace an existing output.
-        max_shard_bytes: safetensors shard limit.
-        progress: per-tensor progress bar.
+        max_shard_size: largest safetensors shard ("5GB", "500MB" or bytes).
+        on_progress: called after each tensor with (bytes written, total bytes, the tensor's name).
     """
-    from zebra import arch
-    from zebra.convert.keymap import plan_keys
-    from zebra.convert.progress import tensor_progress
-    from zebra.convert.sources import ConvertedSource
-    from zebra.convert.writer import TensorSpec, output_dir, stored_dtype, write_safetensors
-
     config = checkpoint.config
     fields = fla_config(config, arch.resolve_pattern(config))
     shapes = checkpoint.tensors.shapes()
@@ -284,31 +292,21 @@ def export_fla(
         shapes.pop("lm_head.weight", None)  # saved once, as FLA's tied head expects
     pieces = plan_keys(ZEBRA_TO_FLA, shapes, {}, origin=checkpoint.tensors.origin, fix="report this as a bug")
     source = ConvertedSource(checkpoint.tensors, pieces)
-    specs = [
-        TensorSpec(p.name, p.shape, dtype if dtype is not None and p.dtype.is_floating_point else p.dtype)
-        for p in pieces
-    ]
-    if tokenizer is not None:
-        for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
-            if fields.get(name) is None:
-                fields[name] = getattr(tokenizer, name, None)
+    specs = tensor_specs(source.shapes(), resolve_dtype(dtype))
+    tok = load_tokenizer_to_ship(tokenizer)
+    fields.update(special_token_ids(fields, tok))
     with output_dir(output, force=force) as tmp:
-        with tensor_progress(specs, "fla", enabled=progress) as advance:
-            write_safetensors(
-                tmp,
-                specs,
-                source.get,
-                max_shard_bytes=max_shard_bytes,
-                on_tensor=advance,
-                origin=source.origin,
-            )
+        write_safetensors(
+            tmp,
+            specs,
+            source.get,
+            max_shard_bytes=parse_size(max_shard_size),
+            on_progress=on_progress,
+            origin=source.origin,
+        )
         fields["dtype"] = stored_dtype(specs)
         (tmp / "config.json").write_text(json.dumps(fields, indent=2) + "\n")
-        from transformers import GenerationConfig
-
-        GenerationConfig(
-            **{k: fields.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
-        ).save_pretrained(tmp)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
+        write_generation_config(tmp, fields)
+        if tok is not None:
+            tok.save_pretrained(tmp)
     return output

@@ -20,14 +20,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zebra.convert.sources import (
+from zebra.convert.fla import FLA_FAMILIES, FLA_TO_ZEBRA, read_fla_config
+from zebra.convert.keymap import plan_keys
+from zebra.convert.megatron import is_torch_dist, is_torch_format, read_megatron, resolve_iteration_dir
+from zebra.convert.tensor_sources import (
     ConvertedSource,
+    DCPSource,
     SafetensorsSource,
     StateDictSource,
     TensorSource,
     torch_load,
 )
 from zebra.errors import ZebraError
+from zebra.models import ZebraConfig
+from zebra.recipes import load_recipe
+from zebra.train.checkpoint import committed, is_complete
 
 
 @dataclass
@@ -92,8 +99,6 @@ def _is_export(path: Path) -> bool:
 
 
 def _open_export(path: Path) -> Checkpoint:
-    from zebra.models import ZebraConfig
-
     config = ZebraConfig.from_pretrained(path)
     return Checkpoint(
         "hf", path, config, _weights(path), tokenizer=str(path) if _has_tokenizer(path) else None
@@ -104,15 +109,10 @@ def _open_export(path: Path) -> Checkpoint:
 
 
 def _is_fla(path: Path) -> bool:
-    from zebra.convert.fla import FLA_FAMILIES
-
     return path.is_dir() and _model_type(path) in FLA_FAMILIES
 
 
 def _open_fla(path: Path) -> Checkpoint:
-    from zebra.convert.fla import FLA_TO_ZEBRA, read_fla_config
-    from zebra.convert.keymap import plan_keys
-
     family, kwargs = read_fla_config(path)
     raw = _weights(path)
     pieces = plan_keys(
@@ -136,7 +136,6 @@ def _open_fla(path: Path) -> Checkpoint:
 
 def _step_dir(path: Path) -> Path | None:
     """The checkpoint a run dir / checkpoints dir / step dir stands for (`latest` first)."""
-    from zebra.train.checkpoint import committed, is_complete
 
     if is_complete(path):
         return path
@@ -152,9 +151,6 @@ def _is_zebra_run(path: Path) -> bool:
 
 
 def _open_zebra_run(path: Path) -> Checkpoint:
-    from zebra.convert.sources import DCPSource
-    from zebra.recipes import load_recipe
-
     step = _step_dir(path)
     assert step is not None
     run = step.parent.parent
@@ -175,8 +171,6 @@ def _open_zebra_run(path: Path) -> Checkpoint:
 
 
 def _is_megatron(path: Path) -> bool:
-    from zebra.convert.megatron import is_torch_dist, is_torch_format, resolve_iteration_dir
-
     if path.is_file():
         return path.suffix == ".pt"
     if (path / "latest_checkpointed_iteration.txt").is_file():
@@ -186,8 +180,6 @@ def _is_megatron(path: Path) -> bool:
 
 
 def _open_megatron(path: Path) -> Checkpoint:
-    from zebra.convert.megatron import read_megatron
-
     kwargs, tensors, info = read_megatron(path)
     return Checkpoint(
         info["format"], path, zebra_config(kwargs), tensors, info["tokenizer"], notes=info["notes"]
@@ -244,7 +236,6 @@ def open_checkpoint(path: str | Path, fmt: str = "auto") -> Checkpoint:
 def zebra_config(kwargs: dict[str, Any]) -> Any:
     """`ZebraConfig(**kwargs)`; unused Mamba2 sizes are made self-consistent first (ZebraConfig checks them even
     when the pattern has no Mamba2 sublayer, and foreign configs do not carry them)."""
-    from zebra.models import ZebraConfig
 
     kwargs = dict(kwargs)
     if "M" not in (kwargs.get("layer_pattern") or "M"):

@@ -14,27 +14,31 @@ Everything is written into a temporary folder next to the output and renamed int
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from zebra.convert.audit import zebra_audit
-from zebra.convert.progress import tensor_progress
-from zebra.convert.sources import StateDictSource, TensorSource
+from zebra.convert.model_card import model_card
+from zebra.convert.tensor_sources import StateDictSource, TensorSource
 from zebra.convert.writer import (
     DEFAULT_MAX_SHARD,
-    TensorSpec,
+    SPECIAL_TOKEN_IDS,
+    load_tokenizer_to_ship,
     output_dir,
     parse_size,
+    special_token_ids,
     stored_dtype,
+    tensor_specs,
+    write_generation_config,
     write_safetensors,
 )
+from zebra.device import resolve_dtype
 from zebra.errors import ZebraError
-
-if TYPE_CHECKING:
-    import torch
-
-DTYPES = {"auto": None, "bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp64": "float64"}
+from zebra.models.remote_code import write_remote_code
 
 
 def export_hf(
@@ -48,7 +52,7 @@ def export_hf(
     force: bool = False,
     max_shard_size: int | str = DEFAULT_MAX_SHARD,
     source: str | None = None,
-    progress: bool = False,
+    on_progress: Callable[[float, float | None, str], None] | None = None,
 ) -> Path:
     """Write a Zebra HF export directory that `AutoModelForCausalLM.from_pretrained(dir, trust_remote_code=True)`
     loads without zebra installed.
@@ -67,7 +71,7 @@ def export_hf(
         max_shard_size: largest safetensors shard ("5GB", "500MB" or bytes); larger models are sharded with
             an index file.
         source: what the weights were converted from (model card provenance).
-        progress: show a per-tensor progress bar on stderr.
+        on_progress: called after each tensor with (bytes written, total bytes, the tensor's name).
 
     Returns:
         The export directory.
@@ -76,44 +80,33 @@ def export_hf(
         ZebraError: missing / unexpected / mis-shaped tensors (nothing is written), an existing output
             without `force`, an unknown dtype.
     """
-    import torch
-
-    from zebra.convert.model_card import model_card
-
     config, recipe = _config_and_recipe(model, recipe)
     if tokenizer is None and recipe is not None:
         tokenizer = recipe.data.tokenizer
-    if dtype not in DTYPES:
-        raise ZebraError(f"--dtype {dtype}: unknown", fix=f"use one of {', '.join(DTYPES)}")
-    cast = getattr(torch, DTYPES[dtype]) if DTYPES[dtype] else None
+    cast = resolve_dtype(dtype)
     src = tensors if isinstance(tensors, TensorSource) else StateDictSource(tensors)
     shapes = src.shapes()
     zebra_audit({k: s for k, (s, _) in shapes.items()}, config).raise_if_failed(source or src.origin)
-    tied = bool(config.tie_word_embeddings)
-    specs = [
-        TensorSpec(name, shape, cast if cast is not None and dt.is_floating_point else dt)
-        for name, (shape, dt) in shapes.items()
-        if not (tied and name == "lm_head.weight")
-    ]
-    tok = _load_tokenizer(tokenizer)
-    _fill_special_ids(config, tok)
+    specs = tensor_specs(shapes, cast, skip={"lm_head.weight"} if config.tie_word_embeddings else ())
+    tok = load_tokenizer_to_ship(tokenizer)
+    ids = special_token_ids({n: getattr(config, n, None) for n in SPECIAL_TOKEN_IDS}, tok)
+    for name, value in ids.items():
+        if value is not None:
+            setattr(config, name, value)
     with output_dir(Path(output), force=force) as tmp:
-        from zebra.models.remote_code import write_remote_code
-
         config.auto_map = write_remote_code(tmp)
         config.architectures = ["ZebraForCausalLM"]
         config.dtype = stored_dtype(specs)
-        with tensor_progress(specs, "export", enabled=progress) as advance:
-            write_safetensors(
-                tmp,
-                specs,
-                src.get,
-                max_shard_bytes=parse_size(max_shard_size),
-                on_tensor=advance,
-                origin=src.origin,
-            )
+        write_safetensors(
+            tmp,
+            specs,
+            src.get,
+            max_shard_bytes=parse_size(max_shard_size),
+            on_progress=on_progress,
+            origin=src.origin,
+        )
         config.save_pretrained(tmp)
-        _write_generation_config(tmp, config)
+        write_generation_config(tmp, ids)
         if tok is not None:
             tok.save_pretrained(tmp)
         (tmp / "README.md").write_text(model_card(config, recipe=recipe, source=source, tokenizer=tok))
@@ -124,39 +117,8 @@ def _config_and_recipe(model: Any, recipe: Any) -> tuple[Any, Any]:
     if hasattr(model, "model") and hasattr(model.model, "to_config"):  # a Recipe
         return model.model.to_config(), model
     if getattr(model, "model_type", None) == "zebra":
-        import copy
-
         return copy.deepcopy(model), recipe
     raise ZebraError(
         f"export_hf: model must be a Recipe or a ZebraConfig, got {type(model).__name__}",
         fix="pass the run's recipe or the model's config",
     )
-
-
-def _load_tokenizer(tokenizer: Any) -> Any:
-    if tokenizer is None or tokenizer == "none":
-        return None
-    if not isinstance(tokenizer, str | Path):
-        return tokenizer
-    from zebra.data.tokenizers import load_tokenizer
-
-    return load_tokenizer(str(tokenizer))
-
-
-def _fill_special_ids(config: Any, tok: Any) -> None:
-    """Take bos / eos / pad ids from the tokenizer where the config has none."""
-    if tok is None:
-        return
-    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        if getattr(config, name, None) is None and getattr(tok, name, None) is not None:
-            setattr(config, name, getattr(tok, name))
-
-
-def _write_generation_config(directory: Path, config: Any) -> None:
-    from transformers import GenerationConfig
-
-    GenerationConfig(
-        bos_token_id=getattr(config, "bos_token_id", None),
-        eos_token_id=getattr(config, "eos_token_id", None),
-        pad_token_id=getattr(config, "pad_token_id", None),
-    ).save_pretrained(directory)

@@ -25,9 +25,10 @@ from typing import Any
 
 import torch
 
-from zebra.convert import megatron_keys as mk
+import zebra.convert.megatron_keys as mk
+from zebra.arch import pattern_from_ratio
 from zebra.convert.keymap import plan_keys
-from zebra.convert.sources import (
+from zebra.convert.tensor_sources import (
     ConvertedSource,
     DCPSource,
     Shapes,
@@ -220,8 +221,6 @@ def _arg(args: Any, name: str, origin: str, default: Any = ...) -> Any:
 
 
 def _check_args_pattern(pattern: str, args: Any, origin: str) -> None:
-    from zebra.arch import pattern_from_ratio
-
     slots = re.sub("[GKM]", "M", pattern)
     override = getattr(args, "hybrid_override_pattern", None)
     if override:
@@ -243,6 +242,24 @@ def _check_args_pattern(pattern: str, args: Any, origin: str) -> None:
 def zebra_config_kwargs(args: Any, shapes: Shapes, pattern: str, origin: str) -> dict[str, Any]:
     """ZebraConfig keyword arguments from Megatron's saved args and the tensor shapes."""
     _check_args_pattern(pattern, args, origin)
+    kw = _stack_kwargs(args, shapes, pattern, origin)
+    recurrent = {c for c in pattern if c in "GKM"}
+    if len(recurrent) > 1:
+        raise ZebraError(f"{origin}: layers mix {sorted(recurrent)} recurrent kinds", fix=_UNKNOWN_FIX)
+    kw["recurrent_type"] = {"G": "gdn", "K": "kda", "M": "mamba2"}.get(next(iter(recurrent), "G"))
+    if "G" in recurrent:
+        kw.update(_gdn_kwargs(args, origin))
+    if "K" in recurrent:
+        kw.update(_kda_kwargs(args, origin))
+    if "M" in recurrent:
+        kw.update(_mamba2_kwargs(args, shapes, pattern, kw["hidden_size"], origin))
+    if "*" in pattern:
+        kw.update(_mla_kwargs(args, kw["max_position_embeddings"], origin))
+    return kw
+
+
+def _stack_kwargs(args: Any, shapes: Shapes, pattern: str, origin: str) -> dict[str, Any]:
+    """What every Zebra model has (sizes, norms, embeddings), after checking the args describe a Zebra stack."""
     for name, want in (("normalization", "RMSNorm"), ("swiglu", True)):
         got = getattr(args, name, want)
         if got != want:
@@ -258,7 +275,7 @@ def zebra_config_kwargs(args: Any, shapes: Shapes, pattern: str, origin: str) ->
         raise ZebraError(f"{origin}: no embedding.word_embeddings.weight", fix="use a complete checkpoint")
     hidden = int(_arg(args, "hidden_size", origin))
     max_pos = int(getattr(args, "max_position_embeddings", None) or _arg(args, "seq_length", origin))
-    kw: dict[str, Any] = {
+    return {
         "vocab_size": shapes["embedding.word_embeddings.weight"][0][0],
         "hidden_size": hidden,
         "intermediate_size": int(_arg(args, "ffn_hidden_size", origin)),
@@ -269,63 +286,67 @@ def zebra_config_kwargs(args: Any, shapes: Shapes, pattern: str, origin: str) ->
         "tie_word_embeddings": not bool(getattr(args, "untie_embeddings_and_output_weights", False)),
         "max_position_embeddings": max_pos,
     }
-    recurrent = {c for c in pattern if c in "GKM"}
-    if len(recurrent) > 1:
-        raise ZebraError(f"{origin}: layers mix {sorted(recurrent)} recurrent kinds", fix=_UNKNOWN_FIX)
-    kw["recurrent_type"] = {"G": "gdn", "K": "kda", "M": "mamba2"}.get(next(iter(recurrent), "G"))
-    if "G" in recurrent:
-        kw.update(
-            gdn_num_heads=int(_arg(args, "linear_num_key_heads", origin)),
-            gdn_head_dim=int(_arg(args, "linear_key_head_dim", origin)),
-            gdn_num_v_heads=int(_arg(args, "linear_num_value_heads", origin)),
-            gdn_head_v_dim=int(_arg(args, "linear_value_head_dim", origin)),
-            gdn_conv_size=int(_arg(args, "linear_conv_kernel_dim", origin, 4)),
+
+
+def _gdn_kwargs(args: Any, origin: str) -> dict[str, Any]:
+    return {
+        "gdn_num_heads": int(_arg(args, "linear_num_key_heads", origin)),
+        "gdn_head_dim": int(_arg(args, "linear_key_head_dim", origin)),
+        "gdn_num_v_heads": int(_arg(args, "linear_num_value_heads", origin)),
+        "gdn_head_v_dim": int(_arg(args, "linear_value_head_dim", origin)),
+        "gdn_conv_size": int(_arg(args, "linear_conv_kernel_dim", origin, 4)),
+    }
+
+
+def _kda_kwargs(args: Any, origin: str) -> dict[str, Any]:
+    heads, k_heads = (
+        int(_arg(args, "linear_num_value_heads", origin)),
+        int(_arg(args, "linear_num_key_heads", origin)),
+    )
+    if heads != k_heads:
+        raise ZebraError(
+            f"{origin}: KDA with {k_heads} key heads and {heads} value heads; Zebra's KDA has one head count",
+            fix=_UNKNOWN_FIX,
         )
-    if "K" in recurrent:
-        heads, k_heads = (
-            int(_arg(args, "linear_num_value_heads", origin)),
-            int(_arg(args, "linear_num_key_heads", origin)),
-        )
-        if heads != k_heads:
-            raise ZebraError(
-                f"{origin}: KDA with {k_heads} key heads and {heads} value heads; Zebra's KDA has one head count",
-                fix=_UNKNOWN_FIX,
-            )
-        kw.update(
-            kda_num_heads=heads,
-            kda_head_dim=int(_arg(args, "linear_key_head_dim", origin)),
-            kda_head_v_dim=int(_arg(args, "linear_value_head_dim", origin)),
-            kda_conv_size=int(_arg(args, "linear_conv_kernel_dim", origin, 4)),
-        )
-    if "M" in recurrent:
-        i = pattern.index("M")
-        d_inner = shapes[f"decoder.layers.{i}.mixer.out_proj.weight"][0][1]
-        kw.update(
-            mamba_state_dim=int(_arg(args, "mamba_state_dim", origin)),
-            mamba_head_dim=int(_arg(args, "mamba_head_dim", origin)),
-            mamba_num_groups=int(_arg(args, "mamba_num_groups", origin)),
-            mamba_expand=d_inner // hidden,
-            mamba_conv_size=shapes[f"decoder.layers.{i}.mixer.conv1d.weight"][0][-1],
-        )
-    if "*" in pattern:
-        q_lora = getattr(args, "q_lora_rank", None)
-        kw.update(
-            num_attention_heads=int(_arg(args, "num_attention_heads", origin)),
-            q_lora_rank=int(q_lora) if q_lora else 0,
-            kv_lora_rank=int(_arg(args, "kv_lora_rank", origin)),
-            qk_nope_head_dim=int(_arg(args, "qk_head_dim", origin)),
-            qk_rope_head_dim=int(_arg(args, "qk_pos_emb_head_dim", origin)),
-            v_head_dim=int(_arg(args, "v_head_dim", origin)),
-            rope_theta=float(_arg(args, "rotary_base", origin, 10000)),
-            rope_scaling={
-                "type": "yarn",
-                "factor": float(_arg(args, "rotary_scaling_factor", origin, 1.0)),
-                "original_max_position_embeddings": int(
-                    getattr(args, "original_max_position_embeddings", None) or max_pos
-                ),
-            },
-        )
-    return kw
+    return {
+        "kda_num_heads": heads,
+        "kda_head_dim": int(_arg(args, "linear_key_head_dim", origin)),
+        "kda_head_v_dim": int(_arg(args, "linear_value_head_dim", origin)),
+        "kda_conv_size": int(_arg(args, "linear_conv_kernel_dim", origin, 4)),
+    }
+
+
+def _mamba2_kwargs(args: Any, shapes: Shapes, pattern: str, hidden: int, origin: str) -> dict[str, Any]:
+    """Mamba2 sizes; the inner width and conv width come from the first Mamba2 sublayer's tensors."""
+    i = pattern.index("M")
+    d_inner = shapes[f"decoder.layers.{i}.mixer.out_proj.weight"][0][1]
+    return {
+        "mamba_state_dim": int(_arg(args, "mamba_state_dim", origin)),
+        "mamba_head_dim": int(_arg(args, "mamba_head_dim", origin)),
+        "mamba_num_groups": int(_arg(args, "mamba_num_groups", origin)),
+        "mamba_expand": d_inner // hidden,
+        "mamba_conv_size": shapes[f"decoder.layers.{i}.mixer.conv1d.weight"][0][-1],
+    }
+
+
+def _mla_kwargs(args: Any, max_pos: int, origin: str) -> dict[str, Any]:
+    q_lora = getattr(args, "q_lora_rank", None)
+    return {
+        "num_attention_heads": int(_arg(args, "num_attention_heads", origin)),
+        "q_lora_rank": int(q_lora) if q_lora else 0,
+        "kv_lora_rank": int(_arg(args, "kv_lora_rank", origin)),
+        "qk_nope_head_dim": int(_arg(args, "qk_head_dim", origin)),
+        "qk_rope_head_dim": int(_arg(args, "qk_pos_emb_head_dim", origin)),
+        "v_head_dim": int(_arg(args, "v_head_dim", origin)),
+        "rope_theta": float(_arg(args, "rotary_base", origin, 10000)),
+        "rope_scaling": {
+            "type": "yarn",
+            "factor": float(_arg(args, "rotary_scaling_factor", origin, 1.0)),
+            "original_max_position_embeddings": int(
+                getattr(args, "original_max_position_embeddings", None) or max_pos
+            ),
+        },
+    }
 
 
 def split_dims(kw: dict[str, Any]) -> dict[str, int]:

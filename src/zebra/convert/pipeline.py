@@ -7,12 +7,18 @@ into sharded safetensors inside a temporary folder that is renamed into place at
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zebra import arch
+from zebra.convert.audit import zebra_audit
+from zebra.convert.fla import export_fla
 from zebra.convert.formats import open_checkpoint
-from zebra.convert.writer import DEFAULT_MAX_SHARD, parse_size
+from zebra.convert.hf_export import export_hf
+from zebra.convert.writer import DEFAULT_MAX_SHARD
+from zebra.device import resolve_dtype
 from zebra.errors import ZebraError
 
 TARGETS = ("hf", "fla", "zebra")
@@ -52,7 +58,7 @@ def convert(
     force: bool = False,
     tokenizer: str | None = None,
     max_shard_size: int | str = DEFAULT_MAX_SHARD,
-    progress: bool = False,
+    on_progress: Callable[[float, float | None, str], None] | None = None,
 ) -> ConvertResult:
     """Convert a checkpoint.
 
@@ -65,16 +71,11 @@ def convert(
         force: replace an existing output.
         tokenizer: tokenizer to ship (name, hub id, directory, `byte`, or "none"); default: the source's.
         max_shard_size: largest safetensors shard.
-        progress: per-tensor progress bar on stderr.
+        on_progress: called after each tensor with (bytes written, total bytes, the tensor's name).
     """
-    from zebra import arch
-    from zebra.convert.audit import zebra_audit
-    from zebra.convert.hf_export import DTYPES, _load_tokenizer, export_hf
-
     if to not in TARGETS:
         raise ZebraError(f"--to {to}: unknown target", fix=f"use one of {', '.join(TARGETS)}")
-    if dtype not in DTYPES:
-        raise ZebraError(f"--dtype {dtype}: unknown", fix=f"use one of {', '.join(DTYPES)}")
+    resolve_dtype(dtype)  # an unknown --dtype fails before the source is opened
     ckpt = open_checkpoint(src, fmt)
     src = Path(src)
     out = Path(output) if output is not None else default_output(src, to, ckpt.format)
@@ -83,21 +84,14 @@ def convert(
         shapes = {k: s for k, (s, _) in ckpt.tensors.shapes().items()}
         zebra_audit(shapes, ckpt.config).raise_if_failed(str(src))
         tok_name = tokenizer if tokenizer is not None else ckpt.tokenizer
+        common = {
+            "dtype": dtype,
+            "force": force,
+            "max_shard_size": max_shard_size,
+            "on_progress": on_progress,
+        }
         if to == "fla":
-            import torch
-
-            from zebra.convert.fla import export_fla, fla_config
-
-            fla_config(ckpt.config, pattern)  # a hybrid fails here, before the tokenizer or any file
-            export_fla(
-                ckpt,
-                out,
-                tokenizer=_load_tokenizer(tok_name),
-                dtype=getattr(torch, DTYPES[dtype]) if DTYPES[dtype] else None,
-                force=force,
-                max_shard_bytes=parse_size(max_shard_size),
-                progress=progress,
-            )
+            export_fla(ckpt, out, tokenizer=tok_name, **common)
         else:
             export_hf(
                 ckpt.tensors,
@@ -105,11 +99,8 @@ def convert(
                 out,
                 tokenizer=tok_name if tok_name is not None else "none",
                 recipe=ckpt.recipe,
-                dtype=dtype,
-                force=force,
-                max_shard_size=max_shard_size,
                 source=f"{src} ({ckpt.format})",
-                progress=progress,
+                **common,
             )
     finally:
         ckpt.tensors.close()

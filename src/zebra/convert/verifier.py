@@ -11,13 +11,19 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from zebra.convert.audit import Audit, audit, expected_shapes, meta_model, zebra_audit
 from zebra.convert.formats import Checkpoint, open_checkpoint
+from zebra.data.tokenizers import load_tokenizer
+from zebra.device import resolve_device
 from zebra.errors import ZebraError
+from zebra.models import ZebraForCausalLM
 
 DEFAULT_PROMPTS = ("The capital of France is", "def fibonacci(n):", "Zebras are")
 
@@ -99,7 +105,7 @@ def verify(
     *,
     against: str | Path | None = None,
     prompts: list[str] | tuple[str, ...] = DEFAULT_PROMPTS,
-    device: str = "auto",
+    device: str | None = None,
     max_new_tokens: int = 12,
     tokenizer: str | None = None,
 ) -> VerifyReport:
@@ -110,15 +116,11 @@ def verify(
         against: the source it was converted from (optional; without it there is no parity check, except
             FLA-vs-ours on a GPU).
         prompts: texts to run (tokenised with the directory's tokenizer; fixed token ids when there is none).
-        device: "auto" (CUDA when available), "cpu" or "cuda".
+        device: "cpu", "cuda", "cuda:N"; None or "auto": CUDA when available.
         max_new_tokens: length of the greedy continuation.
         tokenizer: a tokenizer to use when the directory has none.
     """
-    import torch
-
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ZebraError("--device cuda: no CUDA/ROCm device is visible", fix="use --device cpu")
+    device = resolve_device(device)
     directory = Path(directory)
     ckpt = open_checkpoint(directory)
     on_gpu = device.startswith("cuda")
@@ -186,12 +188,6 @@ def _weights_dtype(ckpt: Checkpoint) -> str:
 
 def _load(ckpt: Checkpoint, device: str) -> Any:
     """ZebraForCausalLM with `ckpt`'s weights in float32 (torch kernels on CPU, auto on GPU)."""
-    import copy
-
-    import torch
-
-    from zebra.models import ZebraForCausalLM
-
     config = copy.deepcopy(ckpt.config)
     config.kernel_backend = "auto" if device.startswith("cuda") else "torch"
     model = ZebraForCausalLM(config)
@@ -211,7 +207,6 @@ def _load(ckpt: Checkpoint, device: str) -> Any:
 
 def _load_fla(directory: Path, device: str) -> Any:
     import fla  # noqa: F401
-    import torch
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).to(device).eval()
@@ -221,14 +216,10 @@ def _tokenizer(name: str | None, report: VerifyReport) -> Any:
     if name is None:
         report.notes.append("no tokenizer: prompts replaced by fixed token ids, output shown as ids")
         return None
-    from zebra.data.tokenizers import load_tokenizer
-
     return load_tokenizer(str(name))
 
 
 def _encode(prompts, tok, vocab: int) -> list[Any]:
-    import torch
-
     if tok is None:
         gen = torch.Generator().manual_seed(1234)
         return [torch.randint(0, min(vocab, 256), (1, 8 + 3 * i), generator=gen) for i in range(len(prompts))]
@@ -236,16 +227,12 @@ def _encode(prompts, tok, vocab: int) -> list[Any]:
 
 
 def _logits(model: Any, inputs: list[Any]) -> list[Any]:
-    import torch
-
     device = next(model.parameters()).device
     with torch.no_grad():
         return [model(input_ids=ids.to(device)).logits.float().cpu() for ids in inputs]
 
 
 def _compare(ref, out, ref_name: str, out_name: str, dtype: str, thresholds=THRESHOLDS) -> Parity:
-    import torch
-
     a = torch.cat([r.reshape(-1) for r in ref]).double()
     b = torch.cat([o.reshape(-1) for o in out]).double()
     max_abs = float((a - b).abs().max())
@@ -256,8 +243,6 @@ def _compare(ref, out, ref_name: str, out_name: str, dtype: str, thresholds=THRE
 
 
 def _sample(model, ids, tok, report: VerifyReport, max_new_tokens: int, prompt: str | None) -> None:
-    import torch
-
     device = next(model.parameters()).device
     with torch.no_grad():
         probs = model(input_ids=ids.to(device)).logits[0, -1].float().softmax(-1).cpu()

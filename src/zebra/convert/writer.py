@@ -1,4 +1,5 @@
-"""Streaming sharded-safetensors writer and the temp-folder-then-rename output directory.
+"""Writing an output directory: streaming sharded safetensors, the temp-folder-then-rename directory itself, and
+the files every exported model ships next to its weights (generation_config.json, the tokenizer).
 
 Shards are planned from names, shapes and dtypes alone; each shard's header is written first and then every
 tensor is fetched, checked and appended in turn, so the writer holds one tensor at a time (never a whole shard,
@@ -14,12 +15,14 @@ import os
 import re
 import shutil
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from zebra.data.tokenizers import load_tokenizer
 from zebra.errors import ZebraError
 
 _DTYPE_CODES = {
@@ -35,6 +38,7 @@ _DTYPE_CODES = {
     torch.bool: "BOOL",
 }
 DEFAULT_MAX_SHARD = "5GB"
+SPECIAL_TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,20 @@ def stored_dtype(specs: list[TensorSpec]) -> str:
     return max(by_dtype, key=by_dtype.__getitem__) if by_dtype else "float32"
 
 
+def tensor_specs(
+    shapes: dict[str, tuple[tuple[int, ...], torch.dtype]],
+    cast: torch.dtype | None,
+    *,
+    skip: Collection[str] = (),
+) -> list[TensorSpec]:
+    """What to write, in `shapes` order: floating tensors cast to `cast` (None keeps each dtype), `skip` left out."""
+    return [
+        TensorSpec(name, shape, cast if cast is not None and dt.is_floating_point else dt)
+        for name, (shape, dt) in shapes.items()
+        if name not in skip
+    ]
+
+
 def plan_shards(specs: list[TensorSpec], max_shard_bytes: int) -> list[list[TensorSpec]]:
     """Greedy, in order: a new shard starts when the next tensor would push the current one past the limit."""
     shards: list[list[TensorSpec]] = [[]]
@@ -95,7 +113,7 @@ def write_safetensors(
     fetch: Callable[[str], torch.Tensor],
     *,
     max_shard_bytes: int,
-    on_tensor: Callable[[TensorSpec], None] | None = None,
+    on_progress: Callable[[float, float | None, str], None] | None = None,
     origin: str = "",
 ) -> list[str]:
     """Write `specs` as `model.safetensors` (or numbered shards + index), fetching each tensor once, in order.
@@ -105,7 +123,7 @@ def write_safetensors(
         specs: tensors to write, in writing order; `fetch(name)` must return exactly `shape`, any float dtype
             (cast to `dtype` here).
         max_shard_bytes: shard size limit (a single larger tensor gets a shard of its own).
-        on_tensor: called after each tensor (progress bars).
+        on_progress: called after each tensor with (bytes written, total bytes, the tensor's name).
         origin: where the tensors come from, for error messages.
 
     Returns:
@@ -116,12 +134,21 @@ def write_safetensors(
     names = (
         ["model.safetensors"] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
     )
+    total = sum(s.nbytes for s in specs)
+    written = 0
+
+    def on_tensor(spec: TensorSpec) -> None:
+        nonlocal written
+        written += spec.nbytes
+        if on_progress is not None:
+            on_progress(written, total, spec.name)
+
     weight_map: dict[str, str] = {}
     for fname, shard in zip(names, shards, strict=True):
         _write_shard(directory / fname, shard, fetch, on_tensor, origin)
         weight_map.update({s.name: fname for s in shard})
     if n > 1:
-        index = {"metadata": {"total_size": sum(s.nbytes for s in specs)}, "weight_map": weight_map}
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     return names
 
@@ -151,8 +178,7 @@ def _write_shard(path, shard, fetch, on_tensor, origin) -> None:
             data = tensor.detach().to(device="cpu", dtype=spec.dtype).contiguous().reshape(-1)
             f.write(memoryview(data.view(torch.uint8).numpy()))
             del data, tensor
-            if on_tensor:
-                on_tensor(spec)
+            on_tensor(spec)
 
 
 @contextlib.contextmanager
@@ -201,3 +227,25 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def load_tokenizer_to_ship(tokenizer: Any) -> Any:
+    """The tokenizer an output ships: a name / hub id / folder / `byte` is loaded, a loaded one passes through,
+    None or "none" is no tokenizer."""
+    if tokenizer is None or tokenizer == "none":
+        return None
+    if not isinstance(tokenizer, str | Path):
+        return tokenizer
+    return load_tokenizer(str(tokenizer))
+
+
+def special_token_ids(ids: Mapping[str, int | None], tok: Any) -> dict[str, int | None]:
+    """bos / eos / pad ids: those in `ids`, else the tokenizer's (None where neither has one)."""
+    return {n: ids[n] if ids.get(n) is not None else getattr(tok, n, None) for n in SPECIAL_TOKEN_IDS}
+
+
+def write_generation_config(directory: Path, ids: Mapping[str, int | None]) -> None:
+    """generation_config.json with the bos / eos / pad ids."""
+    from transformers import GenerationConfig
+
+    GenerationConfig(**{n: ids.get(n) for n in SPECIAL_TOKEN_IDS}).save_pretrained(directory)

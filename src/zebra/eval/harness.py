@@ -15,14 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError
-from zebra.generation.loading import (
-    DTYPES,
-    check_device,
-    default_device,
-    register_model_types,
-    resolve_model_dir,
-)
+from zebra.eval.tasks import load_tasks, task_manager
+from zebra.generation.loading import register_model_types, resolve_model_dir
 
 
 @dataclass(kw_only=True)
@@ -35,7 +31,7 @@ class EvalRequest:
         num_fewshot: few-shot examples (None: each task's default).
         batch_size: an int, `auto` or `auto:N` (lm-eval's automatic batch size); None: auto on a GPU, 1 on CPU
             (lm-eval's probe runs full-length batches, which takes long on a CPU).
-        limit: examples per task (an int, or a fraction < 1); None for all.
+        limit: examples per task (a whole number, or a fraction < 1); None for all.
         device: torch device; default cuda when available.
         dtype: auto / bf16 / fp16 / fp32 / fp64.
         include_path: folders of local task YAMLs.
@@ -52,6 +48,9 @@ class EvalRequest:
     include_path: list[Path] = field(default_factory=list)
     seed: int = 1234
 
+    def __post_init__(self) -> None:
+        self.limit = parse_limit(self.limit)
+
 
 def run_eval(req: EvalRequest) -> dict[str, Any]:
     """Run lm-eval's `simple_evaluate` on `req.model` and return its results dict (without per-sample logs).
@@ -61,13 +60,10 @@ def run_eval(req: EvalRequest) -> dict[str, Any]:
     """
     from lm_eval.models.huggingface import HFLM
 
-    from zebra.eval.tasks import load_tasks, task_manager
-
     model_dir = resolve_model_dir(req.model)
     register_model_types(model_dir)
-    device = check_device(req.device or default_device())
-    if req.dtype not in DTYPES:
-        raise ZebraError(f"--dtype {req.dtype}: unknown", fix=f"use one of {', '.join(DTYPES)}")
+    device = resolve_device(req.device)
+    dtype = resolve_dtype(req.dtype, device)  # None: the checkpoint's, which HFLM calls "auto"
     batch_size = parse_batch_size(req.batch_size or ("auto" if device.startswith("cuda") else "1"))
 
     manager = task_manager(req.include_path)
@@ -77,7 +73,7 @@ def run_eval(req: EvalRequest) -> dict[str, Any]:
             pretrained=str(model_dir.path),
             backend="causal",
             device=device,
-            dtype=DTYPES[req.dtype] or "auto",
+            dtype=dtype or "auto",
             batch_size=batch_size,
         )
         results = _evaluate(lm, tasks, manager, req)
@@ -105,6 +101,17 @@ def _evaluate(lm: Any, tasks: list[Any], manager: Any, req: EvalRequest) -> dict
         torch_random_seed=req.seed,
         fewshot_random_seed=req.seed,
     )
+
+
+def parse_limit(limit: float | None) -> int | float | None:
+    """`--limit`: a whole number of examples per task, or a fraction of each task below 1 (None: all)."""
+    if limit is None:
+        return None
+    if limit <= 0 or (limit >= 1 and limit != int(limit)):
+        raise ZebraError(
+            f"--limit {limit}: not a positive integer or a fraction below 1", fix="e.g. --limit 100"
+        )
+    return limit if limit < 1 else int(limit)
 
 
 def parse_batch_size(value: str) -> int | str:

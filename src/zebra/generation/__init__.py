@@ -8,10 +8,25 @@ Public API:
         .new_state(batch, capacity) / .prefill(state, ids [B, T]) / .step(state, tokens [B]) / .clone(state, n)
         .cache_bytes(state)
     generate_tokens(engine, prompts, **kw) -> list of new-token lists
-    SamplingParams(temperature=0.0, top_k=0, top_p=1.0), sample_next(logits, params, generator)
+    SamplingParams(temperature=0.0, top_k=0, top_p=1.0), sample_next_token(logits, params, generator)
+    TextStream(tokenizer), stream_completion(engine, tokenizer, prompt, ...)   text on top of the engine
+
+Modules, each importing only those before it: state, forward, token_sampling -> decode_step (the
+runners) -> engine -> text -> loading (`load_model`, `load_engine`; imported by name, not re-exported here).
 """
 
-from zebra.generation.engine import CacheFullError, DecodeState, Engine, generate_tokens
-from zebra.generation.sampling import SamplingParams, sample_next
+from zebra.generation.engine import Engine, generate_tokens
+from zebra.generation.state import CacheFullError, DecodeState
+from zebra.generation.text import TextStream, stream_completion
+from zebra.generation.token_sampling import SamplingParams, sample_next_token
 
-__all__ = ["CacheFullError", "DecodeState", "Engine", "SamplingParams", "generate_tokens", "sample_next"]
+__all__ = [
+    "CacheFullError",
+    "DecodeState",
+    "Engine",
+    "SamplingParams",
+    "TextStream",
+    "generate_tokens",
+    "sample_next_token",
+    "stream_completion",
+]

@@ -16,38 +16,53 @@ and reuses that cache, so only one state per batch size is live at a time.
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:
-    from zebra.generation.engine import DecodeState, Engine
+from zebra.generation.forward import LogitsForward
+from zebra.generation.state import DecodeState
+from zebra.models import ZebraCache
 
 
 class DecodeRunner:
-    """Eager decoding over the model's cache (see module docstring); `StaticRunner` adds the static/graph path."""
+    """Eager decoding over the model's cache (see module docstring); `StaticRunner` adds the static/graph path.
 
-    def __init__(self, engine: Engine, *, use_graph: bool, compile: bool):
-        self.engine = engine
+    Args:
+        model: the causal LM (eval mode, on `device`).
+        forward: `logits_forward(model)`, the one model call.
+        device: where the model and its cache live.
+        use_graph: capture the one-token step in a CUDA graph (`StaticRunner` only).
+        compile: `torch.compile` the step before its capture (`StaticRunner` only).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        forward: LogitsForward,
+        device: torch.device,
+        *,
+        use_graph: bool,
+        compile: bool,
+    ):
+        self.model = model
+        self.forward = forward
+        self.device = device
         self.use_graph = use_graph
         self.compile = compile
 
     def new_state(self, batch: int, capacity: int) -> DecodeState:
-        from zebra.generation.engine import DecodeState
-
         return DecodeState(cache=None, batch=batch)
 
     def prefill(self, state: DecodeState, ids: torch.Tensor) -> torch.Tensor:
-        logits, state.cache = self.engine.forward_logits(ids, state.cache)
+        logits, state.cache = self.forward(ids, state.cache)
         return logits
 
     def step(self, state: DecodeState, tokens: torch.Tensor) -> torch.Tensor:
-        logits, state.cache = self.engine.forward_logits(tokens[:, None], state.cache)
+        logits, state.cache = self.forward(tokens[:, None], state.cache)
         return logits
 
     def clone(self, state: DecodeState, n: int) -> DecodeState:
-        from zebra.generation.engine import DecodeState
-
         cache = copy.deepcopy(state.cache)
         if n > 1:
             cache.batch_repeat_interleave(n)
@@ -79,17 +94,21 @@ def tensor_bytes(obj: Any, _seen: set[int] | None = None) -> int:
 class StaticRunner(DecodeRunner):
     """Static `ZebraCache` per batch size; the one-token step replayed from a CUDA graph when `use_graph`."""
 
-    def __init__(self, engine: Engine, *, use_graph: bool, compile: bool):
-        super().__init__(engine, use_graph=use_graph, compile=compile)
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        forward: LogitsForward,
+        device: torch.device,
+        *,
+        use_graph: bool,
+        compile: bool,
+    ):
+        super().__init__(model, forward, device, use_graph=use_graph, compile=compile)
         self._slots: dict[int, _StaticSlot] = {}
         self._pool = None
-        self._step_fn = engine.forward_logits
-        if compile:
-            self._step_fn = torch.compile(engine.forward_logits, dynamic=False)
+        self._step_fn = torch.compile(forward, dynamic=False) if compile else forward
 
     def new_state(self, batch: int, capacity: int) -> DecodeState:
-        from zebra.generation.engine import DecodeState
-
         slot = self._slot(batch, capacity)
         slot.cache.reset()
         return DecodeState(cache=slot.cache, batch=batch, capacity=slot.cache.max_length)
@@ -105,17 +124,14 @@ class StaticRunner(DecodeRunner):
             self._slots[batch] = slot
         return slot
 
-    def _new_cache(self, batch: int, capacity: int) -> Any:
-        from zebra.models import ZebraCache
-
-        model = self.engine.model
-        dtype = next(model.parameters()).dtype
+    def _new_cache(self, batch: int, capacity: int) -> ZebraCache:
+        dtype = next(self.model.parameters()).dtype
         return ZebraCache(
-            model.config, batch_size=batch, max_length=capacity, dtype=dtype, device=self.engine.device
+            self.model.config, batch_size=batch, max_length=capacity, dtype=dtype, device=self.device
         )
 
     def prefill(self, state: DecodeState, ids: torch.Tensor) -> torch.Tensor:
-        logits, _ = self.engine.forward_logits(ids, state.cache)
+        logits, _ = self.forward(ids, state.cache)
         return logits
 
     def step(self, state: DecodeState, tokens: torch.Tensor) -> torch.Tensor:
@@ -159,7 +175,7 @@ class StaticRunner(DecodeRunner):
     def _capture(self, slot: _StaticSlot) -> None:
         """Warm up on a side stream, then record the one-token step into `slot.graph`."""
         cache = slot.cache
-        slot.tokens = torch.zeros(cache.batch_size, 1, dtype=torch.long, device=self.engine.device)
+        slot.tokens = torch.zeros(cache.batch_size, 1, dtype=torch.long, device=self.device)
         # Capture with a non-empty cache so the model records its "continue from the state" branch.
         cache.reset()
         cache.seen_tokens = 1

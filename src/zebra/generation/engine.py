@@ -14,37 +14,15 @@ does the same), so no padding ever enters a recurrent state and each row equals 
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from zebra.generation.sampling import SamplingParams, sample_next
-
-
-class CacheFullError(ValueError):
-    """A static cache has no room for the tokens to feed (its capacity is fixed when it is allocated)."""
-
-
-@dataclass
-class DecodeState:
-    """A cache and what it holds.
-
-    Attributes:
-        cache: the model's cache object (layer states, conv states, MLA latents).
-        batch: rows B.
-        length: tokens fed so far (the same for every row).
-        logits: `[B, V]` float32 logits after the last fed token (None before the first feed).
-        capacity: tokens the cache can hold (static caches); None when it grows on demand.
-    """
-
-    cache: Any
-    batch: int
-    length: int = 0
-    logits: torch.Tensor | None = None
-    capacity: int | None = None
+from zebra.generation.decode_step import DecodeRunner, StaticRunner
+from zebra.generation.forward import logits_forward
+from zebra.generation.state import DecodeState
+from zebra.generation.token_sampling import SamplingParams, sample_next_token
 
 
 class Engine:
@@ -68,16 +46,11 @@ class Engine:
         compile: bool = False,
         max_seq_len: int | None = None,
     ):
-        from zebra.generation.decode_step import DecodeRunner, StaticRunner
-
         self.model = model.eval()
         self.config = model.config
         self.device = next(model.parameters()).device
         self.max_seq_len = max_seq_len or getattr(self.config, "max_position_embeddings", None) or 4096
-        params = inspect.signature(model.forward).parameters
-        self._keep_last = "logits_to_keep" in params
-        # transformers >= 5.2x names the cache argument `cache`; older models and FLA use `past_key_values`
-        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self.forward_logits = logits_forward(model)
         is_zebra = getattr(self.config, "model_type", None) == "zebra"
         if cache == "auto":
             cache = "static" if is_zebra and self.device.type == "cuda" else "dynamic"
@@ -90,7 +63,9 @@ class Engine:
         runner = StaticRunner if cache == "static" else DecodeRunner
         # compiled code guards on the cache's host-side token count, so it is only worth it inside a graph
         self.compiled = compile and self.cuda_graph
-        self.runner = runner(self, use_graph=self.cuda_graph, compile=self.compiled)
+        self.runner = runner(
+            model, self.forward_logits, self.device, use_graph=self.cuda_graph, compile=self.compiled
+        )
 
     # ------------------------------------------------------------------ state
     def new_state(self, batch: int = 1, capacity: int | None = None) -> DecodeState:
@@ -113,7 +88,7 @@ class Engine:
             raise ValueError(f"prefill ids must be [B={state.batch}, T], got {tuple(ids.shape)}")
         if ids.shape[1] == 0:
             raise ValueError("prefill needs at least one token")
-        self._check_capacity(state, ids.shape[1])
+        state.check_room(ids.shape[1])
         if ids.shape[1] == 1:
             return self.step(state, ids[:, 0])
         logits = self.runner.prefill(state, ids.to(self.device))
@@ -124,34 +99,11 @@ class Engine:
     @torch.inference_mode()
     def step(self, state: DecodeState, tokens: torch.Tensor) -> torch.Tensor:
         """Feed one token per row, `tokens` `[B]`; returns the next logits `[B, V]` float32."""
-        self._check_capacity(state, 1)
+        state.check_room(1)
         logits = self.runner.step(state, tokens.to(self.device))
         state.length += 1
         state.logits = logits
         return logits
-
-    def _check_capacity(self, state: DecodeState, n: int) -> None:
-        if state.capacity is not None and state.length + n > state.capacity:
-            raise CacheFullError(
-                f"the cache holds {state.capacity} tokens; {state.length} used, {n} more requested "
-                f"(pass a larger max_seq_len / capacity)"
-            )
-
-    def forward_logits(self, ids: torch.Tensor, cache: Any, **kwargs: Any) -> tuple[torch.Tensor, Any]:
-        """One model call on `ids` `[B, T]` with `cache`: (last-position logits `[B, V]` float32, the cache)."""
-        if self._keep_last:
-            kwargs["logits_to_keep"] = 1
-        kwargs[self._cache_arg] = cache
-        out = self.model(input_ids=ids, use_cache=True, **kwargs)
-        keys = out.keys()
-        new_cache = (
-            out["cache"]
-            if "cache" in keys
-            else out["past_key_values"]
-            if "past_key_values" in keys
-            else cache
-        )
-        return out.logits[:, -1].float(), new_cache
 
     # ------------------------------------------------------------------ generation
     def generate(
@@ -203,7 +155,7 @@ class Engine:
         if state.batch != 1:
             raise ValueError("generate_from continues a batch-1 state")
         if ids:
-            self._check_capacity(state, len(ids))
+            state.check_room(len(ids))
             self.prefill(state, torch.tensor([list(ids)], dtype=torch.long))
         elif state.logits is None:
             raise ValueError("nothing to continue from: feed at least one token")
@@ -228,7 +180,7 @@ class Engine:
         produced = [0] * batch
         done = [max_new_tokens <= 0] * batch
         while not all(done) and not (should_stop and should_stop()):
-            next_ids = sample_next(state.logits, sampling, generator)  # [B] on the model's device
+            next_ids = sample_next_token(state.logits, sampling, generator)  # [B] on the model's device
             sampled = next_ids.tolist()
             column: list[int | None] = [None] * batch
             any_forced = False

@@ -11,16 +11,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import zebra.models  # noqa: F401  (registers `zebra` with AutoConfig / AutoModelForCausalLM)
+from zebra.convert.pipeline import export_run
+from zebra.data.tokenizers import load_tokenizer
+from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError
-
-if TYPE_CHECKING:
-    import torch
+from zebra.generation.engine import Engine
 
 # FLA's whole-model types (fla.models registers these with the Auto classes on `import fla`).
 FLA_MODEL_TYPES = {"gated_deltanet", "kda", "mamba2", "gla", "delta_net", "gsa", "hgrn2", "rwkv7", "mla"}
-DTYPES = {"auto": None, "bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp64": "float64"}
 
 
 @dataclass(frozen=True)
@@ -85,22 +86,14 @@ def read_model_type(config: Path) -> str:
 def _run_export(run: Path) -> ModelDir:
     export = run / "export"
     if not (export / "config.json").is_file():
-        _export_latest_checkpoint(run, export)
+        export_run(run, export)  # the latest checkpoint, written atomically through the converter
     model_type = read_model_type(export / "config.json")
     return ModelDir(path=export, model_type=model_type, source="run")
 
 
-def _export_latest_checkpoint(run: Path, export: Path) -> None:
-    """Write `<run>/export` from the run's latest checkpoint (atomic, through the converter)."""
-    from zebra.convert import export_run
-
-    export_run(run, export)
-
-
 def register_model_types(model_dir: ModelDir) -> None:
-    """Register the classes MODEL needs with transformers' Auto classes (zebra always, FLA for FLA dirs)."""
-    import zebra.models  # noqa: F401  (registers `zebra` with AutoConfig / AutoModelForCausalLM)
-
+    """Register FLA's classes with transformers' Auto classes for an FLA directory (`zebra` is registered on
+    import of this module)."""
     if model_dir.is_fla:
         try:
             import fla  # noqa: F401  (registers FLA's model types)
@@ -111,30 +104,6 @@ def register_model_types(model_dir: ModelDir) -> None:
             ) from None
 
 
-def torch_dtype(name: str) -> torch.dtype | None:
-    """`auto` -> None (the checkpoint's dtype); bf16 / fp16 / fp32 / fp64 -> the torch dtype."""
-    import torch
-
-    if name not in DTYPES:
-        raise ZebraError(f"--dtype {name}: unknown", fix=f"use one of {', '.join(DTYPES)}")
-    return None if DTYPES[name] is None else getattr(torch, DTYPES[name])
-
-
-def default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def check_device(device: str) -> str:
-    """Refuse a CUDA device on a machine without one, with the fix."""
-    import torch
-
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ZebraError(f"--device {device}: no CUDA device on this machine", fix="pass --device cpu")
-    return device
-
-
 def load_model(
     model: str | Path, *, device: str | None = None, dtype: str = "auto", tokenizer: bool = True
 ) -> tuple[Any, Any]:
@@ -142,22 +111,43 @@ def load_model(
 
     Args:
         model: an export / FLA / HF / run directory (see `resolve_model_dir`).
-        device: `cpu`, `cuda`, `cuda:N`; default: cuda when available.
+        device: `cpu`, `cuda`, `cuda:N` or `auto`; default: cuda when available.
         dtype: `auto` (the checkpoint's), `bf16`, `fp16`, `fp32`, `fp64`.
         tokenizer: also load the directory's tokenizer (a ZebraError when it has none).
     """
+    return _load(model, device, dtype, auto_on_gpu=None, tokenizer=tokenizer)
+
+
+def load_engine(
+    model: str | Path,
+    *,
+    device: str | None = None,
+    dtype: str = "auto",
+    cuda_graph: bool = True,
+    compile: bool = False,
+) -> tuple[Engine, Any]:
+    """MODEL ready to decode (chat, generate): (an `Engine` over it, its tokenizer).
+
+    `dtype` as in `load_model`, except that `auto` is bf16 on a GPU (decoding is bound by reading the weights);
+    `cuda_graph` and `compile` as in `Engine`.
+    """
+    lm, tok = _load(model, device, dtype, auto_on_gpu="bf16", tokenizer=True)
+    return Engine(lm, cuda_graph=cuda_graph, compile=compile), tok
+
+
+def _load(
+    model: str | Path, device: str | None, dtype: str, *, auto_on_gpu: str | None, tokenizer: bool
+) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
-
-    from zebra.data.tokenizers import load_tokenizer
 
     hf_logging.disable_progress_bar()  # a per-tensor bar for a load that takes seconds is noise
 
     model_dir = resolve_model_dir(model)
     register_model_types(model_dir)
-    device = check_device(device or default_device())
+    device = resolve_device(device)
     kwargs: dict[str, Any] = {}
-    if (td := torch_dtype(dtype)) is not None:
+    if (td := resolve_dtype(dtype, device, auto_on_gpu=auto_on_gpu)) is not None:
         kwargs["dtype"] = td
     try:
         lm = AutoModelForCausalLM.from_pretrained(str(model_dir.path), **kwargs)

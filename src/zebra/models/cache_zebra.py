@@ -1,10 +1,11 @@
-"""`ZebraCache`: the decode state of a Zebra model, one slot per sublayer.
+"""`ZebraCache`: the decode state of a Zebra model, one slot per sublayer, of the kind its mixer's
+`zebra.mixers.MixerSpec.state` names:
 
-- recurrent sublayers (`M`, `G`, `K`): the recurrent state (float32) and the short-convolution state (float32,
-  the last W raw conv inputs, `[B, C, W]`);
-- MLA sublayers (`*`): per token the normalised key/value latent `[B, L, kv_lora_rank]` and the roped shared
+- "recurrent" (`M`, `G`, `K`): the recurrent state (float32) and the short-convolution state (float32, the last W
+  raw conv inputs, `[B, C, W]`; None for a mixer without a convolution);
+- "latent" (MLA, `*`): per token the normalised key/value latent `[B, L, kv_lora_rank]` and the roped shared
   key `[B, L, qk_rope_head_dim]` (model dtype); never expanded keys/values;
-- MLP sublayers (`-`): nothing.
+- None (MLP, `-`): nothing.
 
 Two forms:
 - dynamic (default): states appear on the first forward; latents grow by concatenation.
@@ -24,6 +25,8 @@ from typing import Any
 
 import torch
 from transformers.cache_utils import Cache
+
+from zebra.mixers import mixer_spec
 
 
 class RecurrentState:
@@ -48,45 +51,14 @@ class LatentState:
         return {"latent": self.latent, "k_rope": self.k_rope}
 
 
-def _state_shapes(config: Any, kind: str, batch_size: int, max_length: int) -> dict[str, tuple[int, ...]]:
-    """Static shapes of one sublayer's tensors."""
-    B = batch_size
-    if kind == "*":
-        return {
-            "latent": (B, max_length, config.kv_lora_rank),
-            "k_rope": (B, max_length, config.qk_rope_head_dim),
-        }
-    if kind == "G":
-        key, val = config.gdn_num_heads * config.gdn_head_dim, config.gdn_num_v_heads * config.gdn_head_v_dim
-        return {
-            "recurrent": (B, config.gdn_num_v_heads, config.gdn_head_dim, config.gdn_head_v_dim),
-            "conv": (B, 2 * key + val, config.gdn_conv_size),
-        }
-    if kind == "K":
-        h = config.kda_num_heads
-        return {
-            "recurrent": (B, h, config.kda_head_dim, config.kda_head_v_dim),
-            "conv": (B, h * (2 * config.kda_head_dim + config.kda_head_v_dim), config.kda_conv_size),
-        }
-    if kind == "M":
-        d_inner = config.mamba_expand * config.hidden_size
-        heads = d_inner // config.mamba_head_dim
-        return {
-            "recurrent": (B, heads, config.mamba_state_dim, config.mamba_head_dim),
-            "conv": (
-                B,
-                d_inner + 2 * config.mamba_num_groups * config.mamba_state_dim,
-                config.mamba_conv_size,
-            ),
-        }
-    return {}
+SLOT_TYPES = {"recurrent": RecurrentState, "latent": LatentState}  # MixerSpec.state -> the slot's class
 
 
 class ZebraCache(Cache):
     """Hybrid decode cache for `ZebraForCausalLM` (see the module docstring).
 
     Args:
-        config: the model's `ZebraConfig` (its `layer_pattern` decides each slot's kind).
+        config: the model's `ZebraConfig` (its `layer_pattern` decides each slot's kind, `zebra.mixers`).
         batch_size: with `max_length`, pre-allocate a static cache for this many sequences.
         max_length: static capacity in tokens (prompt + generated).
         dtype: dtype of the MLA latents in a static cache (the model's dtype); states are always float32.
@@ -105,10 +77,8 @@ class ZebraCache(Cache):
         device: torch.device | str | None = None,
     ):
         self.pattern = config.layer_pattern
-        layers: list[Any] = []
-        for kind in self.pattern:
-            layers.append(LatentState() if kind == "*" else RecurrentState() if kind in "MGK" else None)
-        super().__init__(layers=layers)
+        specs = [mixer_spec(char) for char in self.pattern]
+        super().__init__(layers=[SLOT_TYPES[s.state]() if s.state else None for s in specs])
         self.static = max_length is not None
         self.max_length = max_length
         self.seen_tokens = 0
@@ -119,9 +89,9 @@ class ZebraCache(Cache):
                     f"a static ZebraCache needs batch_size >= 1 and max_length >= 1, got {batch_size}, {max_length}"
                 )
             state_dtype = torch.float64 if dtype == torch.float64 else torch.float32
-            for kind, layer in zip(self.pattern, self.layers, strict=True):
-                for name, shape in _state_shapes(config, kind, batch_size, max_length).items():
-                    t_dtype = dtype if kind == "*" else state_dtype
+            for spec, layer in zip(specs, self.layers, strict=True):
+                t_dtype = dtype if spec.state == "latent" else state_dtype
+                for name, shape in spec.state_shapes(config, batch_size, max_length).items():
                     setattr(layer, name, torch.zeros(shape, dtype=t_dtype, device=device))
             self.offset_tensor = torch.zeros((), dtype=torch.long, device=device)
 
@@ -140,12 +110,13 @@ class ZebraCache(Cache):
         layer = self.layers[layer_idx]
         return layer.recurrent, layer.conv
 
-    def update_recurrent(self, layer_idx: int, recurrent: torch.Tensor, conv: torch.Tensor) -> None:
-        """Store the new states (in place in a static cache)."""
+    def update_recurrent(self, layer_idx: int, recurrent: torch.Tensor, conv: torch.Tensor | None) -> None:
+        """Store the new states (in place in a static cache); `conv` is None for a mixer without a convolution."""
         layer = self.layers[layer_idx]
         if self.static:
             layer.recurrent.copy_(recurrent)
-            layer.conv.copy_(conv)
+            if conv is not None:
+                layer.conv.copy_(conv)
         else:
             layer.recurrent, layer.conv = recurrent, conv
 

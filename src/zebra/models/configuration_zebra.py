@@ -1,9 +1,10 @@
 """`ZebraConfig`: the flat, HF-style configuration of a Zebra hybrid model.
 
 The keyword arguments are exactly those of `zebra.recipes.schema.ModelSpec.flat()`. The sublayer pattern (one
-character per sublayer over `M G K * -`) comes from `layer_pattern` or, when that is empty, from
-`hybrid_attention_ratio` by Primus' algorithm (`zebra.arch.resolve_pattern`); the resolved string is stored back
-in `layer_pattern`, so a saved config.json always lists the explicit pattern.
+character per sublayer, each a key of `zebra.mixers.MIXERS`) comes from `layer_pattern` or, when that is empty,
+from `hybrid_attention_ratio` by Primus' algorithm (`zebra.arch.resolve_pattern`); the resolved string is stored
+back in `layer_pattern`, so a saved config.json always lists the explicit pattern. The sizes of each registered
+mixer are keyword arguments `<config_prefix>_<field>` with the defaults of its `MixerSpec.config_defaults`.
 """
 
 from __future__ import annotations
@@ -12,15 +13,13 @@ from typing import Any, ClassVar
 
 from transformers import PretrainedConfig
 
-from zebra.arch import RECURRENT_CHARS, mamba_num_heads, resolve_pattern
+from zebra.arch import resolve_pattern, used_mixers
+from zebra.mixers import MIXERS, mamba_num_heads, recurrent_names
 
 KERNEL_BACKENDS = ("auto", "torch", "fla")
 POSITIVE_SIZES = (
     *("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "max_position_embeddings"),
     *("num_attention_heads", "kv_lora_rank", "v_head_dim"),
-    *("gdn_num_heads", "gdn_head_dim", "gdn_num_v_heads", "gdn_head_v_dim"),
-    *("kda_num_heads", "kda_head_dim", "kda_head_v_dim"),
-    *("mamba_state_dim", "mamba_head_dim", "mamba_num_groups", "mamba_expand"),
 )
 # YaRN keys and their defaults (Megatron's MLATransformerConfig: beta_fast 32, beta_slow 1, mscale 1, mscale_all_dim 0).
 YARN_DEFAULTS: dict[str, Any] = {
@@ -36,14 +35,15 @@ YARN_DEFAULTS: dict[str, Any] = {
 
 class ZebraConfig(PretrainedConfig):
     """Configuration of `ZebraForCausalLM`: a stack of pre-norm residual sublayers (Mamba2 `M`, Gated DeltaNet `G`,
-    Kimi Delta Attention `K`, Multi-Latent Attention `*`, SwiGLU MLP `-`).
+    Kimi Delta Attention `K`, Multi-Latent Attention `*`, SwiGLU MLP `-`: the kinds of `zebra.mixers.MIXERS`).
 
     Args:
         vocab_size: vocabulary size V.
         hidden_size: model width D.
         intermediate_size: SwiGLU inner width F.
         num_hidden_layers: number of sublayers (mixers + MLPs, Megatron numbering); equals len(layer_pattern).
-        recurrent_type: "mamba2", "gdn" or "kda": the recurrent mixer placed by `hybrid_attention_ratio`.
+        recurrent_type: "mamba2", "gdn" or "kda" (a registered mixer with a recurrent state): the recurrent mixer
+            placed by `hybrid_attention_ratio`.
         hybrid_attention_ratio: fraction of mixer sublayers that are MLA (used when `layer_pattern` is empty).
         layer_pattern: explicit sublayer string such as "*-M-M-M-" (overrides the ratio).
         rms_norm_eps: epsilon of every RMSNorm except Mamba2's gated norm (Megatron fixes that one at 1e-5).
@@ -57,9 +57,12 @@ class ZebraConfig(PretrainedConfig):
         rope_scaling: YaRN parameters {"type": "yarn", "factor", "original_max_position_embeddings", and optionally
             "beta_fast", "beta_slow", "mscale", "mscale_all_dim"}; factor 1.0 is plain RoPE. Stored (HF 5 style)
             as `rope_parameters`.
-        gdn_num_heads, gdn_head_dim, gdn_num_v_heads, gdn_head_v_dim, gdn_conv_size, gdn_allow_neg_eigval: GDN shape.
-        kda_num_heads, kda_head_dim, kda_head_v_dim, kda_conv_size: KDA shape.
-        mamba_state_dim, mamba_head_dim, mamba_num_groups, mamba_expand, mamba_conv_size: Mamba2 shape.
+        **kwargs: the sizes of the registered mixers, `<config_prefix>_<field>` (defaults from the mixer's
+            `config_defaults`):
+            gdn_num_heads, gdn_head_dim, gdn_num_v_heads, gdn_head_v_dim, gdn_conv_size, gdn_allow_neg_eigval: GDN;
+            kda_num_heads, kda_head_dim, kda_head_v_dim, kda_conv_size: KDA;
+            mamba_state_dim, mamba_head_dim, mamba_num_groups, mamba_expand, mamba_conv_size: Mamba2.
+            Anything else goes to `transformers.PretrainedConfig`.
     """
 
     model_type = "zebra"
@@ -88,21 +91,6 @@ class ZebraConfig(PretrainedConfig):
         rope_theta: float = 500000.0,
         rope_scaling: dict[str, Any] | None = None,
         rope_parameters: dict[str, Any] | None = None,
-        gdn_num_heads: int = 8,
-        gdn_head_dim: int = 64,
-        gdn_num_v_heads: int = 16,
-        gdn_head_v_dim: int = 64,
-        gdn_conv_size: int = 4,
-        gdn_allow_neg_eigval: bool = False,
-        kda_num_heads: int = 16,
-        kda_head_dim: int = 32,
-        kda_head_v_dim: int = 64,
-        kda_conv_size: int = 4,
-        mamba_state_dim: int = 64,
-        mamba_head_dim: int = 64,
-        mamba_num_groups: int = 8,
-        mamba_expand: int = 1,
-        mamba_conv_size: int = 4,
         use_cache: bool = True,
         pad_token_id: int | None = None,
         bos_token_id: int | None = None,
@@ -126,24 +114,12 @@ class ZebraConfig(PretrainedConfig):
         self.qk_nope_head_dim = qk_nope_head_dim
         self.qk_rope_head_dim = qk_rope_head_dim
         self.v_head_dim = v_head_dim
-        self.gdn_num_heads = gdn_num_heads
-        self.gdn_head_dim = gdn_head_dim
-        self.gdn_num_v_heads = gdn_num_v_heads
-        self.gdn_head_v_dim = gdn_head_v_dim
-        self.gdn_conv_size = gdn_conv_size
-        self.gdn_allow_neg_eigval = gdn_allow_neg_eigval
-        self.kda_num_heads = kda_num_heads
-        self.kda_head_dim = kda_head_dim
-        self.kda_head_v_dim = kda_head_v_dim
-        self.kda_conv_size = kda_conv_size
-        self.mamba_state_dim = mamba_state_dim
-        self.mamba_head_dim = mamba_head_dim
-        self.mamba_num_groups = mamba_num_groups
-        self.mamba_expand = mamba_expand
-        self.mamba_conv_size = mamba_conv_size
         self.use_cache = use_cache
         self.rope_parameters = _rope_parameters(rope_theta, rope_scaling, rope_parameters)
         self.rope_theta = self.rope_parameters["rope_theta"]
+        for spec in MIXERS.values():
+            for key, default in spec.config_kwargs().items():
+                setattr(self, key, kwargs.pop(key, default))
         self.layer_pattern = layer_pattern
         self._validate()
         try:
@@ -172,8 +148,7 @@ class ZebraConfig(PretrainedConfig):
 
     def _validate(self) -> None:
         """Raise ValueError naming the offending values; called before the pattern is resolved."""
-        positive = POSITIVE_SIZES
-        bad = {name: getattr(self, name) for name in positive if not _is_int(getattr(self, name), 1)}
+        bad = {name: getattr(self, name) for name in POSITIVE_SIZES if not _is_int(getattr(self, name), 1)}
         bad.update(
             {
                 n: getattr(self, n)
@@ -183,16 +158,13 @@ class ZebraConfig(PretrainedConfig):
         )
         if bad:
             raise ValueError(f"ZebraConfig: these sizes must be positive integers: {bad}")
-        for name in ("gdn_conv_size", "kda_conv_size", "mamba_conv_size"):
-            if not _is_int(getattr(self, name), 2):
-                raise ValueError(f"ZebraConfig: {name}={getattr(self, name)!r} must be an integer >= 2")
         if self.qk_rope_head_dim < 2 or self.qk_rope_head_dim % 2:
             raise ValueError(
                 f"ZebraConfig: qk_rope_head_dim={self.qk_rope_head_dim} must be even and >= 2 (RoPE pairs)"
             )
-        if self.recurrent_type not in RECURRENT_CHARS:
+        if self.recurrent_type not in recurrent_names():
             raise ValueError(
-                f"ZebraConfig: recurrent_type={self.recurrent_type!r} is not one of {sorted(RECURRENT_CHARS)}"
+                f"ZebraConfig: recurrent_type={self.recurrent_type!r} is not one of {sorted(recurrent_names())}"
             )
         if not 0.0 <= self.hybrid_attention_ratio <= 1.0:
             raise ValueError(
@@ -215,25 +187,15 @@ class ZebraConfig(PretrainedConfig):
             )
 
     def _validate_mixers(self) -> None:
-        """Shape checks of the mixers the resolved pattern uses."""
-        if "G" in self.layer_pattern and self.gdn_num_v_heads % self.gdn_num_heads:
-            raise ValueError(
-                f"ZebraConfig: gdn_num_v_heads={self.gdn_num_v_heads} must be a multiple of "
-                f"gdn_num_heads={self.gdn_num_heads}"
-            )
-        if "M" not in self.layer_pattern:
-            return
-        d_inner = self.mamba_expand * self.hidden_size
-        if d_inner % self.mamba_head_dim:
-            raise ValueError(
-                f"ZebraConfig: mamba inner width {d_inner} (mamba_expand * hidden_size) is not a multiple of "
-                f"mamba_head_dim={self.mamba_head_dim}"
-            )
-        if (d_inner // self.mamba_head_dim) % self.mamba_num_groups:
-            raise ValueError(
-                f"ZebraConfig: mamba heads {d_inner // self.mamba_head_dim} are not a multiple of "
-                f"mamba_num_groups={self.mamba_num_groups}"
-            )
+        """The sizes of the mixers the resolved pattern uses: integers >= 1, then each mixer's own rules."""
+        for spec in used_mixers(self.layer_pattern):
+            sizes = {k: getattr(self, k) for k, v in spec.config_kwargs().items() if _is_int(v, 0)}
+            bad = {k: v for k, v in sizes.items() if not _is_int(v, 1)}
+            if bad:
+                raise ValueError(f"ZebraConfig: these sizes must be positive integers: {bad}")
+            for name, problem in spec.check(self):
+                key = spec.config_key(name)
+                raise ValueError(f"ZebraConfig: {key}={getattr(self, key)!r}: {problem}")
 
 
 def _is_int(value: Any, minimum: int) -> bool:

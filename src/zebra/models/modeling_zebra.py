@@ -19,15 +19,11 @@ from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
+from zebra.mixers import mixer_spec
 from zebra.models.cache_zebra import ZebraCache
 from zebra.models.configuration_zebra import ZebraConfig
-from zebra.models.layers.gated_deltanet import GatedDeltaNet
-from zebra.models.layers.kda import KimiDeltaAttention
-from zebra.models.layers.mamba2 import Mamba2
-from zebra.models.layers.mla import MultiLatentAttention
+from zebra.models.layer_classes import layer_class
 from zebra.models.layers.norm import GatedRMSNorm, RMSNorm
-from zebra.models.layers.recurrent import inverse_softplus_dt, log_uniform_a
-from zebra.models.layers.swiglu import SwiGLU
 from zebra_kernels import linear_cross_entropy
 
 # transformers renamed the outputs' cache field from `past_key_values` to `cache` during 5.x; use whichever the
@@ -35,34 +31,9 @@ from zebra_kernels import linear_cross_entropy
 CACHE_FIELD = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
-def build_mixer(kind: str, config: ZebraConfig, layer_idx: int) -> nn.Module:
-    """The mixer module of one sublayer from its pattern character."""
-    c, backend = config, config.kernel_backend
-    if kind == "-":
-        return SwiGLU(c.hidden_size, c.intermediate_size, backend=backend)
-    if kind == "*":
-        return MultiLatentAttention(
-            c.hidden_size, c.num_attention_heads, c.q_lora_rank, c.kv_lora_rank, c.qk_nope_head_dim,
-            c.qk_rope_head_dim, c.v_head_dim, c.rope_parameters, norm_eps=c.rms_norm_eps, layer_idx=layer_idx,
-            backend=backend,
-        )  # fmt: skip
-    if kind == "G":
-        return GatedDeltaNet(
-            c.hidden_size, c.gdn_num_heads, c.gdn_head_dim, c.gdn_num_v_heads, c.gdn_head_v_dim,
-            conv_size=c.gdn_conv_size, allow_neg_eigval=c.gdn_allow_neg_eigval, norm_eps=c.rms_norm_eps,
-            layer_idx=layer_idx, backend=backend,
-        )  # fmt: skip
-    if kind == "K":
-        return KimiDeltaAttention(
-            c.hidden_size, c.kda_num_heads, c.kda_head_dim, c.kda_head_v_dim, conv_size=c.kda_conv_size,
-            norm_eps=c.rms_norm_eps, layer_idx=layer_idx, backend=backend,
-        )  # fmt: skip
-    if kind == "M":
-        return Mamba2(
-            c.hidden_size, c.mamba_state_dim, c.mamba_head_dim, c.mamba_num_groups, expand=c.mamba_expand,
-            conv_size=c.mamba_conv_size, layer_idx=layer_idx, backend=backend,
-        )  # fmt: skip
-    raise ValueError(f"unknown sublayer kind {kind!r} at sublayer {layer_idx}")
+def build_mixer(char: str, config: ZebraConfig, layer_idx: int) -> nn.Module:
+    """The mixer module of sublayer `layer_idx` from its pattern character (`zebra.mixers.MIXERS`)."""
+    return layer_class(mixer_spec(char).layer).from_config(config, layer_idx)
 
 
 class ZebraSublayer(GradientCheckpointingLayer):
@@ -72,10 +43,11 @@ class ZebraSublayer(GradientCheckpointingLayer):
 
     def __init__(self, config: ZebraConfig, layer_idx: int):
         super().__init__()
-        self.kind = config.layer_pattern[layer_idx]
+        self.char = config.layer_pattern[layer_idx]
         self.layer_idx = layer_idx
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, backend=config.kernel_backend)
-        self.mixer = build_mixer(self.kind, config, layer_idx)
+        self.mixer = build_mixer(self.char, config, layer_idx)
+        self.mixer._is_zebra_mixer = True  # `_init_weights` calls its reset_parameters()
 
     def forward(
         self,
@@ -90,18 +62,9 @@ class ZebraSublayer(GradientCheckpointingLayer):
         """`hidden_states` `[B, T, D]`: the previous mixer's output (the embeddings for the first sublayer, with
         `residual=None`); `residual` `[B, T, D]`: the stream before it. Returns (mixer output, stream)."""
         h, residual = self.norm(hidden_states, residual, prenorm=True)  # stream x = hidden_states + residual
-        if self.kind == "-":
-            h = self.mixer(h)
-        elif self.kind == "*":
-            h = self.mixer(
-                h,
-                position_ids=position_ids,
-                attention_mask=attention_mask,
-                cache=cache,
-                cu_seqlens=cu_seqlens,
-            )
-        else:
-            h = self.mixer(h, attention_mask=attention_mask, cache=cache, cu_seqlens=cu_seqlens)
+        h = self.mixer(
+            h, attention_mask=attention_mask, position_ids=position_ids, cache=cache, cu_seqlens=cu_seqlens
+        )
         return h, residual
 
 
@@ -116,10 +79,12 @@ class ZebraPreTrainedModel(PreTrainedModel):
     _input_embed_layer = "embeddings"
 
     def _init_weights(self, module: nn.Module) -> None:
-        """HF-style init: Linear/Conv1d/Embedding ~ N(0, initializer_range) (residual output projections
-        `o_proj`/`down_proj`/`out_proj` divided by sqrt(2 * sublayers), Megatron's output_layer_init_method),
-        norms 1; GDN/KDA A_log = log U(0, 16) / log U(1, 16), dt_bias = softplus^-1 of log-uniform [1e-3, 0.1]
-        (FLA); Mamba2 A_log = log U(1, 16), D = 1, dt_bias as above, conv kaiming-uniform (Megatron)."""
+        """HF-style init of what the layers leave to the model: Linear/Conv1d/Embedding ~ N(0, initializer_range)
+        (residual output projections `o_proj`/`down_proj`/`out_proj` divided by sqrt(2 * sublayers), Megatron's
+        output_layer_init_method), norms 1; then, once its submodules are done (HF visits children first), each
+        mixer's own `reset_parameters()` (A_log, dt_bias, Mamba2's D and conv: see the layer classes). HF calls
+        this only for modules with parameters of their own, so a mixer without any (SwiGLU, MLA) is skipped:
+        it has nothing of its own to reset."""
         std = self.config.initializer_range
         if isinstance(module, nn.Linear):
             if getattr(module, "_is_residual_out", False):
@@ -135,17 +100,8 @@ class ZebraPreTrainedModel(PreTrainedModel):
             init.normal_(module.weight, mean=0.0, std=std)
         elif isinstance(module, (RMSNorm, GatedRMSNorm)):
             init.ones_(module.weight)
-        elif isinstance(module, (GatedDeltaNet, KimiDeltaAttention)):
-            a_low = 0.0 if isinstance(module, GatedDeltaNet) else 1.0
-            init.copy_(module.A_log, log_uniform_a(module.A_log.numel(), a_low, 16.0))
-            init.copy_(module.dt_bias, inverse_softplus_dt(module.dt_bias.numel()))
-        elif isinstance(module, Mamba2):
-            init.copy_(module.A_log, log_uniform_a(module.num_heads, 1.0, 16.0))
-            init.ones_(module.D)
-            init.copy_(module.dt_bias, inverse_softplus_dt(module.num_heads))
-            fan_in = module.conv1d.weight.shape[1] * module.conv1d.weight.shape[2]
-            init.kaiming_uniform_(module.conv1d.weight, a=math.sqrt(5))
-            init.uniform_(module.conv1d.bias, -1.0 / math.sqrt(fan_in), 1.0 / math.sqrt(fan_in))
+        elif getattr(module, "_is_zebra_mixer", False):
+            module.reset_parameters()
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
@@ -310,11 +266,29 @@ class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
             cu_seqlens=cu_seqlens,
             output_hidden_states=output_hidden_states,
         )
-        hidden_states = out.last_hidden_state  # [B, T, D]
-        if (
-            labels is not None
-        ):  # HF labels: position t against labels[:, t + 1], the last position against none
+        if labels is not None:  # HF labels: position t against labels[:, t + 1], the last one against none
             shift_labels = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], -100)], dim=1)  # [B, T]
+        logits, loss = self._logits_and_loss(
+            out.last_hidden_state, shift_labels, logits_to_keep, num_items_in_batch
+        )
+        output = CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            hidden_states=out.hidden_states,
+            **{CACHE_FIELD: getattr(out, CACHE_FIELD)},
+        )
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        return output if return_dict else output.to_tuple()
+
+    def _logits_and_loss(
+        self,
+        hidden_states: torch.Tensor,
+        shift_labels: torch.Tensor | None,
+        logits_to_keep: int | torch.Tensor,
+        num_items_in_batch: int | torch.Tensor | None,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(logits, loss) from the final hidden states `[B, T, D]`: the fused loss and no logits in training
+        with targets, else the kept logits `[B, T', V]` and the loss from them (see `forward`)."""
         reduction = "mean" if num_items_in_batch is None else "sum"
         logits = loss = None
         if shift_labels is not None and self.training:
@@ -335,14 +309,7 @@ class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
                 loss = causal_lm_loss(logits, shift_labels, reduction=reduction)
         if loss is not None and num_items_in_batch is not None:
             loss = loss / num_items_in_batch
-        output = CausalLMOutputWithPast(
-            loss=loss,
-            logits=logits,
-            hidden_states=out.hidden_states,
-            **{CACHE_FIELD: getattr(out, CACHE_FIELD)},
-        )
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
-        return output if return_dict else output.to_tuple()
+        return logits, loss
 
 
 def causal_lm_loss(

@@ -5,6 +5,10 @@
 those imports to same-folder relative imports (`from .layers_mla import MultiLatentAttention`: transformers'
 dynamic-module loader only follows `from .name import ...`), and returns the `auto_map` for config.json.
 
+The mixers' layer classes are imported by dotted path (`zebra.models.layer_classes`), which a flat export cannot
+do and transformers cannot follow: the export gets its own `layer_classes.py` that imports the built-in layer
+classes of `zebra.mixers.MIXERS` statically from their flat files.
+
 Optional third-party imports (FLA, Triton) that are not already inside a `try` are wrapped in one, because
 transformers refuses remote code that imports an uninstalled package anywhere outside `try` blocks; they run only
 on the "fla" kernel backend, so the torch fallback works without FLA.
@@ -23,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 ENTRY_MODULES = ("zebra.models.configuration_zebra", "zebra.models.modeling_zebra")
+LAYER_CLASSES_MODULE = "zebra.models.layer_classes"  # replaced in the export by `exported_layer_classes()`
 AUTO_MAP = {
     "AutoConfig": "configuration_zebra.ZebraConfig",
     "AutoModel": "modeling_zebra.ZebraModel",
@@ -46,9 +51,39 @@ def write_remote_code(dest_dir: str | os.PathLike) -> dict[str, str]:
     """
     dest = Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)
-    for module in module_closure(ENTRY_MODULES):
-        _write_atomic(dest / f"{flat_name(module)}.py", rewrite_module(module))
+    layer_modules = tuple(sorted({path.rpartition(".")[0] for path in builtin_layers()}))
+    for module in module_closure(ENTRY_MODULES + layer_modules):
+        text = exported_layer_classes() if module == LAYER_CLASSES_MODULE else rewrite_module(module)
+        _write_atomic(dest / f"{flat_name(module)}.py", text)
     return dict(AUTO_MAP)
+
+
+def builtin_layers() -> list[str]:
+    """The dotted layer-class paths of the registered mixers that live in our packages (an export can hold those;
+    a mixer registered from elsewhere, e.g. a test, is left out)."""
+    from zebra.mixers import MIXERS
+
+    return [s.layer for s in MIXERS.values() if s.layer.split(".")[0] in OWN_PACKAGES]
+
+
+def exported_layer_classes() -> str:
+    """The export's `layer_classes.py`: `layer_class(path)` over statically imported built-in layer classes."""
+    paths = builtin_layers()
+    imports = [f"from .{flat_name(p.rpartition('.')[0])} import {p.rpartition('.')[2]}\n" for p in paths]
+    table = "".join(f'    "{p}": {p.rpartition(".")[2]},\n' for p in paths)
+    return (
+        f"# Written by zebra.models.remote_code.write_remote_code for {LAYER_CLASSES_MODULE}; do not edit.\n"
+        '"""The layer class of each built-in mixer, by its dotted path in zebra (imported statically here: this\n'
+        'export needs no zebra install)."""\n\n'
+        "from __future__ import annotations\n\n"
+        + "".join(sorted(imports))
+        + f"\nLAYER_CLASSES = {{\n{table}}}\n\n\n"
+        "def layer_class(path: str) -> type:\n"
+        "    try:\n"
+        "        return LAYER_CLASSES[path]\n"
+        "    except KeyError:\n"
+        '        raise ImportError(f"this export has no mixer layer class {path!r}") from None\n'
+    )
 
 
 def flat_name(module: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from zebra import arch
 from zebra.data.paths import parse_data_path
 from zebra.errors import ZebraError
-from zebra.recipes.schema import Recipe
+from zebra.recipes.schema import Recipe, field_choices
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1] / "_recipes"  # installed wheel: zebra/_recipes
 _SOURCE_DIR = Path(__file__).resolve().parents[3] / "recipes"  # source checkout / editable install
@@ -192,7 +192,7 @@ def _coerce(value: Any, tp: Any, where: str, meta: dict[str, Any]) -> Any:
         if not isinstance(value, str):
             raise ValueError(f"got {value!r} (expected {expected}; quote it in YAML)")
         value = str(value)
-    lo, hi, choices = meta.get("min"), meta.get("max"), meta.get("choices")
+    lo, hi, choices = meta.get("min"), meta.get("max"), field_choices(meta)
     if choices is not None and value not in choices:
         close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -251,22 +251,9 @@ def _check(recipe: Recipe, source: str) -> None:
         )
     if not m.pattern and m.num_layers % 2:
         fail("model.num_layers", f"{m.num_layers} is odd (expected an even count: each mixer has its MLP)")
-    if "G" in pattern and m.gdn.num_v_heads % m.gdn.num_heads:
-        fail("model.gdn.num_v_heads", f"{m.gdn.num_v_heads} is not a multiple of num_heads {m.gdn.num_heads}")
-    if "M" in pattern:
-        inner = m.mamba.expand * m.hidden_size
-        if inner % m.mamba.head_dim:
-            fail("model.mamba.head_dim", f"expand*hidden_size {inner} is not divisible by {m.mamba.head_dim}")
-        if (inner // m.mamba.head_dim) % m.mamba.num_groups:
-            fail(
-                "model.mamba.num_groups",
-                f"{inner // m.mamba.head_dim} heads do not split into "
-                f"{m.mamba.num_groups} groups (expected a divisor of the head count)",
-            )
-    if "*" in pattern and m.mla.qk_rope_head_dim % 2:
-        fail(
-            "model.mla.qk_rope_head_dim", f"{m.mla.qk_rope_head_dim} is odd (expected an even count for RoPE)"
-        )
+    for mixer in arch.used_mixers(pattern):
+        for name, problem in mixer.check(flat):
+            fail(".".join(filter(None, ("model", mixer.section, name))), problem)
     if t.min_lr > t.lr:
         fail("train.min_lr", f"{t.min_lr} exceeds train.lr {t.lr} (expected min_lr <= lr)")
     if t.micro_batch_size > t.global_batch_size:

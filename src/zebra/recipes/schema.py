@@ -8,8 +8,11 @@ A recipe YAML has five top-level keys: `name`, `description`, `extends`, and the
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from zebra.mixers import MIXERS, recurrent_names
 
 
 def spec(
@@ -18,14 +21,21 @@ def spec(
     doc: str,
     min: float | None = None,
     max: float | None = None,
-    choices: tuple | None = None,
+    choices: tuple | Callable[[], tuple] | None = None,
     factory: Any = None,
 ) -> Any:
-    """A schema field: default, one-line doc, and an optional numeric range or set of choices."""
+    """A schema field: default, one-line doc, and an optional numeric range or set of choices (a tuple, or a
+    function returning one when the choices can grow at run time, e.g. the registered mixers)."""
     meta = {"doc": doc, "min": min, "max": max, "choices": choices}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def field_choices(meta: Mapping[str, Any]) -> tuple | None:
+    """The allowed values of a field from its metadata, or None when any value of its type goes."""
+    choices = meta.get("choices")
+    return choices() if callable(choices) else choices
 
 
 @dataclass(kw_only=True)
@@ -96,11 +106,15 @@ class ModelSpec:
     hidden_size: int = spec(2048, doc="model width D", min=8)
     intermediate_size: int = spec(8192, doc="SwiGLU inner width", min=8)
     num_layers: int = spec(32, doc="sublayers (mixers + MLPs), Megatron numbering", min=2)
-    recurrent: str = spec("gdn", doc="recurrent mixer kind", choices=("mamba2", "gdn", "kda"))
+    recurrent_type: str = spec(
+        "gdn", doc="recurrent mixer kind placed by hybrid_attention_ratio", choices=recurrent_names
+    )
     hybrid_attention_ratio: float = spec(
         0.0, doc="fraction of mixer sublayers that are MLA", min=0.0, max=1.0
     )
-    pattern: str | None = spec(None, doc="explicit sublayer pattern over 'M G K * -' (overrides the ratio)")
+    pattern: str | None = spec(
+        None, doc=f"explicit sublayer pattern over '{' '.join(MIXERS)}' (overrides the ratio)"
+    )
     norm_eps: float = spec(1e-6, doc="RMSNorm epsilon", min=0.0, max=1e-2)
     tie_embeddings: bool = spec(True, doc="share the input embedding and the output head")
     init_std: float = spec(0.02, doc="initialiser standard deviation", min=0.0, max=1.0)
@@ -120,7 +134,7 @@ class ModelSpec:
             hidden_size=self.hidden_size,
             intermediate_size=self.intermediate_size,
             num_hidden_layers=self.num_layers,
-            recurrent_type=self.recurrent,
+            recurrent_type=self.recurrent_type,
             hybrid_attention_ratio=self.hybrid_attention_ratio,
             layer_pattern=self.pattern,
             rms_norm_eps=self.norm_eps,
@@ -141,8 +155,10 @@ class ModelSpec:
                 "original_max_position_embeddings": m.original_max_position_embeddings,
             },
         )
-        for prefix, section in (("gdn", self.gdn), ("kda", self.kda), ("mamba", self.mamba)):
-            out.update({f"{prefix}_{k}": v for k, v in asdict(section).items()})
+        for mixer in MIXERS.values():  # each mixer's prefixed keys: its recipe section, else its defaults
+            if mixer.config_defaults:
+                values = asdict(getattr(self, mixer.section)) if mixer.section else mixer.config_defaults
+                out.update({mixer.config_key(k): v for k, v in values.items()})
         return out
 
     def to_config(self, **overrides: Any):

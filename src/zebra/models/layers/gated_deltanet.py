@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 from zebra.models.layers.norm import GatedRMSNorm
-from zebra.models.layers.recurrent import DeltaRuleMixer, depthwise_conv, inverse_softplus_dt, log_uniform_a
+from zebra.models.layers.recurrent import DeltaRuleMixer, depthwise_conv
 from zebra_kernels import gated_delta_rule, gdn_gate
 
 
@@ -41,6 +43,7 @@ class GatedDeltaNet(DeltaRuleMixer):
 
     kernel = staticmethod(gated_delta_rule)
     gate = staticmethod(gdn_gate)
+    a_low = 0.0
     projections = ("q_proj", "k_proj", "v_proj", "b_proj", "a_proj", "g_proj")
 
     def __init__(
@@ -72,13 +75,23 @@ class GatedDeltaNet(DeltaRuleMixer):
         self.q_conv1d = depthwise_conv(self.key_dim, conv_size)
         self.k_conv1d = depthwise_conv(self.key_dim, conv_size)
         self.v_conv1d = depthwise_conv(self.value_dim, conv_size)
-        self.A_log = nn.Parameter(log_uniform_a(num_v_heads, 0.0, 16.0))
-        self.dt_bias = nn.Parameter(inverse_softplus_dt(num_v_heads))
+        self.A_log = nn.Parameter(torch.empty(num_v_heads, dtype=torch.float32))
+        self.dt_bias = nn.Parameter(torch.empty(num_v_heads))
         self.A_log._no_weight_decay = True
         self.dt_bias._no_weight_decay = True
         self.o_norm = GatedRMSNorm(head_v_dim, eps=norm_eps, activation="swish", backend=backend)
         self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
         self.o_proj._is_residual_out = True
+        self.reset_parameters()
+
+    @classmethod
+    def from_config(cls, config: Any, layer_idx: int) -> GatedDeltaNet:
+        """The `G` sublayer `layer_idx` of a `ZebraConfig` (keys `gdn_*`)."""
+        return cls(
+            config.hidden_size, config.gdn_num_heads, config.gdn_head_dim, config.gdn_num_v_heads,
+            config.gdn_head_v_dim, conv_size=config.gdn_conv_size, allow_neg_eigval=config.gdn_allow_neg_eigval,
+            norm_eps=config.rms_norm_eps, layer_idx=layer_idx, backend=config.kernel_backend,
+        )  # fmt: skip
 
     def raw_decay(self, projected: dict[str, torch.Tensor]) -> torch.Tensor:
         return projected["a_proj"]  # [B, T, HV]

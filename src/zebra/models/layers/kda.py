@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 from zebra.models.layers.norm import GatedRMSNorm
-from zebra.models.layers.recurrent import DeltaRuleMixer, depthwise_conv, inverse_softplus_dt, log_uniform_a
+from zebra.models.layers.recurrent import DeltaRuleMixer, depthwise_conv
 from zebra_kernels import kda_gate, kimi_delta_rule
 
 
@@ -41,6 +43,7 @@ class KimiDeltaAttention(DeltaRuleMixer):
     kernel = staticmethod(kimi_delta_rule)
     projections = ("q_proj", "k_proj", "v_proj", "b_proj", "f_proj.0", "g_proj.0")
     gate = staticmethod(kda_gate)
+    a_low = 1.0
 
     def __init__(
         self,
@@ -70,8 +73,8 @@ class KimiDeltaAttention(DeltaRuleMixer):
             nn.Linear(head_v_dim, self.key_dim, bias=False),
         )
         self.b_proj = nn.Linear(hidden_size, num_heads, bias=False)
-        self.A_log = nn.Parameter(log_uniform_a(num_heads, 1.0, 16.0))
-        self.dt_bias = nn.Parameter(inverse_softplus_dt(self.key_dim))
+        self.A_log = nn.Parameter(torch.empty(num_heads, dtype=torch.float32))
+        self.dt_bias = nn.Parameter(torch.empty(self.key_dim))
         self.A_log._no_weight_decay = True
         self.dt_bias._no_weight_decay = True
         self.g_proj = nn.Sequential(
@@ -81,6 +84,16 @@ class KimiDeltaAttention(DeltaRuleMixer):
         self.o_norm = GatedRMSNorm(head_v_dim, eps=norm_eps, activation="sigmoid", backend=backend)
         self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
         self.o_proj._is_residual_out = True
+        self.reset_parameters()
+
+    @classmethod
+    def from_config(cls, config: Any, layer_idx: int) -> KimiDeltaAttention:
+        """The `K` sublayer `layer_idx` of a `ZebraConfig` (keys `kda_*`)."""
+        return cls(
+            config.hidden_size, config.kda_num_heads, config.kda_head_dim, config.kda_head_v_dim,
+            conv_size=config.kda_conv_size, norm_eps=config.rms_norm_eps, layer_idx=layer_idx,
+            backend=config.kernel_backend,
+        )  # fmt: skip
 
     def raw_decay(self, projected: dict[str, torch.Tensor]) -> torch.Tensor:
         low_rank = projected["f_proj.0"]  # [B, T, V]

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers import initialization as init
 
 from zebra.models.layers.norm import GatedRMSNorm
 from zebra.models.layers.recurrent import (
@@ -71,9 +75,10 @@ class Mamba2(RecurrentMixer):
         gn = num_groups * state_dim
         self.in_proj = nn.Linear(hidden_size, 2 * self.d_inner + 2 * gn + self.num_heads, bias=False)
         self.conv1d = depthwise_conv(self.d_inner + 2 * gn, conv_size, bias=True)
-        self.A_log = nn.Parameter(log_uniform_a(self.num_heads, 1.0, 16.0))
-        self.D = nn.Parameter(torch.ones(self.num_heads, dtype=torch.float32))  # float32, as A_log (Megatron)
-        self.dt_bias = nn.Parameter(inverse_softplus_dt(self.num_heads))
+        # A_log and D in float32 (Megatron)
+        self.A_log = nn.Parameter(torch.empty(self.num_heads, dtype=torch.float32))
+        self.D = nn.Parameter(torch.empty(self.num_heads, dtype=torch.float32))
+        self.dt_bias = nn.Parameter(torch.empty(self.num_heads))
         for p in (self.A_log, self.D, self.dt_bias):
             p._no_weight_decay = True
         self.norm = GatedRMSNorm(
@@ -86,6 +91,27 @@ class Mamba2(RecurrentMixer):
         )
         self.out_proj = nn.Linear(self.d_inner, hidden_size, bias=False)
         self.out_proj._is_residual_out = True
+        self.reset_parameters()
+
+    @classmethod
+    def from_config(cls, config: Any, layer_idx: int) -> Mamba2:
+        """The `M` sublayer `layer_idx` of a `ZebraConfig` (keys `mamba_*`)."""
+        return cls(
+            config.hidden_size, config.mamba_state_dim, config.mamba_head_dim, config.mamba_num_groups,
+            expand=config.mamba_expand, conv_size=config.mamba_conv_size, layer_idx=layer_idx,
+            backend=config.kernel_backend,
+        )  # fmt: skip
+
+    def reset_parameters(self) -> None:
+        """Megatron's MambaMixer init: `A_log = log U(1, 16)`, `D = 1`, `dt_bias` = softplus^-1 of a log-uniform
+        dt in [1e-3, 0.1], the conv kaiming-uniform (PyTorch's default); the projections and the norm keep their own
+        (or the model's) initialisation. Skips loaded weights."""
+        init.copy_(self.A_log, log_uniform_a(self.num_heads, 1.0, 16.0))
+        init.ones_(self.D)
+        init.copy_(self.dt_bias, inverse_softplus_dt(self.num_heads))
+        fan_in = self.conv1d.weight.shape[1] * self.conv1d.weight.shape[2]  # 1 * W (depthwise)
+        init.kaiming_uniform_(self.conv1d.weight, a=math.sqrt(5))
+        init.uniform_(self.conv1d.bias, -1.0 / math.sqrt(fan_in), 1.0 / math.sqrt(fan_in))
 
     def mix(self, hidden_states, state, conv_state, context):
         B, T, _ = hidden_states.shape

@@ -93,6 +93,20 @@ class MultiLatentAttention(nn.Module):
         self.rotary = YarnRotaryEmbedding(qk_rope_head_dim, rope)
         self.softmax_scale = yarn_softmax_scale(rope, qk_head_dim)
 
+    @classmethod
+    def from_config(cls, config: Any, layer_idx: int) -> MultiLatentAttention:
+        """The `*` sublayer `layer_idx` of a `ZebraConfig` (its MLA keys and `rope_parameters`)."""
+        c = config
+        return cls(
+            c.hidden_size, c.num_attention_heads, c.q_lora_rank, c.kv_lora_rank, c.qk_nope_head_dim,
+            c.qk_rope_head_dim, c.v_head_dim, c.rope_parameters, norm_eps=c.rms_norm_eps, layer_idx=layer_idx,
+            backend=c.kernel_backend,
+        )  # fmt: skip
+
+    def reset_parameters(self) -> None:
+        """Nothing of its own: its Linears and latent norms keep their own (or the model's) initialisation, and
+        RoPE has no parameters."""
+
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -102,6 +116,7 @@ class MultiLatentAttention(nn.Module):
         cache: ZebraCache | None = None,
         cu_seqlens: torch.Tensor | None = None,
         absorb: bool | None = None,
+        **unused: Any,
     ) -> torch.Tensor:
         """Attend causally over the cached and the new tokens.
 

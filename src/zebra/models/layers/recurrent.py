@@ -7,8 +7,8 @@ for SSD). Exact for left padding and for padding inside a sequence; the conv sta
 padding would hold zeros, so generate with left padding.
 
 `RecurrentMixer` is the base of the three mixers: it reads and writes the sublayer's cache slot, turns the HF
-attention mask into the pad mask and runs the short convolution; `DeltaRuleMixer` adds the forward GDN and KDA
-share. Each layer file keeps its parameters and its own math.
+attention mask into the pad mask and runs the short convolution; `DeltaRuleMixer` adds the forward and the
+initialisation GDN and KDA share. Each layer file keeps its parameters and its own math.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+from transformers import initialization as init
 
 from zebra.models.layers.packed import project
 from zebra_kernels import causal_conv1d
@@ -160,7 +161,7 @@ class DeltaRuleMixer(RecurrentMixer):
 
     Subclasses build the parameters (q/k/v_proj, q/k/v_conv1d, b_proj, g_proj, A_log, dt_bias, o_norm, o_proj)
     and the sizes num_heads H, head_dim K, num_v_heads HV, head_v_dim V, key_dim, value_dim, allow_neg_eigval;
-    they set `kernel` and `gate` (the kernel's `use_gate_in_kernel` formula), list in `projections` the
+    they set `kernel`, `gate` (the kernel's `use_gate_in_kernel` formula) and `a_low`, list in `projections` the
     bias-free linears of the input (one GEMV while decoding, `packed.project`), and give the raw decay and the
     output gate from those projections.
     Without padding the gate runs inside the kernel; with padding it runs here so pads get the no-op decay 0.
@@ -168,8 +169,15 @@ class DeltaRuleMixer(RecurrentMixer):
 
     kernel: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]  # gated_delta_rule / kimi_delta_rule
     gate: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]  # gdn_gate / kda_gate
+    a_low: float  # A = exp(A_log) starts uniform in [a_low, 16]
 
     projections: tuple[str, ...]  # q_proj, k_proj, v_proj, b_proj first, then what raw_decay/output_gate read
+
+    def reset_parameters(self) -> None:
+        """`A_log = log U(a_low, 16)` and `dt_bias` = softplus^-1 of a log-uniform dt in [1e-3, 0.1] (FLA); the
+        projections, convs and norm keep their own (or the model's) initialisation. Skips loaded weights."""
+        init.copy_(self.A_log, log_uniform_a(self.A_log.numel(), self.a_low, 16.0))
+        init.copy_(self.dt_bias, inverse_softplus_dt(self.dt_bias.numel()))
 
     def raw_decay(self, projected: dict[str, torch.Tensor]) -> torch.Tensor:
         """The raw decay from the input projections: `[B, T, HV]` (GDN) or `[B, T, HV, K]` (KDA)."""

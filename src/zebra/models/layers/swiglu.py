@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -29,6 +31,15 @@ class SwiGLU(nn.Module):
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
         self.down_proj._is_residual_out = True
 
-    def forward(self, hidden_states: torch.Tensor, **unused) -> torch.Tensor:  # [B, T, D] -> [B, T, D]
+    @classmethod
+    def from_config(cls, config: Any, layer_idx: int) -> SwiGLU:
+        """The `-` sublayer of a `ZebraConfig` (`hidden_size`, `intermediate_size`)."""
+        return cls(config.hidden_size, config.intermediate_size, backend=config.kernel_backend)
+
+    def reset_parameters(self) -> None:
+        """Nothing of its own: its three Linears keep their own (or the model's) initialisation."""
+
+    def forward(self, hidden_states: torch.Tensor, **unused: Any) -> torch.Tensor:
+        """`[B, T, D] -> [B, T, D]`; takes (and ignores) the sublayer call's mask, positions, cache and offsets."""
         gate, up = self.gate_proj(hidden_states), self.up_proj(hidden_states)  # [B, T, F]
         return swiglu_linear(gate, up, self.down_proj.weight, self.down_proj.bias, backend=self.backend)

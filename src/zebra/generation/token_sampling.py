@@ -1,4 +1,7 @@
-"""Choosing the next token from logits: greedy, temperature, top-k and top-p (nucleus) sampling."""
+"""Token sampling: choosing each row's next token from logits (greedy, temperature, top-k, top-p / nucleus).
+
+Not to be confused with the `@sample` corpus of `zebra data`: this module only ever picks token ids.
+"""
 
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
-def sample_next(
+def sample_next_token(
     logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None
 ) -> torch.Tensor:
     """The next token of every row.
