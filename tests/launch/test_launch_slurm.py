@@ -41,12 +41,20 @@ def local_two_ranks(tmp_path_factory) -> list[tuple[int, float]]:
 
 
 @pytest.fixture
-def cancel_jobs_left(zebra_env):
-    """scancel whatever job a failed test left behind."""
+def cancel_jobs_left(zebra_env, tmp_path):
+    """scancel whatever job a failed or timed-out test left behind (a leftover holds a node and leaves the next
+    tests' jobs pending): the jobs of its registry, and any job logging under its folder (one submitted by a
+    process killed before it wrote the registry)."""
     yield
     registry = Path(zebra_env["ZEBRA_CACHE"]) / "jobs.json"
-    for job in json.loads(registry.read_text()) if registry.is_file() else []:
-        subprocess.run(["scancel", job["id"]], capture_output=True)
+    ids = {job["id"] for job in json.loads(registry.read_text())} if registry.is_file() else set()
+    queue = subprocess.run(["squeue", "-h", "-O", "JobID:30,StdOut:4000"], capture_output=True, text=True)
+    for line in queue.stdout.splitlines():
+        job_id, _, stdout = line.partition(" ")
+        if stdout.strip().startswith(f"{tmp_path}/"):
+            ids.add(job_id)
+    if ids:
+        subprocess.run(["scancel", *sorted(ids)], capture_output=True)
 
 
 def assert_same_losses(run_dir: Path, reference: list[tuple[int, float]]) -> None:
@@ -166,13 +174,15 @@ def test_two_nodes_follow_a_job_through_a_requeue_to_its_end(
         follower = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     env=zebra_env, text=True)  # fmt: skip
     run_dir = tmp_path / "runs" / "tiny"
-    wait_for(lambda: (run_dir / "checkpoints" / "latest").is_file(), "the first checkpoint")
-    job_id = job_id_of((tmp_path / "follow.out").read_text())
-    subprocess.run(["scontrol", "requeue", job_id], check=True)  # what a pre-empting Slurm does
-    wait_for(lambda: squeue_state(job_id) == "PENDING", "the requeue")
-    subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now+3"], check=True)
-
-    assert follower.wait(timeout=600) == 0, (tmp_path / "follow.out").read_text()
+    try:
+        wait_for(lambda: (run_dir / "checkpoints" / "latest").is_file(), "the first checkpoint")
+        job_id = job_id_of((tmp_path / "follow.out").read_text())
+        subprocess.run(["scontrol", "requeue", job_id], check=True)  # what a pre-empting Slurm does
+        wait_for(lambda: squeue_state(job_id) == "PENDING", "the requeue")
+        subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now+3"], check=True)
+        assert follower.wait(timeout=600) == 0, (tmp_path / "follow.out").read_text()
+    finally:
+        follower.kill()  # a no-op once it ended; cancel_jobs_left then cancels the job
     followed = (tmp_path / "follow.out").read_text()
     assert "(restart 0)" in followed and "(restart 1)" in followed and f"step {steps}/{steps}" in followed
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["tiny"]  # one run folder
