@@ -6,7 +6,8 @@
   GPU machine runs them).
 - GPU tests that measure a figure call `gpu_report(section, row)`: one JSON line appended to the file named by
   ZEBRA_GPU_REPORT (when set; appends of a line are whole even from parallel xdist workers).
-- `@pytest.mark.infra` tests use the fixtures below (`docker_client`, `hostbind_image`, `slurm_cluster`).
+- `@pytest.mark.infra` tests use the fixtures below (`docker_client`, `hostbind_image`, `slurm_cluster`,
+  `slurm_two_nodes`).
   Without the service they skip, except under ZEBRA_REQUIRE_INFRA=1 (set by .ci/run), where they fail.
 """
 
@@ -147,3 +148,19 @@ def hold_folder():
     for proc in holders:
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture(scope="session")
+def slurm_two_nodes(slurm_cluster) -> str:
+    """A partition of the Slurm cluster with two or more usable nodes (.ci/run starts two slurmd on this
+    machine), the default partition when it has them."""
+    r = subprocess.run(["sinfo", "-h", "-N", "-o", "%P %t"], capture_output=True, text=True, timeout=30)
+    usable: dict[str, int] = {}
+    for line in r.stdout.splitlines():
+        partition, state = line.split()
+        if state.rstrip("*~#") in ("idle", "mix", "alloc"):
+            usable[partition] = usable.get(partition, 0) + 1
+    wide = [p for p, count in usable.items() if count >= 2]
+    if not wide:
+        require_infra("a Slurm partition with two nodes", f"usable nodes per partition: {usable}")
+    return next((p for p in wide if p.endswith("*")), wide[0]).rstrip("*")

@@ -17,6 +17,8 @@ from .helpers import STEPS, TINY, hostbind_flags, losses
 pytestmark = pytest.mark.infra
 
 SECRET = "hf_containerSecret_0123456789"
+MARKED_SECRET = "db-pass-only-marked-42"
+URL_SECRET = "https://alice:pw-in-url-42@127.0.0.1:9/wandb"
 
 
 def containers_of(client, run_dir) -> list:
@@ -26,12 +28,18 @@ def containers_of(client, run_dir) -> list:
 def test_tiny_run_trains_in_a_container_and_leaves_its_checkpoint_on_the_host(
     zebra, hostbind_image, docker_client, tmp_path
 ):
-    # The setup line proves the token reaches the container without printing it.
-    probe = 'test -n "$HF_TOKEN" && test "$HF_TOKEN" = "$EXPECTED_TOKEN" && echo token-arrived'
+    # The setup line proves the secrets reach the container without printing them: a token, a variable marked
+    # secret (--secret-env) and a URL with a password.
+    probe = (
+        'test -n "$HF_TOKEN" && test "$HF_TOKEN" = "$EXPECTED_TOKEN" && test "$DB_PASS" = "$EXPECTED_DB_SECRET" '
+        '&& test "$WANDB_BASE_URL" = "$EXPECTED_URL_SECRET" && echo token-arrived'
+    )
+    secrets = {"DB_PASS": MARKED_SECRET, "WANDB_BASE_URL": URL_SECRET}
     result = zebra(
         "train", *TINY, "--launcher", "docker", *hostbind_flags(hostbind_image), "-o", str(tmp_path),
-        "--env", "EXPECTED_TOKEN", "--set", f"launch.container_setup={probe}",
-        env={"HF_TOKEN": SECRET, "EXPECTED_TOKEN": SECRET},
+        "--env", "EXPECTED_*", "--secret-env", "DB_PASS", "--set", f"launch.container_setup={probe}",
+        env={"HF_TOKEN": SECRET, "EXPECTED_TOKEN": SECRET, "EXPECTED_DB_SECRET": MARKED_SECRET,
+             "EXPECTED_URL_SECRET": URL_SECRET, **secrets},
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = tmp_path / "tiny"
@@ -40,8 +48,10 @@ def test_tiny_run_trains_in_a_container_and_leaves_its_checkpoint_on_the_host(
     assert (run_dir / "checkpoints" / "latest").read_text().strip() == final
     assert [step for step, _ in losses(run_dir)] == list(range(1, STEPS + 1))
     assert f"step {STEPS}/{STEPS}" in result.stdout  # the container's output streamed here
-    assert "token-arrived" in result.stdout and SECRET not in result.stdout + result.stderr
-    assert [p for p in tmp_path.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()] == []
+    assert "token-arrived" in result.stdout
+    for value in (SECRET, MARKED_SECRET, "pw-in-url"):
+        assert value not in result.stdout + result.stderr
+        assert [p for p in tmp_path.rglob("*") if p.is_file() and value.encode() in p.read_bytes()] == []
     assert not containers_of(docker_client, run_dir)
 
 
@@ -108,3 +118,39 @@ def test_interrupt_saves_and_removes_the_container(zebra_env, hostbind_image, do
     assert not containers_of(docker_client, run_dir)
     saved = (run_dir / "checkpoints" / "latest").read_text().strip()  # saved on the forwarded SIGTERM
     assert int(saved.rsplit("_", 1)[1]) >= 2
+
+
+def test_a_second_launch_of_a_running_run_is_refused_and_leaves_the_first_alone(
+    zebra, zebra_env, hostbind_image, docker_client, tmp_path
+):
+    """The first launcher is killed (SIGKILL: it cannot stop its container, which trains on, and holds nothing
+    any more); a second launch of the run must refuse, naming that container, not force-remove it."""
+    args = ["train", *TINY, "--max-steps", "1000", "--set", "train.save_interval=0", "--launcher", "docker",
+            *hostbind_flags(hostbind_image), "-o", str(tmp_path)]  # fmt: skip
+    first = subprocess.Popen(
+        [sys.executable, "-m", "zebra.cli.main", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=zebra_env,
+    )
+    run_dir = tmp_path / "tiny"
+    try:
+        deadline = time.monotonic() + 300
+        while not ((run_dir / "metrics.jsonl").is_file() and losses(run_dir)):  # the container trains
+            assert first.poll() is None and time.monotonic() < deadline
+            time.sleep(0.5)
+        first.kill()
+        first.wait()
+        (running,) = containers_of(docker_client, run_dir)
+
+        second = zebra(*args)
+        assert second.returncode == 1, second.stdout + second.stderr
+        (error,) = [line for line in second.stderr.splitlines() if line.startswith("error:")]
+        assert f"container {running.name} is already running this run" in error
+        running.reload()
+        assert running.status == "running"  # not removed by the second launch
+    finally:
+        first.kill()
+        for container in containers_of(docker_client, run_dir):
+            container.remove(force=True)

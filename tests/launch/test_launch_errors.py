@@ -38,6 +38,44 @@ def test_bad_launcher_flags(cli, tmp_path, flags, needles):
     one_line_error(cli("train", *TINY, *flags, "--dry-run", "-o", str(tmp_path)), *needles)
 
 
+SLURM = ["--launcher", "slurm", "--nproc", "2"]
+DOCKER = ["--launcher", "docker"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "key"),
+    [
+        ([*SLURM, "--account", "proj\necho owned"], "launch.account (--account)"),
+        ([*SLURM, "--partition", "de\rbug"], "launch.partition (--partition)"),
+        ([*SLURM, "--qos", "high\x1b[2J"], "launch.qos (--qos)"),
+        ([*SLURM, "--time", "10\n:00"], "launch.time (--time)"),
+        ([*SLURM, "--sbatch-extra=--comment=a\nrm -rf ~"], "launch.sbatch_extra (--sbatch-extra)"),
+        ([*SLURM, "--run", "tiny\nid"], "the run folder"),
+        ([*SLURM, "--set", "launch.account=a\tb"], "launch.account (--account)"),
+        ([*DOCKER, "--image", "busybox\nx"], "launch.image (--image)"),
+        ([*DOCKER, "--mount", "/tmp:/da\nta"], "launch.mounts (--mount)"),
+        ([*DOCKER, "--env", "NAME\nX"], "launch.env (--env)"),
+        ([*DOCKER, "--secret-env", "DB\0PASS"], "launch.secret_env (--secret-env)"),
+        ([*DOCKER, "--set", "launch.container_setup=pip install x\nrm -rf /"], "launch.container_setup"),
+        ([*DOCKER, "--set", "launch.shm_size=8\ng"], "launch.shm_size"),
+    ],
+)
+def test_control_characters_never_reach_sbatch_or_a_container(cli, tmp_path, flags, key):
+    """A newline in a shared recipe's `launch.account` would become a line of the batch script."""
+    line = one_line_error(
+        cli("train", *TINY, *flags, "--dry-run", "-o", str(tmp_path)), key, "control character"
+    )
+    assert not (tmp_path / "tiny").exists()
+    assert line.count("\n") == 0  # shown escaped, on one line
+
+
+def test_a_control_character_in_a_passed_variable_is_refused_without_showing_it(cli, tmp_path):
+    secret = "hf_line1\nline2"
+    result = cli("train", *TINY, *DOCKER, "--dry-run", "-o", str(tmp_path), env={"HF_TOKEN": secret})
+    one_line_error(result, "environment variable HF_TOKEN", "control character")
+    assert "hf_line1" not in result.output
+
+
 def test_no_docker_engine(cli, tmp_path):
     sock = tmp_path / "no-docker.sock"
     result = cli(

@@ -10,7 +10,7 @@ import pytest
 
 from zebra.launch import make_plan, with_launch_lists
 from zebra.launch.container import container_mounts
-from zebra.launch.environment import MASK, EnvVar, is_secret, passthrough, resolve
+from zebra.launch.environment import MASK, EnvVar, is_secret, mask_urls, passthrough, resolve
 from zebra.recipes import load_recipe
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -187,6 +187,43 @@ def test_passthrough_is_an_allow_list_with_extra_names():
     names = [v.name for v in passthrough(env)]
     assert names == ["HF_TOKEN", "NCCL_IB_HCA"]  # CUDA_HOME is blocked, PATH and MY_FLAG not allowed
     assert [v.name for v in passthrough(env, extra=["MY_FLAG"])] == ["HF_TOKEN", "MY_FLAG", "NCCL_IB_HCA"]
+
+
+MARKED = {"DB_PASS": "db-pass-4567", "GH_PAT": "ghp_personalAccess789"}  # secrets no name gives away
+URL = ("WANDB_BASE_URL", "https://alice:pw-in-url-123@wandb.example:8080/api")
+
+
+@pytest.mark.parametrize("json_", [True, False])
+def test_url_credentials_and_variables_marked_secret_are_masked(cli, tmp_path, json_):
+    args = ["tiny", "--launcher", "docker", "--nproc", "1", "--mock-data", "--dry-run", "-o", str(tmp_path)]
+    marks = [a for name in MARKED for a in ("--secret-env", name)]
+    result = cli("train", *args, *marks, *(["--json"] if json_ else []), env={**MARKED, URL[0]: URL[1]})
+    assert result.exit_code == 0, result.output
+    for value in [*MARKED.values(), "pw-in-url-123", "alice"]:
+        assert value not in result.output
+    if json_:
+        launch = json.loads(result.stdout)["launch"]
+        for env in (launch["env"], launch["container"]["env"]):
+            assert env["DB_PASS"] == env["GH_PAT"] == MASK  # passed to the ranks, never shown
+            assert env[URL[0]] == f"https://{MASK}@wandb.example:8080/api"
+    else:
+        assert f"DB_PASS={MASK}" in result.stdout and f"https://{MASK}@wandb.example" in result.stdout
+
+
+def test_url_credentials_are_masked_in_any_value_and_never_pickled():
+    text = "a http://u@h1/x b https://u:p@h2/p@q c user@host d https://h3/no-user"
+    assert mask_urls(text) == f"a http://{MASK}@h1/x b https://{MASK}@h2/p@q c user@host d https://h3/no-user"
+    var = EnvVar(*URL)
+    assert var.shown() == f"https://{MASK}@wandb.example:8080/api"
+    assert var.without_secret().value is None  # a Slurm job's pickled task reads it again on the node
+    plain = EnvVar("WANDB_BASE_URL", "https://wandb.example")
+    assert plain.without_secret() == plain
+
+
+def test_secret_env_names_patterns_and_passes_them():
+    env = {"DB_PASS": "x", "MY_PAT_1": "y", "PATH": "/bin", "NCCL_DEBUG": "INFO"}
+    got = {v.name: v.secret for v in passthrough(env, secret=["DB_PASS", "MY_PAT_*"])}
+    assert got == {"DB_PASS": True, "MY_PAT_1": True, "NCCL_DEBUG": False}
 
 
 def test_secret_values_are_read_again_where_the_rank_starts():

@@ -1,16 +1,20 @@
-"""The slurm launcher against a real single-node Slurm (munged, slurmctld, slurmd started by .ci/run): a job
-of two CPU tasks (gloo) trains exactly like two local ranks, and a job pre-empted through submitit's signal
-saves, is requeued and resumes from its checkpoint to the same losses."""
+"""The slurm launcher against a real Slurm cluster (munged, slurmctld and two slurmd on this machine, started by
+.ci/run): a job of two CPU tasks (gloo) trains exactly like two local ranks, a job pre-empted through
+submitit's signal saves, is requeued and resumes from its checkpoint to the same losses; over two nodes, a
+followed job survives `scontrol requeue` to its end, and `zebra jobs cancel` makes both nodes save and stop."""
 
 from __future__ import annotations
 
 import json
 import math
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from zebra.train.checkpoint import committed, read_meta
 
 from .helpers import SETS, STEPS, TINY, hostbind_flags, losses
 
@@ -37,12 +41,20 @@ def local_two_ranks(tmp_path_factory) -> list[tuple[int, float]]:
 
 
 @pytest.fixture
-def cancel_jobs_left(zebra_env):
-    """scancel whatever job a failed test left behind."""
+def cancel_jobs_left(zebra_env, tmp_path):
+    """scancel whatever job a failed or timed-out test left behind (a leftover holds a node and leaves the next
+    tests' jobs pending): the jobs of its registry, and any job logging under its folder (one submitted by a
+    process killed before it wrote the registry)."""
     yield
     registry = Path(zebra_env["ZEBRA_CACHE"]) / "jobs.json"
-    for job in json.loads(registry.read_text()) if registry.is_file() else []:
-        subprocess.run(["scancel", job["id"]], capture_output=True)
+    ids = {job["id"] for job in json.loads(registry.read_text())} if registry.is_file() else set()
+    queue = subprocess.run(["squeue", "-h", "-O", "JobID:30,StdOut:4000"], capture_output=True, text=True)
+    for line in queue.stdout.splitlines():
+        job_id, _, stdout = line.partition(" ")
+        if stdout.strip().startswith(f"{tmp_path}/"):
+            ids.add(job_id)
+    if ids:
+        subprocess.run(["scancel", *sorted(ids)], capture_output=True)
 
 
 def assert_same_losses(run_dir: Path, reference: list[tuple[int, float]]) -> None:
@@ -125,16 +137,92 @@ def test_each_node_can_run_its_ranks_in_a_container(
     zebra, slurm_cluster, hostbind_image, docker_client, local_two_ranks, tmp_path, cancel_jobs_left
 ):
     secret = "hf_slurmContainerSecret_987654321"
-    probe = 'test -n "$HF_TOKEN" && test "$HF_TOKEN" = "$EXPECTED_TOKEN" && echo token-arrived'
+    marked, url = (
+        "db-pass-marked-slurm-77",
+        "https://bob:pw-in-slurm-url@127.0.0.1:9/x",
+    )  # --secret-env, a URL
+    probe = (
+        'test -n "$HF_TOKEN" && test "$HF_TOKEN" = "$EXPECTED_TOKEN" && test "$DB_PASS" = "$EXPECTED_DB_SECRET" '
+        '&& test "$WANDB_BASE_URL" = "$EXPECTED_URL_SECRET" && echo token-arrived'
+    )
     result = zebra(
         "train", *SLURM_TASKS, "--container", *hostbind_flags(hostbind_image), "--partition", slurm_cluster,
-        "-o", str(tmp_path), "--env", "EXPECTED_TOKEN", "--set", f"launch.container_setup={probe}", "--follow",
-        env={"HF_TOKEN": secret, "EXPECTED_TOKEN": secret},
+        "-o", str(tmp_path), "--env", "EXPECTED_*", "--secret-env", "DB_PASS",
+        "--set", f"launch.container_setup={probe}", "--follow",
+        env={"HF_TOKEN": secret, "EXPECTED_TOKEN": secret, "DB_PASS": marked, "EXPECTED_DB_SECRET": marked,
+             "WANDB_BASE_URL": url, "EXPECTED_URL_SECRET": url},
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = tmp_path / "tiny"
-    assert "token-arrived" in result.stdout and secret not in result.stdout + result.stderr
+    assert "token-arrived" in result.stdout
     assert_same_losses(run_dir, local_two_ranks)
-    written = [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
-    assert written == []  # not in the pickled task, the logs, the registry or the run
+    for value in (secret, marked, "pw-in-slurm-url"):
+        assert value not in result.stdout + result.stderr
+        written = [p for p in tmp_path.rglob("*") if p.is_file() and value.encode() in p.read_bytes()]
+        assert written == []  # not in the pickled task, the logs, the registry or the run
     assert not docker_client.containers.list(all=True, filters={"label": f"zebra.run_dir={run_dir}"})
+
+
+TWO_NODES = [*TINY, "--launcher", "slurm", "--nodes", "2", "--nproc", "1"]
+
+
+def job_id_of(stdout: str) -> str:
+    return stdout.split("submitted Slurm job ")[1].split(":")[0]
+
+
+def task_exits(run_dir: Path, job_id: str) -> list[int]:
+    return sorted(
+        json.loads(p.read_text())["exit_code"] for p in (run_dir / "slurm").glob(f"{job_id}_*_exit.json")
+    )
+
+
+def test_two_nodes_follow_a_job_through_a_requeue_to_its_end(
+    zebra_env, zebra, slurm_two_nodes, tmp_path, cancel_jobs_left
+):
+    steps = 40  # long enough for the requeue to land mid-run
+    cmd = [sys.executable, "-m", "zebra.cli.main", "train", *TWO_NODES, "--max-steps", str(steps),
+           "--partition", slurm_two_nodes, "-o", str(tmp_path / "runs"), "--follow"]  # fmt: skip
+    with open(tmp_path / "follow.out", "w") as out:
+        follower = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    env=zebra_env, text=True)  # fmt: skip
+    run_dir = tmp_path / "runs" / "tiny"
+    try:
+        wait_for(lambda: (run_dir / "checkpoints" / "latest").is_file(), "the first checkpoint")
+        job_id = job_id_of((tmp_path / "follow.out").read_text())
+        subprocess.run(["scontrol", "requeue", job_id], check=True)  # what a pre-empting Slurm does
+        wait_for(lambda: squeue_state(job_id) == "PENDING", "the requeue")
+        subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now+3"], check=True)
+        assert follower.wait(timeout=600) == 0, (tmp_path / "follow.out").read_text()
+    finally:
+        follower.kill()  # a no-op once it ended; cancel_jobs_left then cancels the job
+    followed = (tmp_path / "follow.out").read_text()
+    assert "(restart 0)" in followed and "(restart 1)" in followed and f"step {steps}/{steps}" in followed
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["tiny"]  # one run folder
+    assert [s for s, _ in losses(run_dir)] == list(range(1, steps + 1))  # rank 0's metrics, each step once
+    final = committed(run_dir / "checkpoints")[0]
+    assert (read_meta(final)["step"], read_meta(final)["world_size"]) == (steps, 2)
+    assert task_exits(run_dir, job_id) == [0, 0]
+    log = zebra("jobs", "logs", job_id, "--follow")
+    assert log.returncode == 0, log.stdout + log.stderr
+    first, second = log.stdout.split("(restart 1)")  # both attempts, in order
+    assert "(restart 0)" in first and "stopped by SIGTERM" in first
+    resumed = int(second.split("resumed from ")[1].split("(step ")[1].split(",")[0])
+    assert 2 <= resumed < steps
+
+
+def test_cancel_makes_both_nodes_save_and_stop(zebra, slurm_two_nodes, tmp_path, cancel_jobs_left):
+    args = [*TWO_NODES, "--max-steps", "1000", "--set", "train.save_interval=0"]
+    submitted = zebra("train", *args, "--partition", slurm_two_nodes, "-o", str(tmp_path))
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    job_id = job_id_of(submitted.stdout)
+    run_dir = tmp_path / "tiny"
+    wait_for(lambda: len(losses(run_dir)) >= 2 if (run_dir / "metrics.jsonl").is_file() else False, "step 2")
+
+    cancelled = zebra("jobs", "cancel", job_id)
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+    wait_for(lambda: len(task_exits(run_dir, job_id)) == 2, "both tasks to end")
+    assert task_exits(run_dir, job_id) == [0, 0]  # each node's rank saved and exited cleanly
+    (saved,) = committed(run_dir / "checkpoints")
+    assert read_meta(saved)["world_size"] == 2 and 2 <= read_meta(saved)["step"] < 1000
+    assert sorted(p.name for p in saved.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    assert "stopped by SIGTERM" in (run_dir / "slurm" / f"{job_id}_0_log.out").read_text()

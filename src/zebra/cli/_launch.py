@@ -69,6 +69,15 @@ TimeOpt = Annotated[
         "--time", help="Slurm time limit, e.g. 24:00:00 (default: the partition's).", rich_help_panel=PANEL
     ),
 ]
+SecretEnvOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--secret-env",
+        metavar="NAME",
+        help="Pass this variable to the ranks as a secret: never shown, logged or written (repeatable).",
+        rich_help_panel=PANEL,
+    ),
+]
 SbatchExtraOpt = Annotated[
     list[str] | None,
     typer.Option(

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -56,14 +57,15 @@ class Output:
     def result(self, message: str) -> None:
         self.console.print(f"[green]✓[/] {message}")
 
+    # Messages are plain text: `[rank 1]` or `[127.0.0.1]:29500` in them must not be read as Rich markup.
     def warn(self, message: str) -> None:
-        self.stderr.print(f"[yellow]warning:[/] {message}")
+        self.stderr.print(f"[yellow]warning:[/] {escape(message)}")
 
     def error(self, message: str) -> None:
-        self.stderr.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+        self.stderr.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
 
     def hint(self, message: str) -> None:
-        self.stderr.print(f"[dim]hint:[/] {message}", soft_wrap=True)
+        self.stderr.print(f"[dim]hint:[/] {escape(message)}", soft_wrap=True)
 
     def progress(
         self, description: str, total: float | None = None, unit: str = "it", *, enabled: bool = True

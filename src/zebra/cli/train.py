@@ -76,6 +76,7 @@ def train(
     image: L.ImageOpt = None,
     mount: L.MountOpt = None,
     env: L.EnvOpt = None,
+    secret_env: L.SecretEnvOpt = None,
     partition: L.PartitionOpt = None,
     account: L.AccountOpt = None,
     qos: L.QosOpt = None,
@@ -104,7 +105,12 @@ def train(
         ),
         *data_overrides(data, mock_data, max_steps),
     ]
-    lists = {"mounts": mount or [], "sbatch_extra": sbatch_extra or [], "env": env or []}
+    lists = {
+        "mounts": mount or [],
+        "sbatch_extra": sbatch_extra or [],
+        "env": env or [],
+        "secret_env": secret_env or [],
+    }
     plan = make_plan(
         with_launch_lists(load_recipe(name, overrides=sets), **lists),
         gpus=gpus,

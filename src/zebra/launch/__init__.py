@@ -6,7 +6,8 @@
   runs on its node): one task per rank, or one container per node. `jobs.py` keeps the submitted jobs.
 
 Shared: `ranks.py` counts the ranks where they run, `commands.py` builds the rank and torchrun commands,
-`environment.py` decides what the ranks get from this machine (variables, mounts), `devices.py` the GPUs.
+`environment.py` decides what the ranks get from this machine (variables, mounts, secrets), `devices.py` the
+GPUs, `fields.py` refuses control characters in what reaches sbatch or a container.
 
     from zebra.launch import Callbacks, check_launcher, hold_run_dir, make_plan, start
     from zebra.recipes import load_recipe

@@ -166,8 +166,7 @@ def start_container(
 
     client = client or docker_client()
     ensure_image(client, spec.image, log)
-    with contextlib.suppress(docker.errors.NotFound):  # a leftover of an earlier, killed launcher
-        client.containers.get(spec.name).remove(force=True)
+    remove_leftover(client, spec.name)
     try:
         container = client.containers.create(spec.image, **sdk_kwargs(spec))
     except docker.errors.APIError as e:
@@ -185,6 +184,31 @@ def start_container(
             fix="on a machine without GPUs train on CPU ranks (--nproc N); check the devices with --dry-run",
         ) from None
     return RunningContainer(client, container, stream or sys.stdout.buffer)
+
+
+def refuse_running(client, name: str) -> None:
+    """A one-line ZebraError when container `name` runs: another launch of the same run, still training."""
+    import docker
+
+    try:
+        container = client.containers.get(name)
+    except docker.errors.NotFound:
+        return
+    if container.status in ("running", "restarting", "paused"):
+        started = container.attrs.get("State", {}).get("StartedAt", "")[:19].replace("T", " ")
+        raise ZebraError(
+            f"container {name} is already running this run (since {started or 'an unknown time'} UTC)",
+            fix=f"wait for it to end, or stop it (its ranks save a checkpoint first): docker stop -t 600 {name}",
+        )
+
+
+def remove_leftover(client, name: str) -> None:
+    """Remove a stopped container `name`, left by an earlier launcher that was killed; refuse a running one."""
+    import docker
+
+    refuse_running(client, name)
+    with contextlib.suppress(docker.errors.NotFound):
+        client.containers.get(name).remove(force=True)
 
 
 def _explain(e) -> str:
@@ -275,10 +299,15 @@ def run_docker(
     return outcome.stopped_by
 
 
-def check_docker(image: str, log: Callable[[str], None] = print, progress=None) -> None:
-    """The engine answers and has `image` (pulled if needed, reporting `progress(done_mb, total_mb)`)."""
+def check_docker(
+    image: str, log: Callable[[str], None] = print, progress=None, container_name: str | None = None
+) -> None:
+    """The engine answers, has `image` (pulled if needed, reporting `progress(done_mb, total_mb)`) and runs
+    no container `container_name` (another launch of the same run)."""
     client = docker_client()
     try:
+        if container_name:
+            refuse_running(client, container_name)
         ensure_image(client, image, log, progress)
     finally:
         client.close()

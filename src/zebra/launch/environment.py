@@ -3,9 +3,12 @@ and, for containers, host folders (`Mount`, the Hugging Face cache).
 
 A container starts with an empty environment, so the Docker launcher passes an allow-list: the variables that
 configure the collectives, the GPU runtime, Hugging Face and Weights & Biases, plus the names a recipe's
-`launch.env` (or `--env NAME`) adds. Secrets (tokens, keys, passwords) are passed but never shown: every plan,
-table, log line and file zebra writes carries `******` in their place. Slurm jobs inherit the submitting
-shell's environment through sbatch itself, so their plan lists the same names for information.
+`launch.env` (or `--env NAME`) adds. Secrets are passed but never shown: every plan, table, log line and file
+zebra writes carries `******` in their place. A secret is a variable whose name says so (`HF_TOKEN`,
+`WANDB_API_KEY`, `DB_PASSWORD`, ...) or that the user marks (`launch.secret_env`, `--secret-env NAME`); in
+any other value the credentials of a URL (`https://user:pw@host`) are masked, and such a value is never
+written into a job's files either. Slurm jobs inherit the submitting shell's environment through sbatch
+itself, so their plan lists the same names for information.
 """
 
 from __future__ import annotations
@@ -57,11 +60,19 @@ BLOCKED = ("CUDA_HOME", "CUDA_PATH")
 
 SECRET_WORDS = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "CREDENTIALS", "AUTH"}
 
+# The userinfo of a URL: `scheme://` then anything up to `@` that is not a path, space or another `@`.
+URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+
 
 def is_secret(name: str) -> bool:
     """True for names that hold credentials (HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY, ...): one of
     their `_`-separated words is TOKEN, SECRET, PASSWORD, KEY, ... (TOKENIZERS_PARALLELISM is not)."""
     return any(word in SECRET_WORDS for word in re.split(r"[_\W]+", name.upper()))
+
+
+def mask_urls(text: str) -> str:
+    """`text` with the credentials of every URL in it masked: `https://u:pw@host` -> `https://******@host`."""
+    return URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
 
 
 @dataclass(frozen=True)
@@ -72,15 +83,20 @@ class EnvVar:
     value: str | None
     secret: bool = False
 
+    @property
+    def sensitive(self) -> bool:
+        """A secret, or a value holding a URL's credentials: never written into a job's files."""
+        return self.secret or (self.value is not None and mask_urls(self.value) != self.value)
+
     def shown(self) -> str:
         """The value as plans and logs may show it."""
         if self.secret:
             return MASK
-        return "(from the job's environment)" if self.value is None else self.value
+        return "(from the job's environment)" if self.value is None else mask_urls(self.value)
 
     def without_secret(self) -> EnvVar:
-        """This variable with a secret value dropped (to be read again where the rank starts)."""
-        return EnvVar(self.name, None, True) if self.secret else self
+        """This variable with a sensitive value dropped (to be read again where the rank starts)."""
+        return EnvVar(self.name, None, self.secret) if self.sensitive else self
 
 
 def allowed(name: str, extra: Iterable[str] = ()) -> bool:
@@ -89,11 +105,18 @@ def allowed(name: str, extra: Iterable[str] = ()) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in (*ALLOWED, *extra))
 
 
-def passthrough(environ: Mapping[str, str] | None = None, extra: Iterable[str] = ()) -> list[EnvVar]:
-    """The allow-listed variables (plus the names in `extra`) set in `environ`, sorted by name."""
+def passthrough(
+    environ: Mapping[str, str] | None = None, extra: Iterable[str] = (), secret: Iterable[str] = ()
+) -> list[EnvVar]:
+    """The allow-listed variables (plus the names in `extra`, and the names in `secret` as secrets) set in
+    `environ`, sorted by name."""
     environ = os.environ if environ is None else environ
-    extra = tuple(extra)
-    return [EnvVar(k, environ[k], is_secret(k)) for k in sorted(environ) if allowed(k, extra)]
+    extra, secret = tuple(extra), tuple(secret)
+    return [
+        EnvVar(k, environ[k], is_secret(k) or any(fnmatch.fnmatchcase(k, p) for p in secret))
+        for k in sorted(environ)
+        if allowed(k, (*extra, *secret))
+    ]
 
 
 def resolve(variables: Iterable[EnvVar], environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -15,6 +15,8 @@ from zebra.train.trainer import train_rank
 from zebra.train.view import TrainView
 
 SHUTDOWN_TIMEOUT_S = 600  # how long ranks get to save a checkpoint after a stop signal before SIGKILL
+RDZV_TIMEOUT_S = 900  # how long the nodes of a run have to join its rendezvous
+RESTART_FIX = "restart every node with the same command: --resume auto continues from the last checkpoint"
 
 
 def run_local(run: TrainRun, view: TrainView | None = None) -> str | None:
@@ -53,6 +55,7 @@ def launch_local(
     """
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     require_rendezvous(nnodes, rdzv_endpoint)
@@ -63,7 +66,7 @@ def launch_local(
         run_id=run_id(run_dir),
         rdzv_backend="c10d",
         rdzv_endpoint=rdzv_endpoint or "localhost:0",
-        rdzv_configs={"timeout": 900},
+        rdzv_configs={"timeout": RDZV_TIMEOUT_S},
         max_restarts=0,
         monitor_interval=0.5,
         logs_specs=DefaultLogsSpecs(),  # ranks write straight to this terminal
@@ -84,7 +87,27 @@ def launch_local(
             fix="its error is printed above",
             exit_code=failure.exitcode if failure.exitcode > 0 else 1,
         ) from None
+    except RendezvousError as e:
+        raise rendezvous_error(e, rdzv_endpoint or "this machine", nnodes) from None
     finally:
         if saved is None:
             os.environ.pop("OMP_NUM_THREADS", None)
     return None
+
+
+def rendezvous_error(error: Exception, endpoint: str, nnodes: int) -> ZebraError:
+    """The elastic agent lost its rendezvous (the node hosting it died) or the nodes never all joined."""
+    from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError, RendezvousTimeoutError
+
+    if isinstance(error, RendezvousConnectionError):
+        return ZebraError(
+            f"lost the node hosting the rendezvous at {endpoint}: it stopped or cannot be reached",
+            fix=RESTART_FIX,
+        )
+    if isinstance(error, RendezvousTimeoutError):
+        return ZebraError(
+            f"the rendezvous at {endpoint} timed out: not all {nnodes} nodes joined within {RDZV_TIMEOUT_S} s",
+            fix="start the same command, with the same --rdzv-endpoint, on every node",
+        )
+    cause = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+    return ZebraError(f"the rendezvous at {endpoint} failed: {cause}", fix=RESTART_FIX)

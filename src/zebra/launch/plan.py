@@ -23,6 +23,7 @@ from typing import Any
 from zebra.launch.commands import rank_command, torchrun_command
 from zebra.launch.container import ContainerSpec, container_spec
 from zebra.launch.environment import EnvVar, masked, passthrough
+from zebra.launch.fields import check_fields
 from zebra.launch.ranks import count_ranks
 from zebra.launch.slurm_spec import SlurmSpec, slurm_spec
 from zebra.recipes import Recipe
@@ -92,15 +93,22 @@ def launch_overrides(**settings: Any) -> list[str]:
 
 
 def with_launch_lists(
-    recipe: Recipe, *, mounts: Sequence[str] = (), sbatch_extra: Sequence[str] = (), env: Sequence[str] = ()
+    recipe: Recipe,
+    *,
+    mounts: Sequence[str] = (),
+    sbatch_extra: Sequence[str] = (),
+    env: Sequence[str] = (),
+    secret_env: Sequence[str] = (),
 ) -> Recipe:
-    """A copy of `recipe` whose `launch.mounts`, `launch.sbatch_extra` and `launch.env` go on with these."""
+    """A copy of `recipe` whose `launch.mounts`, `launch.sbatch_extra`, `launch.env` and `launch.secret_env`
+    go on with these."""
     spec = recipe.launch
     launch = dataclasses.replace(
         spec,
         mounts=[*spec.mounts, *mounts],
         sbatch_extra=[*spec.sbatch_extra, *sbatch_extra],
         env=[*spec.env, *env],
+        secret_env=[*spec.secret_env, *secret_env],
     )
     return dataclasses.replace(recipe, launch=launch)
 
@@ -146,7 +154,9 @@ def _plan_launch(run: TrainRun) -> LaunchPlan:
             device=ranks.device,
             python=python,
         )
-    env = passthrough(extra=spec.env)
+    env = passthrough(extra=spec.env, secret=spec.secret_env)
+    if launcher != "local":  # what reaches sbatch or a container spec stays on its line
+        check_fields(run, env)
     return LaunchPlan(
         launcher=launcher,
         run=run,

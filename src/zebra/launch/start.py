@@ -65,9 +65,10 @@ def check_launcher(
     progress: Callable[[float, float], None] | None = None,
 ) -> None:
     """Fail early, before the run directory is written: the Docker engine and the image are there (pulled
-    if needed, reporting `progress(done_mb, total_mb)`), or the Slurm client commands are."""
+    if needed, reporting `progress(done_mb, total_mb)`) and no container runs this run already, or the Slurm
+    client commands are."""
     if plan.launcher == "docker":
-        check_docker(plan.image or "", log, progress)
+        check_docker(plan.image or "", log, progress, plan.container.name if plan.container else None)
     elif plan.launcher == "slurm":
         require_slurm()
 

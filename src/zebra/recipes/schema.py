@@ -264,6 +264,10 @@ class LaunchSpec:
     cpus_per_task: int = spec(0, doc="Slurm CPUs per task (0: the cluster's default)", min=0)
     sbatch_extra: list[str] = spec(doc="extra sbatch flags, e.g. --exclusive", factory=list)
     env: list[str] = spec(doc="environment variables passed through to ranks (names only)", factory=list)
+    secret_env: list[str] = spec(
+        doc="environment variables passed to ranks as secrets: never shown, logged or written (names only)",
+        factory=list,
+    )
 
 
 @dataclass(kw_only=True)

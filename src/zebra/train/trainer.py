@@ -33,6 +33,7 @@ from zebra.train.metrics import (
 )
 from zebra.train.optim import build_optimizer, build_scheduler
 from zebra.train.parallelize import choose_parallel, parallelize
+from zebra.train.peers import watch_peers
 from zebra.train.plot import plot_runs
 from zebra.train.step import TrainStep, loss_sum
 from zebra.train.view import TrainView
@@ -490,6 +491,7 @@ def train_rank(
     use_kernel_cache()
     env = init_distributed(device)
     try:
-        return Trainer(recipe, run_dir, env, view).fit(resume)
+        with watch_peers(env, run_dir):  # a peer gone: one line naming its node
+            return Trainer(recipe, run_dir, env, view).fit(resume)
     finally:
         destroy_distributed()
