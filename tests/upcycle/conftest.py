@@ -51,7 +51,7 @@ def python_docs(tmp_path_factory) -> Path:
 def python_docs_tokens(tmp_path_factory, python_docs, smollm2_4layer_dir) -> Path:
     """The train split tokenized with SmolLM2's tokenizer by `zebra data prep` (Megatron shards + manifest)."""
     from zebra.data.prep import plan_prep, run_prep
-    from zebra.data.sources import open_source
+    from zebra.data.text_sources import open_source
 
     folder = tmp_path_factory.mktemp("tokens") / "python-docs"
     plan = plan_prep(

@@ -124,8 +124,21 @@ def test_bad_mla_layer_lists_are_refused():
         plan_student(llama(), StudentOptions(mla_layers=(0, 16)))
     with pytest.raises(ZebraError, match="--mla and --mla-layers both given"):
         plan_student(llama(), StudentOptions(mla=2, mla_layers=(0, 1)))
-    with pytest.raises(ZebraError, match="--mixer lstm: unknown"):
+    with pytest.raises(ZebraError, match="--mixer lstm: unknown") as e:
         plan_student(llama(), StudentOptions(mixer="lstm"))
+    assert e.value.fix == "use one of mamba, gdn, kda"
+
+
+@pytest.mark.parametrize(("flag", "char"), [("mamba", "M"), ("mamba2", "M"), ("gdn", "G"), ("kda", "K")])
+def test_the_mixer_flag_takes_the_registry_names_and_their_pattern_characters(flag, char):
+    from zebra.mixers import MIXERS
+
+    plan = plan_student(llama(layers=4), StudentOptions(mixer=flag, mla_layers=(0,)))
+    assert plan.config["layer_pattern"] == f"*-{char}-{char}-{char}-"
+    spec = MIXERS[char]
+    assert plan.config["recurrent_type"] == spec.name
+    mixer_keys = {k for k in plan.config if k.startswith(spec.config_prefix + "_")}
+    assert mixer_keys and mixer_keys <= set(spec.config_kwargs())  # the registry's own keys, nothing else
 
 
 def test_a_recipe_for_this_teacher_gives_its_shapes(tmp_path):
@@ -145,7 +158,7 @@ def test_a_recipe_that_does_not_fit_lists_every_mismatch_at_once():
         plan_student(llama(hidden=576, heads=9, kv_heads=3, layers=30, ffn=1536, vocab=49152),
                      StudentOptions(recipe="1b-gdn-pure", mixer="mamba"))  # fmt: skip
     message = e.value.message
-    for mismatch in ("model.recurrent gdn (--mixer mamba)", "vocab_size 128256", "hidden_size 2048",
+    for mismatch in ("model.recurrent_type gdn (--mixer mamba)", "vocab_size 128256", "hidden_size 2048",
                      "intermediate_size 8192", "num_hidden_layers 32", "gdn_num_heads 8"):  # fmt: skip
         assert mismatch in message, message
     with pytest.raises(ZebraError, match="--kv-lora-rank and --recipe both given"):

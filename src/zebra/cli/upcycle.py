@@ -79,9 +79,17 @@ def upcycle_command(
         qk_rope_head_dim=qk_rope_head_dim,
         recipe=recipe,
     )
-    report = upcycle(
-        teacher, output, options, dtype=dtype, tokenizer=tokenizer, force=force, progress=not json_, seed=seed
-    )
+    with out.progress("upcycling", unit="B", enabled=not json_) as bar:
+        report = upcycle(
+            teacher,
+            output,
+            options,
+            dtype=dtype,
+            tokenizer=tokenizer,
+            force=force,
+            seed=seed,
+            on_progress=bar,
+        )
     if json_:
         out.json(report.to_dict())
         return

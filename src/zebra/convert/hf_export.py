@@ -53,6 +53,7 @@ def export_hf(
     max_shard_size: int | str = DEFAULT_MAX_SHARD,
     source: str | None = None,
     on_progress: Callable[[float, float | None, str], None] | None = None,
+    add_files: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write a Zebra HF export directory that `AutoModelForCausalLM.from_pretrained(dir, trust_remote_code=True)`
     loads without zebra installed.
@@ -72,6 +73,8 @@ def export_hf(
             an index file.
         source: what the weights were converted from (model card provenance).
         on_progress: called after each tensor with (bytes written, total bytes, the tensor's name).
+        add_files: called with the temporary directory once everything else is written, before it is renamed
+            into place, to add files of the caller's (`zebra upcycle`'s upcycle.json).
 
     Returns:
         The export directory.
@@ -110,6 +113,8 @@ def export_hf(
         if tok is not None:
             tok.save_pretrained(tmp)
         (tmp / "README.md").write_text(model_card(config, recipe=recipe, source=source, tokenizer=tok))
+        if add_files is not None:
+            add_files(tmp)
     return Path(output)
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from zebra.convert.sources import TensorSource
+from zebra.convert.tensor_sources import TensorSource
 from zebra.upcycle.report import TensorOrigin
 from zebra.upcycle.teacher import TeacherShape, layer_key
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from zebra.convert.sources import Shapes, TensorSource
+from zebra.convert.tensor_sources import Shapes, TensorSource
 from zebra.errors import ZebraError
 from zebra.upcycle.teacher import Teacher, check_tensors, expected_shapes, shape_from_hf_config
 

@@ -14,7 +14,7 @@ HUB_FILES = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt", "*.tik
 
 def open_hf(spec: str, *, with_tokenizer: bool = True) -> Teacher:
     """Open an HF causal LM folder (or download a hub id's config, safetensors and tokenizer files)."""
-    from zebra.convert.sources import SafetensorsSource, StateDictSource, torch_load
+    from zebra.convert.tensor_sources import SafetensorsSource, StateDictSource, torch_load
 
     folder = Path(spec).expanduser()
     if not folder.is_dir():

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from zebra.convert.keymap import Piece
-from zebra.convert.sources import ConvertedSource, Shapes
+from zebra.convert.tensor_sources import ConvertedSource, Shapes
 from zebra.errors import ZebraError
 from zebra.upcycle.teacher import Teacher, TeacherShape, check_tensors, layer_key
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ def upcycle(
     tokenizer: str | None = None,
     force: bool = False,
     seed: int = 0,
-    progress: bool = False,
+    on_progress: Callable[[float, float | None, str], None] | None = None,
 ) -> UpcycleReport:
     """Initialise a Zebra hybrid from a pretrained Transformer and write it as a Zebra HF export.
 
@@ -35,7 +36,7 @@ def upcycle(
         tokenizer: the tokenizer to ship instead of the teacher's (name, path, `byte`, or `none`).
         force: replace an existing `output`.
         seed: seeds the recurrent mixers' own initialisation.
-        progress: a per-tensor progress bar on stderr.
+        on_progress: called after each tensor with (bytes written, total bytes, the tensor's name).
 
     Returns:
         The report, also written to `output/upcycle.json`.
@@ -52,7 +53,7 @@ def upcycle(
     opened = open_teacher(teacher, tokenizer=tokenizer)
     try:
         return upcycle_teacher(
-            opened, output, options, dtype=dtype, force=force, seed=seed, progress=progress
+            opened, output, options, dtype=dtype, force=force, seed=seed, on_progress=on_progress
         )
     finally:
         opened.tensors.close()
@@ -66,7 +67,7 @@ def upcycle_teacher(
     dtype: str = "auto",
     force: bool = False,
     seed: int = 0,
-    progress: bool = False,
+    on_progress: Callable[[float, float | None, str], None] | None = None,
 ) -> UpcycleReport:
     """`upcycle` for an opened teacher (`open_teacher`); the arguments are `upcycle`'s."""
     import torch
@@ -81,6 +82,13 @@ def upcycle_teacher(
     config = _config(plan)
     student_dtype = getattr(torch, DTYPES[dtype]) if DTYPES[dtype] else teacher.dtype
     source = UpcycledSource(teacher, config, student_dtype, seed)
+    reports: list[UpcycleReport] = []
+
+    def add_report(tmp: Path) -> None:
+        """upcycle.json into the export before it is renamed into place (the tensors' origins are known now)."""
+        reports.append(_report(teacher, plan, config, source, out, student_dtype))
+        reports[0].write(tmp / REPORT_FILE)
+
     export_hf(
         source,
         config,
@@ -89,11 +97,10 @@ def upcycle_teacher(
         recipe=plan.recipe,
         force=force,
         source=f"{teacher.origin} ({teacher.format}), upcycled by `zebra upcycle`",
-        progress=progress,
+        on_progress=on_progress,
+        add_files=add_report,
     )
-    report = _report(teacher, plan, config, source, out, student_dtype)
-    report.write(out / REPORT_FILE)
-    return report
+    return reports[0]
 
 
 def _config(plan: StudentPlan) -> Any:

@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from zebra.convert.sources import Shapes, TensorSource
+from zebra.convert.tensor_sources import Shapes, TensorSource
+from zebra.mixers import ATTENTION, MLP, mixer_spec
 from zebra.upcycle.attention import Made, TeacherAttention
 from zebra.upcycle.mla import mla_from_gqa
 from zebra.upcycle.recurrent import delta_rule_from_attention, mamba2_from_attention
@@ -22,6 +23,12 @@ from zebra.upcycle.report import COPIED, TensorOrigin
 from zebra.upcycle.teacher import EMBED, FINAL_NORM, LM_HEAD, Teacher, layer_key
 
 _GLOBAL_COPIES = {"model.embeddings.weight": EMBED, "model.norm.weight": FINAL_NORM, LM_HEAD: LM_HEAD}
+# How each recurrent mixer (registry name, see zebra.upcycle.student.MIXER_FIELDS) gets the teacher's attention.
+_FROM_ATTENTION = {
+    "mamba2": mamba2_from_attention,
+    "gdn": delta_rule_from_attention,
+    "kda": delta_rule_from_attention,
+}
 _MLP_COPIES = {
     "norm.weight": "post_attention_layernorm.weight",
     "mixer.gate_proj.weight": "mlp.gate_proj.weight",
@@ -78,7 +85,7 @@ class UpcycledSource(TensorSource):
     def _sublayer(self, index: int) -> dict[str, Made]:
         """Every tensor of sublayer `index`."""
         layer, prefix = index // 2, f"model.layers.{index}."
-        if self.config.layer_pattern[index] == "-":
+        if self.config.layer_pattern[index] == MLP:
             return {
                 prefix + ours: self._copy(prefix + ours, layer_key(layer, theirs))
                 for ours, theirs in _MLP_COPIES.items()
@@ -90,14 +97,11 @@ class UpcycledSource(TensorSource):
         }
         attn = TeacherAttention.read(self.teacher.tensors, self.teacher.shape, layer)
         kind, mixer = self.config.layer_pattern[index], prefix + "mixer."
-        if kind == "*":
+        if kind == ATTENTION:
             out.update(mla_from_gqa(attn, mixer, self.config, self.dtype))
             return out
-        init = self._initialised(index)
-        if kind == "M":
-            out.update(mamba2_from_attention(attn, init, mixer, self.dtype))
-        else:
-            out.update(delta_rule_from_attention(attn, init, mixer, self.dtype))
+        from_attention = _FROM_ATTENTION[mixer_spec(kind).name]
+        out.update(from_attention(attn, self._initialised(index), mixer, self.dtype))
         return out
 
     def _copy(self, name: str, source: str) -> Made:

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from zebra.errors import ZebraError
+from zebra.mixers import ATTENTION, MLP, recurrent_spec
 from zebra.upcycle.teacher import TeacherShape
 
-MIXERS = {"mamba": "mamba2", "gdn": "gdn", "kda": "kda"}
-MIXER_CHARS = {"mamba2": "M", "gdn": "G", "kda": "K"}
+MIXER_ALIASES = {"mamba": "mamba2"}  # `--mixer mamba` as the issue and the paper say; registry names work too
 # The published Zebra-Llama placements (dense layer indices) for (teacher layers, MLA layers): SMART's choices,
 # which `--mla N` reproduces for these teachers; other (L, N) get evenly rounded positions.
 PUBLISHED_PLACEMENTS = {
@@ -118,22 +118,41 @@ def default_ranks(shape: TeacherShape) -> tuple[int, int, int]:
     return round8(PUBLISHED_Q_RANK * scale, q_max), round8(PUBLISHED_KV_RANK * scale, kv_max), rope
 
 
-def mixer_shapes(shape: TeacherShape, mixer: str, problems: list[str]) -> dict[str, Any]:
-    """ZebraConfig keyword arguments of the recurrent mixer that carries the teacher's attention; what cannot
-    be built is appended to `problems`."""
+def _mamba2_fields(shape: TeacherShape, problems: list[str]) -> dict[str, Any]:
     h, dh = shape.num_heads, shape.head_dim
-    if mixer == "mamba2":
-        inner = h * dh
-        if inner % shape.hidden_size:
-            problems.append(
-                f"Mamba2 needs the attention width {h} x {dh} = {inner} to be a multiple of the width "
-                f"{shape.hidden_size} (inner width = expand * width); use --mixer gdn or kda"
-            )
-        return dict(mamba_state_dim=dh, mamba_head_dim=dh, mamba_num_groups=h,
-                    mamba_expand=max(1, inner // shape.hidden_size), mamba_conv_size=4)  # fmt: skip
-    if mixer == "gdn":
-        return dict(gdn_num_heads=h, gdn_head_dim=dh, gdn_num_v_heads=h, gdn_head_v_dim=dh, gdn_conv_size=4)
-    return dict(kda_num_heads=h, kda_head_dim=dh, kda_head_v_dim=dh, kda_conv_size=4)
+    inner = h * dh
+    if inner % shape.hidden_size:
+        problems.append(
+            f"Mamba2 needs the attention width {h} x {dh} = {inner} to be a multiple of the width "
+            f"{shape.hidden_size} (inner width = expand * width); use --mixer gdn or kda"
+        )
+    return dict(
+        state_dim=dh, head_dim=dh, num_groups=h, expand=max(1, inner // shape.hidden_size), conv_size=4
+    )
+
+
+# The recurrent mixers that attention can be copied into (zebra.upcycle.recurrent has the copy of each), by
+# registry name -> their `zebra.mixers` fields (unprefixed) for a teacher; problems are appended to the list.
+MIXER_FIELDS = {
+    "mamba2": _mamba2_fields,
+    "gdn": lambda s, problems: dict(
+        num_heads=s.num_heads,
+        head_dim=s.head_dim,
+        num_v_heads=s.num_heads,
+        head_v_dim=s.head_dim,
+        conv_size=4,
+    ),
+    "kda": lambda s, problems: dict(
+        num_heads=s.num_heads, head_dim=s.head_dim, head_v_dim=s.head_dim, conv_size=4
+    ),
+}
+
+
+def mixer_shapes(shape: TeacherShape, mixer: str, problems: list[str]) -> dict[str, Any]:
+    """ZebraConfig keyword arguments (the registry's `<config_prefix>_<field>` keys) of the recurrent mixer that
+    carries the teacher's attention; what cannot be built is appended to `problems`."""
+    spec = recurrent_spec(mixer)
+    return {spec.config_key(k): v for k, v in MIXER_FIELDS[mixer](shape, problems).items()}
 
 
 def mla_shapes(
@@ -177,7 +196,7 @@ def plan_student(shape: TeacherShape, options: StudentOptions) -> StudentPlan:
         raise ZebraError("--mla and --mla-layers both given", fix="pass one of them")
     if options.recipe is not None:
         return _plan_from_recipe(shape, options)
-    mixer = MIXERS[_check_mixer(options.mixer or "mamba")]
+    mixer = mixer_name(options.mixer or "mamba")
     if options.mla_layers is not None:
         mla_layers = _check_mla_layers(options.mla_layers, shape.num_layers)
     else:
@@ -204,15 +223,20 @@ def plan_student(shape: TeacherShape, options: StudentOptions) -> StudentPlan:
     return StudentPlan(config, mla_layers, mixer)
 
 
-def _check_mixer(name: str) -> str:
-    if name not in MIXERS:
-        raise ZebraError(f"--mixer {name}: unknown", fix=f"use one of {', '.join(MIXERS)}")
+def mixer_name(flag: str) -> str:
+    """The registry name (`zebra.mixers`) of `--mixer`; a ZebraError for one that cannot carry attention."""
+    name = MIXER_ALIASES.get(flag, flag)
+    if name not in MIXER_FIELDS:
+        choices = ", ".join([*MIXER_ALIASES, *(n for n in MIXER_FIELDS if n not in MIXER_ALIASES.values())])
+        raise ZebraError(f"--mixer {flag}: unknown, or not one that attention can be copied into",
+                         fix=f"use one of {choices}")  # fmt: skip
     return name
 
 
 def pattern(num_layers: int, mla_layers: tuple[int, ...], mixer: str) -> str:
-    """The sublayer pattern: dense layer i -> (mixer, MLP), the mixer `*` for MLA layers."""
-    return "".join(("*" if i in mla_layers else MIXER_CHARS[mixer]) + "-" for i in range(num_layers))
+    """The sublayer pattern: dense layer i -> (mixer, MLP), the mixer MLA (`*`) at the MLA layers."""
+    char = recurrent_spec(mixer).char
+    return "".join((ATTENTION if i in mla_layers else char) + MLP for i in range(num_layers))
 
 
 def _teacher_config(shape: TeacherShape) -> dict[str, Any]:
@@ -248,20 +272,23 @@ def _plan_from_recipe(shape: TeacherShape, options: StudentOptions) -> StudentPl
     recipe = load_recipe(options.recipe)
     flat = recipe.model.flat()
     mixer = flat["recurrent_type"]
+    if mixer not in MIXER_FIELDS:
+        raise ZebraError(f"--recipe {options.recipe}: model.recurrent_type {mixer} cannot be upcycled from attention",
+                         fix=f"use a recipe whose recurrent_type is one of {', '.join(MIXER_FIELDS)}")  # fmt: skip
     mismatches = []
-    if options.mixer is not None and MIXERS[_check_mixer(options.mixer)] != mixer:
-        mismatches.append(f"model.recurrent {mixer} (--mixer {options.mixer})")
+    if options.mixer is not None and mixer_name(options.mixer) != mixer:
+        mismatches.append(f"model.recurrent_type {mixer} (--mixer {options.mixer})")
     recipe_pattern = _recipe_pattern(flat, options, mixer, mismatches)
-    mla_layers = tuple(i for i in range(len(recipe_pattern) // 2) if recipe_pattern[2 * i] == "*")
+    mla_layers = tuple(i for i in range(len(recipe_pattern) // 2) if recipe_pattern[2 * i] == ATTENTION)
     flat["layer_pattern"] = recipe_pattern
-    expected = {**_teacher_config(shape), **mixer_shapes(shape, mixer, mismatches)}
-    if "*" in recipe_pattern:
+    expected = _teacher_config(shape)
+    if recurrent_spec(mixer).char in recipe_pattern:
+        expected.update(mixer_shapes(shape, mixer, mismatches))
+    if ATTENTION in recipe_pattern:
         ranks = (flat["q_lora_rank"], flat["kv_lora_rank"], flat["qk_rope_head_dim"])
         expected.update(mla_shapes(shape, *ranks, mismatches, recipe=True))
     for key, want in expected.items():
         if key in ("rope_scaling", "bos_token_id", "eos_token_id", "pad_token_id", "max_position_embeddings"):
-            continue
-        if key.startswith(("mamba_", "gdn_", "kda_")) and MIXER_CHARS[mixer] not in recipe_pattern:
             continue
         if not _same(flat.get(key), want):
             mismatches.append(f"{key} {flat.get(key)!r} (teacher: {want!r})")
@@ -288,7 +315,8 @@ def _recipe_pattern(flat: dict[str, Any], options: StudentOptions, mixer: str, m
         recipe_pattern = pattern(layers, _check_mla_layers(options.mla_layers, layers), mixer)
     elif options.mla is not None:
         recipe_pattern = pattern(layers, mla_placement(layers, options.mla), mixer)
-    if set(recipe_pattern[0::2]) - {"*", MIXER_CHARS[mixer]} or set(recipe_pattern[1::2]) != {"-"}:
+    mixers, mlps = set(recipe_pattern[0::2]), set(recipe_pattern[1::2])
+    if mixers - {ATTENTION, recurrent_spec(mixer).char} or mlps != {MLP}:
         mismatches.append(
             f"model.pattern {recipe_pattern!r} (expected mixer/MLP pairs with one recurrent kind)"
         )

@@ -33,7 +33,7 @@ from zebra.errors import ZebraError
 if TYPE_CHECKING:
     import torch
 
-    from zebra.convert.sources import TensorSource
+    from zebra.convert.tensor_sources import TensorSource
 
 EMBED = "model.embed_tokens.weight"
 FINAL_NORM = "model.norm.weight"
