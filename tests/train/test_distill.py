@@ -150,3 +150,13 @@ def test_a_teacher_with_another_tokenizer_is_refused(cli, tmp_path, sample_prefi
                  "--output", str(tmp_path), "--max-steps", "1")  # fmt: skip
     assert result.exit_code != 0
     assert "its tokenizer (260 ids" in result.output and "data.tokenizer byte (259 ids" in result.output
+
+
+def test_a_hub_teacher_goes_up_to_the_network_offline(cli, tmp_path, sample_prefix, student, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = cli("train", "tiny", "--data", sample_prefix, "--init", str(student),
+                 "--teacher", "zebra-tests/no-such-teacher", "--output", str(tmp_path), "--max-steps", "1")  # fmt: skip
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert (
+        "zebra-tests/no-such-teacher: no such local folder, and the hub id is not available" in result.output
+    )
