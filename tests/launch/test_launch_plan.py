@@ -171,6 +171,22 @@ def test_container_mounts_data_tokenizer_and_user_mounts(tmp_path, monkeypatch):
     assert not mounts[str(run.run_dir.resolve())].read_only
 
 
+def test_container_mounts_the_teacher_file_folder_and_the_init_export(tmp_path):
+    models, init = tmp_path / "models", tmp_path / "upcycled"
+    models.mkdir()
+    init.mkdir()
+    (models / "teacher.gguf").write_bytes(b"GGUF")
+    recipe = load_recipe("tiny", overrides=["launch.launcher=docker", "data.mock=true"])
+    run = make_plan(recipe, output=tmp_path / "runs").run
+    run.recipe.distill.teacher = str(models / "teacher.gguf")
+    run.recipe.train.init = str(init)
+    mounts = {m.target: m for m in container_mounts(run)}
+    assert mounts[str(models)].purpose == "teacher" and mounts[str(models)].read_only  # the file's folder
+    assert mounts[str(init)].purpose == "init" and mounts[str(init)].read_only
+    run.recipe.distill.teacher = "HuggingFaceTB/SmolLM2-135M"  # a hub id: through the HF cache, no mount
+    assert not any(m.purpose == "teacher" for m in container_mounts(run))
+
+
 def test_the_secret_check_names_credentials():
     assert all(map(is_secret, ["HF_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY", "MY_PASSWORD"]))
     assert not any(map(is_secret, ["NCCL_DEBUG", "HF_HOME", "TOKENIZERS_PARALLELISM"]))

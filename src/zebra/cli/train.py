@@ -25,6 +25,7 @@ TRAIN_EXAMPLES = examples(
     "zebra train 1b-gdn-pure --mock-data --max-steps 20 --dry-run",
     "zebra train tiny --nproc 2              # two CPU ranks (gloo)",
     "zebra train tiny --resume never --yes   # start the run over",
+    "zebra train tiny --init smol-gdn --teacher smollm2.gguf --data docs/prefix --set data.tokenizer=smol-gdn",
     "zebra train 1b-gdn-pure --launcher docker --gpus 8 --data /data/fineweb_text_document",
     "zebra train 1b-gdn-pure --launcher slurm --nodes 2 --gpus 8 --partition mi300x --time 24:00:00 --follow",
 )
@@ -52,6 +53,19 @@ def train(
         ),
     ] = None,
     mock_data: Annotated[bool, typer.Option("--mock-data", help="Train on megatron's mock dataset.")] = False,
+    teacher: Annotated[
+        str | None,
+        typer.Option(
+            "--teacher",
+            help="Distil from this model: HF folder or hub id, .gguf or Megatron checkpoint (distill.teacher).",
+        ),
+    ] = None,
+    init: Annotated[
+        Path | None,
+        typer.Option(
+            "--init", help="Start from this export's weights and shapes (e.g. zebra upcycle's output)."
+        ),
+    ] = None,
     set_: SetOpt = None,
     max_steps: Annotated[
         int | None, typer.Option("--max-steps", min=1, help="Override train.max_steps.")
@@ -89,10 +103,11 @@ def train(
     # the library loads here, not when the CLI starts (zebra --help stays fast)
     from zebra.launch import hold_run_dir, launch_overrides, make_plan, start, with_launch_lists
     from zebra.recipes import list_recipes, load_recipe
-    from zebra.train.run import data_overrides, prepare_run
+    from zebra.train.run import data_overrides, distill_overrides, prepare_run
 
     name = recipe or choose("Which recipe?", list_recipes(), yes=yes, flag="RECIPE")
     sets = [
+        *distill_overrides(teacher, str(init) if init else None),  # first: --set may change what --init set
         *(set_ or []),
         *launch_overrides(
             launcher=launcher.value if launcher else None,
@@ -181,6 +196,8 @@ def _show_plan(plan: LaunchPlan, json_: bool) -> None:
         ["steps", f"{info['max_steps']:,} ({info['tokens_per_step'] * info['max_steps']:,} tokens)"],
         ["data", data if isinstance(data, str) else "\n".join(data)],
         ["tokenizer", info["tokenizer"]],
+        *([["teacher", info["teacher"]]] if info["teacher"] else []),
+        *([["init", info["init"]]] if info["init"] else []),
         [
             "resume",
             info["resume"] + (f" (checkpoint at step {checkpoint})" if checkpoint is not None else ""),

@@ -120,7 +120,8 @@ def _inside(path: str, mounts: list[Mount]) -> bool:
 
 def container_mounts(run: TrainRun) -> list[Mount]:
     """What a container running `run` binds: the project, the run directory, the data and tokenizer folders,
-    the HF cache, then the recipe's `launch.mounts` (which win on a clash)."""
+    the distillation teacher's and the `train.init` export's folders, the HF cache, then the recipe's
+    `launch.mounts` (which win on a clash)."""
     mounts, _ = project_source()
     run_dir = str(run.run_dir.resolve())
     mounts.append(Mount(run_dir, run_dir, False, "run"))
@@ -128,10 +129,19 @@ def container_mounts(run: TrainRun) -> list[Mount]:
         folder = str(Path(parse_data_path(entry).target).parent)
         if not _inside(folder, mounts):
             mounts.append(Mount(folder, folder, True, "data"))
-    tokenizer = Path(run.recipe.data.tokenizer).expanduser()
-    if tokenizer.exists() and not _inside(str(tokenizer.resolve()), mounts):
-        source = str(tokenizer.resolve() if tokenizer.is_dir() else tokenizer.resolve().parent)
-        mounts.append(Mount(source, source, True, "tokenizer"))
+    local = (
+        ("tokenizer", run.recipe.data.tokenizer),
+        ("teacher", run.recipe.distill.teacher),
+        ("init", run.recipe.train.init),
+    )
+    for (
+        purpose,
+        value,
+    ) in local:  # a folder, or the folder of a file (.gguf, Megatron .pt); hub ids are not paths
+        path = Path(value).expanduser() if value else None
+        if path is not None and path.exists() and not _inside(str(path.resolve()), mounts):
+            source = str(path.resolve() if path.is_dir() else path.resolve().parent)
+            mounts.append(Mount(source, source, True, purpose))
     cache = hf_cache()
     if cache.is_dir():
         mounts.append(Mount(str(cache), str(cache), False, "hf-cache"))

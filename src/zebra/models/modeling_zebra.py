@@ -9,6 +9,7 @@ Names and shapes: docs/architecture.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -232,6 +233,7 @@ class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
         past_key_values: ZebraCache | None = None,
         shift_labels: torch.LongTensor | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        head_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         **unused: Any,
     ) -> CausalLMOutputWithPast | tuple:
         """Logits `[B, T', V]` and, with `labels` or `shift_labels` `[B, T]`, the next-token loss (float32).
@@ -247,10 +249,15 @@ class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
         `config.kernel_backend`) and `logits` is None, as with FLA's fused linear cross entropy. In eval mode (or
         without targets) the logits are returned and the loss, if asked for, is computed from them.
         `logits_to_keep`: an int n keeps the last n positions (0 = all); a 1-D tensor keeps those positions.
+        `head_loss`: instead of any target, a function of (final hidden states `[B, T, D]`, `lm_head.weight`
+        `[V, D]`) whose value is the loss (no logits): a training loss that needs the head inside the forward,
+        where FSDP has gathered it and DDP's hooks see it (distillation, `zebra.train.distill`).
         Other arguments: see `ZebraModel.forward`.
         """
         if labels is not None and shift_labels is not None:
             raise ValueError("ZebraForCausalLM: pass labels or shift_labels, not both")
+        if head_loss is not None and (labels is not None or shift_labels is not None):
+            raise ValueError("ZebraForCausalLM: head_loss replaces labels / shift_labels; pass one")
         has_targets = labels is not None or shift_labels is not None
         if has_targets and not (isinstance(logits_to_keep, int) and logits_to_keep == 0):
             raise ValueError(
@@ -268,9 +275,12 @@ class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
         )
         if labels is not None:  # HF labels: position t against labels[:, t + 1], the last one against none
             shift_labels = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], -100)], dim=1)  # [B, T]
-        logits, loss = self._logits_and_loss(
-            out.last_hidden_state, shift_labels, logits_to_keep, num_items_in_batch
-        )
+        if head_loss is not None:
+            logits, loss = None, head_loss(out.last_hidden_state, self.lm_head.weight)
+        else:
+            logits, loss = self._logits_and_loss(
+                out.last_hidden_state, shift_labels, logits_to_keep, num_items_in_batch
+            )
         output = CausalLMOutputWithPast(
             loss=loss,
             logits=logits,

@@ -1,7 +1,7 @@
 """The recipe schema: typed sections with documented, range-checked fields.
 
-A recipe YAML has five top-level keys: `name`, `description`, `extends`, and the sections `model`, `data`,
-`train`, `launch`. Every field below is one key; its metadata gives the allowed range or choices. The loader
+A recipe YAML has these top-level keys: `name`, `description`, `extends`, and the sections `model`, `data`,
+`train`, `distill`, `launch`. Every field below is one key; its metadata gives the allowed range or choices. The loader
 (`zebra.recipes.loader`) turns a merged YAML mapping into these objects and reports any problem as
 `file: key.path: problem (expected ...)`.
 """
@@ -9,7 +9,7 @@ A recipe YAML has five top-level keys: `name`, `description`, `extends`, and the
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any
 
 from zebra.mixers import MIXERS, recurrent_names
@@ -171,6 +171,47 @@ class ModelSpec:
 
         return ZebraConfig(**{**self.flat(), **overrides})
 
+    @classmethod
+    def overrides_from_config(cls, config: Mapping[str, Any]) -> list[str]:
+        """`model.*=value` overrides that give a recipe the shapes of a ZebraConfig dict (an export's
+        config.json): the inverse of `flat`, over the keys `flat` fills. Keys the config lacks are left out."""
+        default = cls()
+        paths = {}  # flat key -> recipe path
+        for f in fields(cls):
+            value = getattr(default, f.name)
+            if is_dataclass(value):
+                section = next((m for m in MIXERS.values() if m.section == f.name), None)
+                for sub in fields(value):
+                    key = section.config_key(sub.name) if section and section.config_defaults else None
+                    paths[key or _MLA_KEYS.get(sub.name, sub.name)] = f"{f.name}.{sub.name}"
+            else:
+                paths[_MODEL_KEYS.get(f.name, f.name)] = f.name
+        flat = default.flat()
+        out = []
+        for key, path in paths.items():
+            if key in flat and key in config:
+                value = config[key]
+                text = "null" if value is None else str(value).lower() if isinstance(value, bool) else value
+                out.append(f"model.{path}={text}")
+        scaling = config.get("rope_scaling") or {}
+        if "factor" in scaling:
+            out.append(f"model.mla.rope_scaling_factor={float(scaling['factor'])}")
+        if "original_max_position_embeddings" in scaling:
+            original = int(scaling["original_max_position_embeddings"])
+            out.append(f"model.mla.original_max_position_embeddings={original}")
+        return out
+
+
+# ModelSpec field -> ZebraConfig key where the names differ (the rest are equal); see `flat`
+_MODEL_KEYS = {
+    "num_layers": "num_hidden_layers",
+    "pattern": "layer_pattern",
+    "norm_eps": "rms_norm_eps",
+    "tie_embeddings": "tie_word_embeddings",
+    "init_std": "initializer_range",
+}
+_MLA_KEYS = {"num_heads": "num_attention_heads"}
+
 
 @dataclass(kw_only=True)
 class DataSpec:
@@ -236,6 +277,24 @@ class TrainSpec:
     )
     max_nonfinite_skips: int = spec(10, doc="stop after this many skipped steps in a row", min=1)
     export: bool = spec(True, doc="write an HF export of the final weights to <run>/export")
+    init: str = spec(
+        "", doc="export folder the weights start from at step 0 (e.g. `zebra upcycle`'s; '' = random init)"
+    )
+
+
+@dataclass(kw_only=True)
+class DistillSpec:
+    """Knowledge distillation from a frozen teacher: the loss is kl_weight * tau^2 * KL(p_teacher || p_student)
+    (forward KL at temperature tau, summed over the vocabulary, averaged over tokens) + ce_weight * CE."""
+
+    teacher: str = spec(
+        "", doc="teacher: HF folder or hub id, .gguf file or dense Megatron checkpoint ('' = no distillation)"
+    )
+    kl_weight: float = spec(1.0, doc="weight of the KL term", min=0.0, max=1000.0)
+    ce_weight: float = spec(0.0, doc="weight of the student's cross-entropy on the data", min=0.0, max=1000.0)
+    temperature: float = spec(
+        1.0, doc="softmax temperature tau of both models in the KL", min=0.05, max=100.0
+    )
 
 
 @dataclass(kw_only=True)
@@ -277,6 +336,7 @@ class Recipe:
     model: ModelSpec = spec(doc="architecture", factory=ModelSpec)
     data: DataSpec = spec(doc="data and tokenizer", factory=DataSpec)
     train: TrainSpec = spec(doc="optimisation and checkpointing", factory=TrainSpec)
+    distill: DistillSpec = spec(doc="distillation from a teacher (off by default)", factory=DistillSpec)
     launch: LaunchSpec = spec(doc="launcher defaults", factory=LaunchSpec)
     source: str = field(default="", metadata={"doc": "file this recipe was loaded from", "internal": True})
 

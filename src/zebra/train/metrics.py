@@ -108,14 +108,22 @@ class IntervalMeter:
 
     def reset(self) -> None:
         self.loss_sum, self.steps, self.tokens, self.paused_s = 0.0, 0, 0, 0.0
+        self.metric_sums: dict[str, float] = {}
         self.t0 = time.perf_counter()
 
-    def add(self, loss: float, tokens: int, applied: bool) -> None:
-        """One optimizer step; a skipped (non-finite) step counts its tokens but not its loss."""
+    def add(self, loss: float, tokens: int, applied: bool, metrics: dict[str, float] | None = None) -> None:
+        """One optimizer step (with the loss's parts, e.g. distillation's KL); a skipped (non-finite) step counts
+        its tokens but not its loss."""
         self.tokens += tokens
         if applied:
             self.loss_sum += loss
             self.steps += 1
+            for k, v in (metrics or {}).items():
+                self.metric_sums[k] = self.metric_sums.get(k, 0.0) + v
+
+    def metrics(self) -> dict[str, float]:
+        """The interval's mean of each reported part of the loss (read before `read`, which resets)."""
+        return {k: v / self.steps for k, v in self.metric_sums.items()} if self.steps else {}
 
     @contextlib.contextmanager
     def paused(self):

@@ -1,4 +1,5 @@
-"""Loss curves from runs' metrics.jsonl: training loss per logged step and validation loss points."""
+"""Loss curves from runs' metrics.jsonl: training loss per logged step and validation loss points; a distillation
+run draws its student's CE against its teacher's CE on the same tokens (and the KL) instead of the loss."""
 
 from __future__ import annotations
 
@@ -30,8 +31,11 @@ def plot_runs(run_dirs: list[Path], output: Path, *, log_y: bool = False) -> Pat
             )
         valid = [(r["step"], r["val_loss"]) for r in records if isinstance(r.get("val_loss"), int | float)]
         color = f"C{i % 10}"
-        label = run.name if len(run_dirs) > 1 else "train"
-        ax.plot(*zip(*train, strict=True), color=color, label=label, linewidth=1.4)
+        name = f"{run.name} " if len(run_dirs) > 1 else ""
+        if any("teacher_ce" in r for r in records):
+            _plot_distillation(ax, records, name, color)
+        else:
+            ax.plot(*zip(*train, strict=True), color=color, label=name or "train", linewidth=1.4)
         if valid:
             vlabel = f"{run.name} valid" if len(run_dirs) > 1 else "valid"
             ax.plot(*zip(*valid, strict=True), "o--", color=color, label=vlabel, markersize=4, alpha=0.8)
@@ -49,3 +53,12 @@ def plot_runs(run_dirs: list[Path], output: Path, *, log_y: bool = False) -> Pat
     plt.close(fig)
     tmp.replace(output)
     return output
+
+
+def _plot_distillation(ax, records: list[dict], name: str, color: str) -> None:
+    """The student's CE (solid), the teacher's CE on the same tokens (dashed) and the KL (dotted)."""
+    styles = (("ce", "student CE", "-"), ("teacher_ce", "teacher CE", "--"), ("kl", "KL", ":"))
+    for key, label, style in styles:
+        points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), int | float)]
+        if points:
+            ax.plot(*zip(*points, strict=True), style, color=color, label=name + label, linewidth=1.4)

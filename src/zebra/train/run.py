@@ -83,6 +83,8 @@ class TrainRun:
             "max_steps": t.max_steps,
             "data": "mock (megatron MockGPTDataset)" if d.mock else d.paths,
             "tokenizer": d.tokenizer,
+            "teacher": self.recipe.distill.teacher or None,
+            "init": t.init or None,
             "resume": self.resume,
             "checkpoint_step": self.checkpoint_step,
             "rdzv_endpoint": ranks.rdzv_endpoint,
@@ -128,6 +130,35 @@ def resolve_data(recipe: Recipe) -> None:
         for prefix, weight in resolve_prefixes(entry, tokenizer=recipe.data.tokenizer):
             resolved.append(f"{Path(prefix).resolve()}:{weight!r}")
     recipe.data.paths = resolved
+
+
+def resolve_distill(recipe: Recipe) -> None:
+    """Make `train.init` and a local `distill.teacher` absolute, and refuse a teacher whose tokenizer is not the
+    student's and the data's (`zebra.train.teacher.check_teacher`)."""
+    t, d = recipe.train, recipe.distill
+    if t.init:
+        init = Path(t.init).expanduser()
+        if not (init / "config.json").is_file():
+            raise ZebraError(
+                f"train.init {t.init}: no config.json there",
+                fix="pass --init with an export folder (zebra upcycle's output, or a run's export/)",
+            )
+        t.init = str(init.resolve())
+    if d.teacher:
+        from zebra.train.teacher import check_teacher, resolve_teacher_spec
+
+        d.teacher = resolve_teacher_spec(d.teacher)
+        check_teacher(recipe)
+
+
+def distill_overrides(teacher: str | None, init: str | None) -> list[str]:
+    """`--set`-style overrides for `zebra train --teacher / --init` (init also sets the export's model shapes)."""
+    from zebra.train.init_weights import init_overrides
+
+    sets = init_overrides(init) if init else []
+    if teacher:
+        sets.append(f"distill.teacher={teacher}")
+    return sets
 
 
 def _check_vocab(recipe: Recipe) -> None:
@@ -186,6 +217,7 @@ def resolve_run(
         raise ZebraError(f"--resume {resume}: no such checkpoint", fix="pass auto, never or an existing path")
     run_dir = Path(output) / run_name(run, recipe)
     resolve_data(recipe)
+    resolve_distill(recipe)
     found = committed(run_dir / "checkpoints")
     resolved = TrainRun(
         recipe=recipe,

@@ -7,8 +7,10 @@ any number of ranks (whose gradients DDP / FSDP average) give the gradient of th
 How a micro-batch's summed CE is computed is a strategy (`MicroBatchLoss`) fixed when the step is built:
 - `zebra_loss_sum` (ZebraForCausalLM): the model computes it itself from `shift_labels` in its forward, with the
   chunked linear cross-entropy (`zebra_kernels.linear_cross_entropy`): the `[m, T, V]` logits never exist;
-- `logits_loss_sum` (any other causal LM): the `[m, T, V]` logits, then `loss_sum` in float32.
-Both call the wrapped model itself, so FSDP2 / DDP hooks fire as usual.
+- `logits_loss_sum` (any other causal LM): the `[m, T, V]` logits, then `loss_sum` in float32;
+- `zebra.train.distill.DistillLoss`: the distillation objective against a teacher, which also reports sums of
+  its parts (`metric_names`: KL, student CE, teacher CE); the step returns their means per token.
+All call the wrapped model itself, so FSDP2 / DDP hooks fire as usual.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from zebra.train.dist import DistEnv, all_reduce_sum
@@ -33,6 +35,7 @@ class StepResult:
     tokens: int  # unmasked tokens in the global batch
     applied: bool  # False when the step was skipped for a non-finite loss or gradient
     flags: list[float]  # the `flags` passed to the step, summed over ranks
+    metrics: dict[str, float] = field(default_factory=dict)  # the loss's reported parts, mean per token
 
 
 def loss_sum(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
@@ -43,8 +46,9 @@ def loss_sum(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100, reduction="sum")
 
 
-# (model, tokens, labels, loss_mask) -> summed next-token CE of the micro-batch, float32 scalar; tokens, labels,
-# loss_mask [m, T] with labels[:, t] the target of position t
+# (model, tokens, labels, loss_mask) -> summed loss of the micro-batch, float32 scalar (or, for a loss with a
+# `metric_names` attribute, (that scalar, [len(metric_names)] sums of its parts)); tokens, labels, loss_mask
+# [m, T] with labels[:, t] the target of position t
 MicroBatchLoss = Callable[["torch.nn.Module", "torch.Tensor", "torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 
 
@@ -137,18 +141,20 @@ class TrainStep:
         local_tokens = sum(int(b["loss_mask"].sum()) for b in micro_batches)
         total = all_reduce_sum(torch.tensor([float(local_tokens)], device=dev), self.env)
         scale = self.env.world_size / max(total.item(), 1.0)
-        loss_acc = torch.zeros((), device=dev)
+        names = tuple(getattr(self.loss_fn, "metric_names", ()))
+        loss_acc = torch.zeros(1 + len(names), device=dev)  # [loss, *metric sums]
         for i, batch in enumerate(micro_batches):
             tokens = batch["tokens"].to(dev, non_blocking=True)  # [m, T]
             labels = batch["labels"].to(dev, non_blocking=True)  # [m, T]
             mask = batch["loss_mask"].to(dev, non_blocking=True)  # [m, T]
             with self._no_sync(i == len(micro_batches) - 1):
                 with self.autocast():
-                    ce = self.loss_fn(self.model, tokens, labels, mask)  # summed CE, float32
-                (ce * scale).backward()
-            loss_acc += ce.detach()
+                    out = self.loss_fn(self.model, tokens, labels, mask)  # summed loss, float32
+                loss, parts = out if names else (out, loss_acc.new_zeros(0))
+                (loss * scale).backward()
+            loss_acc += torch.cat([loss.detach().reshape(1), parts.detach().to(loss_acc.dtype)])
         stats = all_reduce_sum(
-            torch.stack([loss_acc, *[torch.tensor(float(f), device=dev) for f in flags]]), self.env
+            torch.cat([loss_acc, torch.tensor([float(f) for f in flags], device=dev)]), self.env
         )
         norm = torch.nn.utils.clip_grad_norm_(
             self.params, self.clip_grad if self.clip_grad > 0 else math.inf, foreach=dev.type != "cpu"
@@ -156,7 +162,9 @@ class TrainStep:
         if hasattr(norm, "full_tensor"):  # FSDP2: a replicated DTensor
             norm = norm.full_tensor()
         stats = torch.cat([stats, norm.reshape(1).float()]).tolist()  # one device -> host sync per step
-        loss, grad_norm = stats[0] / max(total.item(), 1.0), stats[-1]
+        count = max(total.item(), 1.0)
+        loss, grad_norm = stats[0] / count, stats[-1]
+        metrics = {name: v / count for name, v in zip(names, stats[1 : 1 + len(names)], strict=True)}
         applied = math.isfinite(loss) and math.isfinite(grad_norm)
         if applied:
             self.optimizer_step()
@@ -164,5 +172,10 @@ class TrainStep:
         if self.scheduler is not None:
             self.scheduler.step()
         return StepResult(
-            loss=loss, grad_norm=grad_norm, tokens=int(total.item()), applied=applied, flags=stats[1:-1]
+            loss=loss,
+            grad_norm=grad_norm,
+            tokens=int(total.item()),
+            applied=applied,
+            flags=stats[1 + len(names) : -1],
+            metrics=metrics,
         )

@@ -1,7 +1,9 @@
 """The training loop of one rank: build, restore, step, log, evaluate, checkpoint, export.
 
 recipe (RUN/config.yaml) -> ZebraForCausalLM -> AC / compile / DDP or FSDP2 -> AdamW + schedule
--> restore latest checkpoint -> for each step: micro-batches -> TrainStep -> log / eval / save
+(+ the frozen teacher of `distill.teacher`, sharded or replicated like the student)
+-> restore latest checkpoint, else the `train.init` export's weights
+-> for each step: micro-batches -> TrainStep (CE, or the distillation loss) -> log / eval / save
 -> final checkpoint, HF export (RUN/export), loss curve (RUN/loss.png)
 """
 
@@ -23,6 +25,8 @@ from zebra.recipes import Recipe, load_recipe
 from zebra.train import checkpoint as ckpt
 from zebra.train.data import batch_plan, build_train_order, micro_batches
 from zebra.train.dist import DistEnv, all_reduce_sum, barrier, destroy_distributed, init_distributed
+from zebra.train.distill import DistillLoss, DistillWeights
+from zebra.train.init_weights import load_init
 from zebra.train.metrics import (
     IntervalMeter,
     MetricsLog,
@@ -36,6 +40,7 @@ from zebra.train.parallelize import choose_parallel, parallelize
 from zebra.train.peers import watch_peers
 from zebra.train.plot import plot_runs
 from zebra.train.step import TrainStep, loss_sum
+from zebra.train.teacher import load_teacher
 from zebra.train.view import TrainView
 
 if TYPE_CHECKING:
@@ -201,6 +206,7 @@ class Trainer:
             autocast_bf16=bf16 and self.parallel != "fsdp",
             clip_grad=t.clip_grad,
             optimizer_graph=t.optimizer_graph,
+            loss_fn=self.distill_loss(),
         )
         self.progress = Progress()
         self.data_parts: list[int] = []  # the sample counts of the data order (`build_train_order`)
@@ -210,6 +216,14 @@ class Trainer:
         cfg = arch.as_config(recipe.model.flat())
         self.flops_per_token = arch.train_flops_per_token(cfg, recipe.data.seq_len)
         self.peak_flops = device_peak_flops(env.device)
+
+    def distill_loss(self) -> DistillLoss | None:
+        """The distillation loss against `distill.teacher` (loaded here), or None for plain CE."""
+        d = self.recipe.distill
+        if not d.teacher:
+            return None
+        teacher = load_teacher(d.teacher, self.env, mode=self.parallel)
+        return DistillLoss(teacher, DistillWeights(d.kl_weight, d.ce_weight, d.temperature))
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint holds (DCP Stateful objects under their top-level keys)."""
@@ -274,6 +288,9 @@ class Trainer:
         restored = self.restore(resume, view.warn)
         if restored is not None:
             view.note(f"resumed from {restored} (step {p.step}, {p.consumed_samples:,} samples read)")
+        elif t.init:
+            load_init(self.model, self.model_core.config, t.init)
+            view.note(f"weights from {t.init}")
         batches, valid = self.open_data()
         if self.env.is_main:
             self.metrics = MetricsLog(
@@ -344,7 +361,7 @@ class Trainer:
                     if first_step:
                         self.first_step_done()
                         first_step = False
-                    meter.add(res.loss, res.tokens, res.applied)
+                    meter.add(res.loss, res.tokens, res.applied, res.metrics)
                     last = p.step == t.max_steps
                     if p.step % t.log_interval == 0 or last:
                         end.loss = self.log(meter, res, lr)
@@ -403,6 +420,7 @@ class Trainer:
 
     def log(self, meter, res, lr: float) -> float:
         """Write and show the training record of the interval that ends now; returns its mean loss."""
+        parts = meter.metrics()  # distillation: kl, ce (the student's), teacher_ce
         loss, tok_s, elapsed = meter.read()
         record = {
             "step": self.progress.step,
@@ -415,6 +433,7 @@ class Trainer:
             "tokens": self.progress.tokens,
             "skipped_steps": self.progress.skipped_steps,
             "elapsed_s": elapsed,
+            **parts,
         }
         self.record(record)
         self.view.log(record)
@@ -472,10 +491,11 @@ class Trainer:
         """One line saying what is trained where."""
         r, t, env = self.recipe, self.recipe.train, self.env
         dev = env.device.type if env.device.type == "cpu" else f"{env.world_size} x {env.device.type}"
+        teacher = f", distilled from {r.distill.teacher}" if r.distill.teacher else ""
         return (
             f"{r.name}: {self.num_params / 1e6:.2f}M parameters, {env.world_size} rank(s) on {dev} "
             f"({self.parallel}), {self.micro_batch} x {env.world_size} x {self.accumulation} = "
-            f"{t.global_batch_size} sequences x {r.data.seq_len} tokens per step, {t.max_steps} steps"
+            f"{t.global_batch_size} sequences x {r.data.seq_len} tokens per step, {t.max_steps} steps{teacher}"
         )
 
 

@@ -17,7 +17,7 @@ class TrainView:
 
     def log(self, record: dict[str, Any]) -> None:
         """A training record, as written to metrics.jsonl (`step`, `loss`, `lr`, `tokens_per_s`, `mfu`,
-        `memory_gb`, `skipped_steps`, ...)."""
+        `memory_gb`, `skipped_steps`, ...; distillation adds `kl`, `ce` (the student's) and `teacher_ce`)."""
 
     def note(self, message: str) -> None:
         """A line about the run: resumed from, saved, validation loss, exported."""

@@ -1,0 +1,170 @@
+"""The teacher of a distillation run: checked against the student and the data before any rank starts, then
+loaded by every rank as a frozen Hugging Face causal LM.
+
+    check_teacher(recipe)            one-line ZebraError when teacher, student and data do not share a tokenizer
+    load_teacher(spec, env, mode)    the teacher in eval mode without gradients, bf16 on a GPU (float32 on CPU),
+                                     sharded like the student under FSDP2 and replicated otherwise
+
+Any teacher `zebra upcycle` reads works (`zebra.upcycle.open_teacher`): an HF folder or hub id, a `.gguf` file,
+a dense Megatron checkpoint. The model is rebuilt from its shape (an HF folder or hub id: from its own
+config.json, so RoPE scaling is kept) and filled tensor by tensor.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from zebra.errors import ZebraError
+
+if TYPE_CHECKING:
+    import torch
+
+    from zebra.recipes import Recipe
+    from zebra.train.dist import DistEnv
+    from zebra.upcycle.teacher import Teacher
+
+
+def resolve_teacher_spec(spec: str) -> str:
+    """An existing local path made absolute (ranks and containers start elsewhere); a hub id unchanged."""
+    path = Path(spec).expanduser()
+    return str(path.resolve()) if path.exists() else spec
+
+
+def check_teacher(recipe: Recipe) -> None:
+    """Refuse a teacher whose vocabulary differs from the student's (`model.vocab_size`), the data's tokenizer
+    (`data.tokenizer` and each prepared folder's manifest) or the `train.init` export's tokenizer."""
+    from zebra.upcycle import open_teacher
+
+    spec = recipe.distill.teacher
+    teacher = open_teacher(spec)
+    try:
+        vocab = teacher.shape.vocab_size
+        if vocab != recipe.model.vocab_size:
+            raise ZebraError(
+                f"distill.teacher {spec}: {vocab} logits per token but the student has model.vocab_size "
+                f"{recipe.model.vocab_size}",
+                fix="distil into a student of the teacher's vocabulary (zebra upcycle TEACHER, then --init)",
+            )
+        if teacher.tokenizer is not None:
+            _check_same_tokenizer(recipe, spec, teacher.tokenizer)
+    finally:
+        teacher.tensors.close()
+
+
+def _check_same_tokenizer(recipe: Recipe, spec: str, tokenizer: Any) -> None:
+    """The teacher's tokenizer (size + vocabulary hash) against the data's and the init export's."""
+    from zebra.data import load_tokenizer, read_manifest
+    from zebra.data.paths import parse_data_path, prep_folder
+    from zebra.data.tokenizers import vocab_hash
+
+    want = (len(tokenizer), vocab_hash(tokenizer))
+    others: list[tuple[str, tuple[int, str]]] = []
+    if not recipe.data.mock:
+        data_tok = load_tokenizer(recipe.data.tokenizer)
+        others.append((f"data.tokenizer {recipe.data.tokenizer}", (len(data_tok), vocab_hash(data_tok))))
+        for entry in recipe.data.paths:
+            folder = prep_folder(parse_data_path(entry).target)
+            record = read_manifest(folder).tokenizer if folder is not None else {}
+            if record.get("vocab_hash"):
+                others.append((f"--data {entry}", (int(record["vocab_size"]), record["vocab_hash"])))
+    init = Path(recipe.train.init) if recipe.train.init else None
+    if init is not None and (init / "tokenizer.json").is_file():
+        from transformers import (
+            PreTrainedTokenizerFast,
+        )  # not AutoTokenizer: an export's config is remote code
+
+        init_tok = PreTrainedTokenizerFast.from_pretrained(str(init))
+        others.append((f"train.init {init}", (len(init_tok), vocab_hash(init_tok))))
+    for what, found in others:
+        if found != want:
+            raise ZebraError(
+                f"distill.teacher {spec}: its tokenizer ({want[0]} ids, vocabulary {want[1][:12]}) differs "
+                f"from {what} ({found[0]} ids, vocabulary {found[1][:12]})",
+                fix="use the teacher's tokenizer everywhere: prepare the data with --tokenizer set to it and "
+                "--set data.tokenizer=<it>",
+            )
+
+
+def load_teacher(spec: str, env: DistEnv, *, mode: str) -> torch.nn.Module:
+    """The teacher for one rank: frozen, eval mode, bf16 on a GPU (float32 on CPU), on `env.device`;
+    `mode` "fsdp" shards it over the ranks (every decoder layer, then the root), else it is replicated."""
+    import torch
+
+    from zebra.upcycle import open_teacher
+
+    dtype = torch.float32 if env.device.type == "cpu" else torch.bfloat16
+    teacher = open_teacher(spec, tokenizer="none")
+    try:
+        model = _build(teacher, dtype)
+    finally:
+        teacher.tensors.close()
+    model.to(env.device).eval().requires_grad_(False)
+    if mode == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh(env.device.type, (env.world_size,))
+        for layer in model.model.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh, reshard_after_forward=True)  # no backward: free everything after use
+    return model
+
+
+def _build(teacher: Teacher, dtype: torch.dtype) -> torch.nn.Module:
+    """The HF causal LM of `teacher` in `dtype`, read tensor by tensor (each cast as it is read)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(_hf_config(teacher), dtype=dtype)
+    names = teacher.tensors.shapes()
+    state = {name: teacher.tensors.get(name).to(dtype) for name in names}
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    missing = [k for k in missing if not (k == "lm_head.weight" and model.config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise ZebraError(
+            f"distill.teacher {teacher.origin}: "
+            + (f"no tensor for {missing[0]}" if missing else f"unexpected tensor {unexpected[0]}"),
+            fix="point at a complete dense Llama-family checkpoint",
+        )
+    model.tie_weights()
+    for name, buffer in list(model.named_buffers()):  # RoPE frequencies: made on the meta device, remake
+        if buffer.is_meta:
+            module, _, attr = name.rpartition(".")
+            owner = model.get_submodule(module)
+            owner.register_buffer(attr, _remade(owner, attr), persistent=False)
+    return model
+
+
+def _remade(rotary: torch.nn.Module, attr: str) -> torch.Tensor:
+    """A rotary embedding's meta buffer computed again on the CPU (transformers' rope init function)."""
+    import torch
+
+    with torch.device("cpu"):
+        fresh = type(rotary)(rotary.config)
+    return getattr(fresh, attr)
+
+
+def _hf_config(teacher: Teacher) -> Any:
+    """The teacher's HF config: an HF folder's own (RoPE scaling included), else rebuilt from its shape."""
+    from transformers import AutoConfig
+
+    if teacher.format == "hf":
+        return AutoConfig.from_pretrained(teacher.origin)
+    s = teacher.shape
+    return AutoConfig.for_model(
+        "qwen3" if s.qk_norm else "llama",
+        vocab_size=s.vocab_size,
+        hidden_size=s.hidden_size,
+        intermediate_size=s.intermediate_size,
+        num_hidden_layers=s.num_layers,
+        num_attention_heads=s.num_heads,
+        num_key_value_heads=s.num_kv_heads,
+        head_dim=s.head_dim,
+        tie_word_embeddings=s.tie_word_embeddings,
+        rope_theta=s.rope_theta,
+        rms_norm_eps=s.rms_norm_eps,
+        max_position_embeddings=s.max_position_embeddings,
+        attention_bias=s.qkv_bias,
+    )
