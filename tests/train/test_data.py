@@ -111,6 +111,23 @@ def test_a_split_without_training_documents_is_a_one_line_error(tmp_path):
         build_datasets(recipe, train_samples=8, valid_samples=0, cache_dir=tmp_path / "cache")
 
 
+@pytest.mark.timeout(120)  # megatron drew samples from an empty validation split forever
+@pytest.mark.parametrize("valid_samples, fix", [(8, "data.split=90,10,0"), (0, "data.split=100,0,0")])
+def test_a_split_without_validation_documents_is_refused_not_a_hang(tmp_path, valid_samples, fix):
+    a = _write_prefix(tmp_path / "a", ord("a"), docs=40)  # 99,1,0 cuts 40 documents at round(39.6) = 40
+    recipe = load_recipe("tiny", overrides=[f"data.paths={a}", "data.split=99,1,0"])
+    with pytest.raises(ZebraError, match="leaves no documents for validation") as error:
+        build_datasets(recipe, train_samples=8, valid_samples=valid_samples, cache_dir=tmp_path / "cache")
+    assert fix in error.value.fix
+
+
+def test_a_split_with_validation_documents_builds_both(tmp_path):
+    a = _write_prefix(tmp_path / "a", ord("a"), docs=40)
+    recipe = load_recipe("tiny", overrides=[f"data.paths={a}", "data.split=90,10,0", "data.seq_len=8"])
+    train, valid = build_datasets(recipe, train_samples=8, valid_samples=4, cache_dir=tmp_path / "cache")
+    assert len(train) >= 8 and valid is not None and len(valid) >= 4
+
+
 def test_mock_data_is_megatrons_counting_documents(tmp_path):
     recipe = load_recipe("tiny", overrides=["data.mock=true", "data.seq_len=64"])
     batches, valid = _first_batches(recipe, tmp_path)

@@ -141,6 +141,8 @@ def build_datasets(
         )
         cls = MockGPTDataset if recipe.data.mock else GPTDataset
         sizes = [train_samples, max(valid_samples, 1), 1]  # a weighted blend needs a size for every split
+        if blend is not None:
+            check_split_documents(recipe, blend[0], config.split_matrix, eval_on=valid_samples > 0)
         try:
             train, valid, _ = BlendedMegatronDatasetBuilder(cls, sizes, lambda: True, config).build()
         except (AssertionError, ValueError, IndexError) as e:
@@ -156,6 +158,29 @@ def build_datasets(
     if valid is not None and (valid_samples == 0 or len(valid) == 0):
         valid = None
     return train, valid
+
+
+def check_split_documents(
+    recipe: Recipe, prefixes: list[str], split_matrix: list[tuple[float, float] | None], *, eval_on: bool
+) -> None:
+    """Refuse a data.split that gives a prefix no documents in its train or validation part: megatron would
+    try to draw samples from none and loop forever (it cuts each prefix's documents at round(fraction x count))."""
+    from zebra.data.indexed import check_prefix
+
+    for prefix in prefixes:
+        documents = check_prefix(prefix).documents - 1  # the index stores document starts plus the end
+        for part, bounds in zip(("training", "validation"), split_matrix[:2], strict=True):
+            if bounds is None or round(bounds[0] * documents) < round(bounds[1] * documents):
+                continue
+            fix = (
+                "give it a larger share, e.g. --set data.split=90,10,0"
+                if part == "validation" and eval_on
+                else "--set data.split=100,0,0 (with train.eval_interval=0), or more documents"
+            )
+            raise ZebraError(
+                f"data.split {recipe.data.split!r} leaves no documents for {part} in {prefix} ({documents} documents)",
+                fix=fix,
+            )
 
 
 def fla_dataset(recipe: Recipe, samples: int, *, ranks: int | None = None) -> torch.utils.data.Dataset:
