@@ -60,11 +60,15 @@ class ShardFolder:
     def __enter__(self) -> ShardFolder:
         self.path.mkdir(parents=True, exist_ok=True)
         self.lock = FolderLock(self.path, fix="wait for it to end, or choose another --output").acquire()
-        if self.force:
-            _clear(self.path)
-        self.notes += _verify_committed(self.path, self.manifest)
-        self.kept = len(self.manifest.shards)
-        write_manifest(self.path, self.manifest)
+        try:
+            if self.force:
+                _clear(self.path)
+            self.notes += _verify_committed(self.path, self.manifest)
+            self.kept = len(self.manifest.shards)
+            write_manifest(self.path, self.manifest)
+        except BaseException:
+            self.lock.release()  # __exit__ does not run when __enter__ fails: a long-lived process keeps no lock
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
