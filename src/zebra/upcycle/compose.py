@@ -108,14 +108,21 @@ def choose_layers(
     return check_mla_layers(layers, num_layers)
 
 
-def hybrid_config(mla: Student, recurrent: Student, mla_layers: tuple[int, ...]) -> Any:
-    """The hybrid's ZebraConfig: the recurrent student's, with the MLA student's MLA shapes and the new pattern."""
+def student_config(config: dict[str, Any], **changes: Any) -> Any:
+    """A ZebraConfig from an export's config.json dict, with `changes` applied."""
     from zebra.models import ZebraConfig
 
-    base = {k: v for k, v in recurrent.config.items() if k not in ("architectures", "auto_map", "model_type")}
-    base.update({k: mla.config[k] for k in MLA_KEYS if k in mla.config})
-    base["layer_pattern"] = pattern(recurrent.num_layers, mla_layers, recurrent.config["recurrent_type"])
-    return ZebraConfig.from_dict(base)
+    kept = {k: v for k, v in config.items() if k not in ("architectures", "auto_map", "model_type")}
+    return ZebraConfig.from_dict({**kept, **changes})
+
+
+def hybrid_config(mla: Student, recurrent: Student, mla_layers: tuple[int, ...]) -> Any:
+    """The hybrid's ZebraConfig: the recurrent student's, with the MLA student's MLA shapes and the new pattern."""
+    return student_config(
+        recurrent.config,
+        **{k: mla.config[k] for k in MLA_KEYS if k in mla.config},
+        layer_pattern=pattern(recurrent.num_layers, mla_layers, recurrent.config["recurrent_type"]),
+    )
 
 
 def compose(
@@ -214,6 +221,10 @@ def write_hybrid(
             layer_sources=sources, placement=placement, smart=smart,
         ))  # fmt: skip
         reports[0].write(tmp / REPORT_FILE)
+        if smart:
+            from zebra.upcycle.smart import plot_scores
+
+            plot_scores(smart, tmp / smart["chart"])
 
     try:
         export_hf(source, config, out, tokenizer=_tokenizer(recurrent.folder), force=force,
