@@ -153,3 +153,32 @@ def test_smart_refuses_calibration_data_in_another_tokenizer(students, tmp_path,
     result = zebra("upcycle", "--compose", students / "mla", students / "rec", "--mla", "3", "--placement", "smart",
                    "--calibration", folder, "-o", tmp_path / "x")  # fmt: skip
     assert_one_line_error(result, "tokenized with another tokenizer")
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        ([], ["pass a TEACHER or --compose MLA_DIR RECURRENT_DIR"]),
+        (["TEACHER", "--compose", "a", "b"], ["pass a TEACHER or --compose MLA_DIR RECURRENT_DIR"]),
+        (["TEACHER", "--placement", "smart"], ["--placement smart / --calibration need --compose"]),
+    ],
+)
+def test_teacher_or_compose_one_line_errors(students, tmp_path, args, needles):
+    args = [students / "teacher" if a == "TEACHER" else a for a in args]
+    assert_one_line_error(zebra("upcycle", *args, "-o", tmp_path / "x"), *needles)
+
+
+def test_mla_layers_all_makes_the_all_mla_student(students):
+    report = json.loads((students / "mla" / "upcycle.json").read_text())
+    assert report["pattern"] == "*-" * 6 and report["mla_layers"] == list(range(6))
+    assert json.loads((students / "rec" / "upcycle.json").read_text())["pattern"] == "G-" * 6
+
+
+def test_compose_refuses_an_export_without_upcycle_json(students, tmp_path):
+    import shutil
+
+    bare = tmp_path / "bare"
+    shutil.copytree(students / "rec", bare)
+    (bare / "upcycle.json").unlink()
+    result = zebra("upcycle", "--compose", students / "mla", bare, "--mla", "2", "-o", tmp_path / "x")
+    assert_one_line_error(result, "no upcycle.json, so its teacher is unknown")
