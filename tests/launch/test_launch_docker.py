@@ -4,6 +4,7 @@ interrupt stops, saves and removes the container."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -108,3 +109,26 @@ def test_interrupt_saves_and_removes_the_container(zebra_env, hostbind_image, do
     assert not containers_of(docker_client, run_dir)
     saved = (run_dir / "checkpoints" / "latest").read_text().strip()  # saved on the forwarded SIGTERM
     assert int(saved.rsplit("_", 1)[1]) >= 2
+
+
+def test_a_distillation_run_reads_its_teacher_and_init_export_through_the_mounts(
+    zebra, hostbind_image, docker_client, tmp_path
+):
+    """The teacher and the --init export live outside the run directory: only the launcher's mounts show them."""
+    from tests.upcycle.teachers import tiny_llama
+
+    from zebra.upcycle import StudentOptions, upcycle
+
+    teacher = tiny_llama(tmp_path / "models" / "teacher")
+    student = tmp_path / "models" / "student"
+    upcycle(str(teacher), student, StudentOptions(mixer="gdn", mla=1))
+    result = zebra(
+        "train", *TINY, "--init", str(student), "--teacher", str(teacher), "--launcher", "docker",
+        *hostbind_flags(hostbind_image), "-o", str(tmp_path / "runs"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    records = [
+        json.loads(line) for line in (tmp_path / "runs" / "tiny" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert [r["step"] for r in records if "kl" in r] == list(range(1, STEPS + 1))
+    assert not containers_of(docker_client, tmp_path / "runs" / "tiny")

@@ -83,3 +83,20 @@ def test_bad_overrides_are_one_line_errors_naming_set(assignment, message):
 def test_override_is_checked_against_cross_field_rules():
     with pytest.raises(ZebraError, match=r"train.min_lr: 0.5 exceeds train.lr"):
         load("train.min_lr=0.5")
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-mamba", "1b-kda-mla", "8b-mamba-mla"])
+def test_an_exports_config_gives_back_the_recipes_model(name):
+    """`zebra train --init DIR` sets model.* from DIR/config.json: the inverse of ModelSpec.flat."""
+    from zebra import arch
+    from zebra.recipes.schema import ModelSpec
+
+    original = load_recipe(name).model
+    config = original.to_config().to_dict()
+    rebuilt = load_recipe("tiny-kda", overrides=ModelSpec.overrides_from_config(config)).model
+    a, b = original.flat(), rebuilt.flat()
+    assert arch.resolve_pattern(arch.as_config(a)) == arch.resolve_pattern(arch.as_config(b))
+    ignored = {"layer_pattern", "hybrid_attention_ratio", "rope_scaling"}  # the pattern comes resolved
+    assert {k: v for k, v in a.items() if k not in ignored} == {
+        k: v for k, v in b.items() if k not in ignored
+    }

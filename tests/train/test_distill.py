@@ -13,7 +13,7 @@ from tests.upcycle.teachers import tiny_llama
 
 from zebra.train.checkpoint import read_meta
 
-from .helpers import losses, sets
+from .helpers import logged_step, losses, sets, wait_for, zebra_process
 
 
 @pytest.fixture(scope="module")
@@ -91,16 +91,29 @@ def test_an_init_export_of_another_shape_is_refused_naming_the_key(
     assert "train.init" in result.output and "mixer.gate_proj.weight is [96, 64]" in result.output
 
 
-def test_resume_takes_the_checkpoint_not_the_init_export(cli, tmp_path, sample_prefix, teacher, student):
+def test_sigterm_saves_and_the_resume_takes_the_checkpoint_not_the_init_export(
+    cli, tmp_path, sample_prefix, teacher, student
+):
     import shutil
+    import signal
 
-    init = tmp_path / "init"
+    from zebra.train.checkpoint import committed
+
+    init, run = tmp_path / "init", tmp_path / "term"
     shutil.copytree(student, init)
-    _distil(cli, sample_prefix, tmp_path, "r", teacher, init, steps=3)
-    (init / "model.safetensors").unlink()  # a resume must not read it
-    result = _distil(cli, sample_prefix, tmp_path, "r", teacher, init, steps=5)
+    args = ["train", "tiny", "--data", sample_prefix, "--init", str(init), "--teacher", str(teacher),
+            "--output", str(tmp_path), "--run", "term", *sets()]  # fmt: skip
+    proc = zebra_process(*args, "--max-steps", "500")
+    wait_for(lambda: logged_step(run) >= 2, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0 and "stopped by SIGTERM" in out, err
+    step = read_meta(committed(run / "checkpoints")[0])["step"]
+    (init / "model.safetensors").unlink()  # the resume must not read it
+    result = cli(*args, "--max-steps", str(step + 2))
+    assert result.exit_code == 0, result.output
     assert "resumed from" in result.output
-    assert sorted(losses(tmp_path / "r")) == [1, 2, 3, 4, 5]
+    assert sorted(losses(run)) == list(range(1, step + 3))
 
 
 def test_two_ranks_ddp_and_fsdp_match_one_rank(cli, tmp_path, sample_prefix, teacher, student, one_rank):
@@ -137,3 +150,13 @@ def test_a_teacher_with_another_tokenizer_is_refused(cli, tmp_path, sample_prefi
                  "--output", str(tmp_path), "--max-steps", "1")  # fmt: skip
     assert result.exit_code != 0
     assert "its tokenizer (260 ids" in result.output and "data.tokenizer byte (259 ids" in result.output
+
+
+def test_a_hub_teacher_goes_up_to_the_network_offline(cli, tmp_path, sample_prefix, student, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = cli("train", "tiny", "--data", sample_prefix, "--init", str(student),
+                 "--teacher", "zebra-tests/no-such-teacher", "--output", str(tmp_path), "--max-steps", "1")  # fmt: skip
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert (
+        "zebra-tests/no-such-teacher: no such local folder, and the hub id is not available" in result.output
+    )
