@@ -118,7 +118,7 @@ def _report(
     from zebra import arch
 
     s = teacher.shape
-    from zebra.train.teacher import resolve_teacher_spec
+    from zebra.upcycle.teacher import resolve_teacher_spec
 
     return UpcycleReport(
         teacher=resolve_teacher_spec(str(teacher.origin)),  # absolute when local: compose / ILD find it again

@@ -77,24 +77,22 @@ def smart_placement(
     import torch
 
     from zebra.device import resolve_device
-    from zebra.train.dist import DistEnv
-    from zebra.train.teacher import load_teacher
     from zebra.upcycle.teacher import open_teacher
+    from zebra.upcycle.teacher_model import build_teacher_model
 
     if calibration is None:
         raise ZebraError("--placement smart needs --calibration DATA",
                          fix="pass a prepared data folder (zebra data prep) in the teacher's tokenizer")  # fmt: skip
     if count > recurrent.num_layers:
         smart_selection([0.0] * recurrent.num_layers, count)  # the one-line error
-    spec = recurrent.report.teacher
-    opened = open_teacher(spec)
+    dev = torch.device(resolve_device(device))
+    dtype = torch.float32 if dev.type == "cpu" else torch.bfloat16
+    opened = open_teacher(recurrent.report.teacher)
     try:
         tokens = calibration_tokens(calibration, opened.tokenizer, opened.shape.vocab_size, samples, seq_len)
+        teacher = build_teacher_model(opened, dtype).to(dev).eval()
     finally:
         opened.tensors.close()
-    dev = torch.device(resolve_device(device))
-    teacher = load_teacher(spec, DistEnv(0, 0, 1, dev), mode="none")
-    dtype = next(teacher.parameters()).dtype
     students = [load_student(s, dev, dtype) for s in (recurrent, mla)]
     baseline, kls = layer_kls(teacher, *students, tokens, batch_size, on_batch)
     scores = [baseline - kl for kl in kls]
@@ -113,16 +111,9 @@ def smart_placement(
 def load_student(student: Student, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
     """A student's ZebraForCausalLM from its export, in eval mode."""
     from zebra.models import ZebraForCausalLM
-    from zebra.train.init_weights import init_state
-    from zebra.upcycle.compose import student_config
 
-    config = student_config(student.config)
-    model = ZebraForCausalLM(config)
-    state = init_state(student.folder, config)
-    if config.tie_word_embeddings:
-        state["lm_head.weight"] = state["model.embeddings.weight"]
-    model.load_state_dict(state)
-    return model.to(device=device, dtype=dtype).eval()
+    model = ZebraForCausalLM.from_pretrained(student.folder, dtype=dtype)
+    return model.to(device).eval()
 
 
 def layer_kls(

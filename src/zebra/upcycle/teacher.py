@@ -105,6 +105,12 @@ class Teacher:
     notes: list[str] = field(default_factory=list)
 
 
+def resolve_teacher_spec(spec: str) -> str:
+    """An existing local path made absolute (ranks and containers start elsewhere); a hub id unchanged."""
+    path = Path(spec).expanduser()
+    return str(path.resolve()) if path.exists() else spec
+
+
 def shape_from_hf_config(cfg: dict[str, Any], origin: str) -> TeacherShape:
     """A `TeacherShape` from an HF config.json dict; refuses anything but a dense Llama-family GQA model."""
     model_type = str(cfg.get("model_type", ""))
