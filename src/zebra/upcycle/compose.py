@@ -139,7 +139,6 @@ def compose(
     device: str = "auto",
     force: bool = False,
     on_progress: Callable[[float, float | None, str], None] | None = None,
-    on_score: Callable[[int, int], None] | None = None,
 ) -> UpcycleReport:
     """Write the hybrid of two ILD students of one teacher as a Zebra HF export with upcycle.json.
 
@@ -152,7 +151,7 @@ def compose(
         samples, seq_len: SMART's calibration sequences and their length.
         device: where SMART's forwards run.
         force: replace an existing `output`.
-        on_progress: per tensor written, as in `upcycle`; on_score: (done, total) calibration batches.
+        on_progress: per tensor written, as in `upcycle`.
 
     Raises:
         ZebraError: a folder that is not such a student, students of different teachers or shapes, a count
@@ -174,7 +173,7 @@ def compose(
             raise ZebraError("--placement smart needs --mla N (it chooses the layers)",
                              fix="pass --mla N instead of --mla-layers")  # fmt: skip
         smart = smart_placement(mla_student, rec_student, mla, calibration, samples=samples, seq_len=seq_len,
-                                device=device, on_batch=on_score)  # fmt: skip
+                                device=device)  # fmt: skip
         layers = tuple(smart["selected"])
     else:
         layers = choose_layers(num_layers, mla, mla_layers)

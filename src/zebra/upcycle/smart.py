@@ -14,7 +14,7 @@ a prefix without a manifest is only checked against the vocabulary size.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +70,6 @@ def smart_placement(
     seq_len: int = 512,
     batch_size: int = 8,
     device: str = "auto",
-    on_batch: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """SMART's scores and choice for two ILD students: a dict for upcycle.json (`kl` per layer, `scores`,
     `baseline_kl`, `selected`, the calibration data and its size)."""
@@ -94,7 +93,7 @@ def smart_placement(
     finally:
         opened.tensors.close()
     students = [load_student(s, dev, dtype) for s in (recurrent, mla)]
-    baseline, kls = layer_kls(teacher, *students, tokens, batch_size, on_batch)
+    baseline, kls = layer_kls(teacher, *students, tokens, batch_size)
     scores = [baseline - kl for kl in kls]
     return {
         "calibration": calibration,
@@ -122,7 +121,6 @@ def layer_kls(
     mla: torch.nn.Module,
     tokens: torch.Tensor,
     batch_size: int,
-    on_batch: Callable[[int, int], None] | None = None,
 ) -> tuple[float, list[float]]:
     """(KL per token of `recurrent`, [KL per token with dense layer i taken from `mla`, for each i]) against the
     teacher on `tokens` `[S, T]`."""
@@ -131,10 +129,9 @@ def layer_kls(
     layers = recurrent.model.layers  # sublayers 2i, 2i+1 = dense layer i
     num_layers = len(layers) // 2
     sums = torch.zeros(num_layers + 1, dtype=torch.float64)  # [baseline, layer 0, ...]
-    batches = range(0, tokens.shape[0], batch_size)
     device = next(recurrent.parameters()).device
     with torch.no_grad():
-        for done, start in enumerate(batches, 1):
+        for start in range(0, tokens.shape[0], batch_size):
             ids = tokens[start : start + batch_size].to(device)  # [b, T]
             log_p = torch.log_softmax(teacher(input_ids=ids, use_cache=False).logits.float(), -1)  # [b, T, V]
             sums[0] += _kl_sum(log_p, recurrent, ids)
@@ -145,8 +142,6 @@ def layer_kls(
                     sums[1 + i] += _kl_sum(log_p, recurrent, ids)
                 finally:
                     layers[2 * i], layers[2 * i + 1] = own
-            if on_batch is not None:
-                on_batch(done, len(batches))
     means = (sums / tokens.numel()).tolist()
     return means[0], means[1:]
 
