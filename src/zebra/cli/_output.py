@@ -172,6 +172,8 @@ def format_record(r: dict[str, Any]) -> str:
     """`loss 2.3456 | lr 3.00e-03 | 12.3k tok/s | MFU 41.2% | mem 1.2 GB` from a metrics record; a distillation
     record adds `KL 0.4321 | CE 2.9876 (teacher 2.5432)` after the loss."""
     parts = [f"loss {r['loss']:.4f}"]
+    if r.get("hidden") is not None:  # ILD: per-layer output and mixer-output distances, summed over layers
+        parts += [f"ILD outputs {r['hidden']:.4f}", f"mixers {r['mixer']:.4f}"]
     if r.get("kl") is not None:
         parts += [f"KL {r['kl']:.4f}", f"CE {r['ce']:.4f} (teacher {r['teacher_ce']:.4f})"]
     parts += [f"lr {r['lr']:.2e}", f"{r['tokens_per_s'] / 1e3:.1f}k tok/s"]

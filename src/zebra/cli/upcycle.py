@@ -16,14 +16,16 @@ EXAMPLES = examples(
     "zebra upcycle meta-llama/Llama-3.2-1B-Instruct --output zebra-1b --mla 4      # MLA at layers 0,5,10,14",
     "zebra upcycle SmolLM2-135M-Instruct.Q4_1.gguf --output smol-gdn --mixer gdn --mla-layers 0,14,28",
     "zebra upcycle primus/llama-ckpt --output zebra-3b --recipe 3b-mamba-mla --dtype bf16",
+    "zebra upcycle --compose ild-mla/export ild-mamba/export --mla 4 --placement smart --calibration data/ -o hybrid",
 )
 
 
 def upcycle_command(
-    teacher: Annotated[
-        str, typer.Argument(help="HF model folder or hub id, a .gguf file, or a dense Megatron checkpoint.")
-    ],
     output: Annotated[Path, typer.Option("--output", "-o", help="The Zebra HF export to write.")],
+    teacher: Annotated[
+        str | None,
+        typer.Argument(help="HF model folder or hub id, a .gguf file, or a dense Megatron checkpoint."),
+    ] = None,
     mixer: Annotated[
         str | None, typer.Option("--mixer", help="Recurrent mixer: mamba (default), gdn or kda.")
     ] = None,
@@ -32,8 +34,30 @@ def upcycle_command(
         typer.Option("--mla", help="Number of MLA layers: layer 0 and L-2 always, gaps as even as possible."),
     ] = None,
     mla_layers: Annotated[
-        str | None, typer.Option("--mla-layers", help="Dense layers that become MLA, e.g. 0,5,10,14.")
+        str | None,
+        typer.Option("--mla-layers", help="Dense layers that become MLA, e.g. 0,5,10,14, or all."),
     ] = None,
+    compose: Annotated[
+        tuple[Path, Path] | None,
+        typer.Option("--compose", help="MLA_DIR RECURRENT_DIR: the hybrid of two ILD students, no TEACHER."),
+    ] = None,
+    placement: Annotated[
+        str,
+        typer.Option(
+            "--placement", help="With --compose --mla N: even, or smart (by KL, needs --calibration)."
+        ),
+    ] = "even",
+    calibration: Annotated[
+        str | None,
+        typer.Option(
+            "--calibration", help="SMART's data: a prepared folder or Megatron prefix, teacher's tokenizer."
+        ),
+    ] = None,
+    calibration_samples: Annotated[
+        int, typer.Option("--calibration-samples", help="SMART's calibration sequences.", min=1)
+    ] = 256,
+    seq_len: Annotated[int, typer.Option("--seq-len", help="SMART's sequence length.", min=8)] = 512,
+    device: Annotated[str, typer.Option("--device", help="SMART's device: auto, cpu, cuda.")] = "auto",
     kv_lora_rank: Annotated[
         int | None, typer.Option("--kv-lora-rank", help="MLA key/value latent rank (the cached latent).")
     ] = None,
@@ -64,12 +88,27 @@ def upcycle_command(
     from zebra.upcycle.run import upcycle
     from zebra.upcycle.student import StudentOptions, parse_mla_layers
 
+    if (teacher is None) == (compose is None):
+        raise ZebraError("pass a TEACHER or --compose MLA_DIR RECURRENT_DIR (one of them)",
+                         fix="zebra upcycle TEACHER -o OUT, or zebra upcycle --compose A B --mla N -o OUT")  # fmt: skip
     if output.exists() and not force:
         if not confirm(f"{output} exists. Overwrite it?", yes=yes, default=False):
             raise ZebraError(
                 f"--output {output}: already exists", fix="pass --force (or --yes) to overwrite it"
             )
         force = True
+    if compose is not None:
+        from zebra.upcycle.compose import compose as compose_students
+
+        with out.progress("composing", unit="B", enabled=not json_) as bar:
+            report = compose_students(*compose, output, mla=mla, mla_layers=mla_layers, placement=placement,
+                                      calibration=calibration, samples=calibration_samples, seq_len=seq_len,
+                                      device=device, force=force, on_progress=bar)  # fmt: skip
+        _show(report, json_)
+        return
+    if placement != "even" or calibration is not None:
+        raise ZebraError("--placement smart / --calibration need --compose MLA_DIR RECURRENT_DIR",
+                         fix="ILD-train an all-MLA and an all-recurrent student first (docs/upcycle.md)")  # fmt: skip
     options = StudentOptions(
         mixer=mixer,
         mla=mla,
@@ -90,6 +129,11 @@ def upcycle_command(
             seed=seed,
             on_progress=bar,
         )
+    _show(report, json_)
+
+
+def _show(report, json_: bool) -> None:
+    """The report as JSON, or as the provenance table, SMART's scores and a summary."""
     if json_:
         out.json(report.to_dict())
         return
@@ -98,6 +142,8 @@ def upcycle_command(
         [[t.name, "x".join(map(str, t.shape)), t.source or "", _how(t)] for t in report.tensors],
         title=f"{report.teacher} ({report.teacher_format}) -> {report.output}",
     )
+    if report.smart:
+        _show_scores(report)
     counts = ", ".join(f"{n} {how}" for how, n in report.counts().items())
     out.text(f"pattern {report.pattern} ({report.mixer}, MLA at layers {report.mla_layers or 'none'})")
     out.text(f"tensors: {counts}")
@@ -109,6 +155,20 @@ def upcycle_command(
         out.warn(note)
     out.result(f"wrote {report.output} ({report.dtype}); its provenance is in {report.output}/upcycle.json")
     out.hint(f"check it: zebra generate {report.output} --prompt 'The capital of France is'")
+
+
+def _show_scores(report) -> None:
+    smart, chosen = report.smart, set(report.mla_layers)
+    out.table(
+        ["layer", "KL with this layer MLA", "score (KL lowered)", "MLA"],
+        [
+            [i, f"{kl:.5f}", f"{score:+.5f}", "yes" if i in chosen else ""]
+            for i, (kl, score) in enumerate(zip(smart["kl"], smart["scores"], strict=True))
+        ],
+        title=f"SMART: KL of the all-recurrent student {smart['baseline_kl']:.5f} on {smart['sequences']} "
+        f"sequences of {smart['calibration']}",
+    )
+    out.text(f"scores chart: {smart['chart']}")
 
 
 def _how(t) -> str:

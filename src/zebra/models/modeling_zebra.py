@@ -185,6 +185,25 @@ class ZebraModel(ZebraPreTrainedModel):
             **{CACHE_FIELD: cache if use_cache or cache is not None else None},
         )
 
+    def teacher_forced(self, forcing: Any) -> torch.Tensor:
+        """Intermediate-layer distillation: each dense layer i (sublayers 2i, 2i+1: mixer, MLP) runs on the
+        teacher's stream before its layer i, `forcing.layer_input(i)` `[B, T, D]`, not on the student's own; the
+        result is the sum of `forcing.layer_loss(i, mixer output, layer output)` over the layers (the last
+        layer's output after the final norm). `zebra.train.ild` is the `forcing`."""
+        if len(self.layers) % 2:
+            raise ValueError("ZebraModel: teacher forcing needs mixer/MLP sublayer pairs")
+        num_layers = len(self.layers) // 2
+        total = None
+        for i in range(num_layers):
+            x = forcing.layer_input(i)  # [B, T, D]
+            positions = default_positions(x.shape[1], None, None, None, x.device)
+            mixed, stream = self.layers[2 * i](x, None, position_ids=positions)  # mixer output, stream x
+            out, stream = self.layers[2 * i + 1](mixed, stream, position_ids=positions)
+            h = self.norm(out, stream) if i == num_layers - 1 else out + stream  # [B, T, D]
+            loss = forcing.layer_loss(i, mixed, h)
+            total = loss if total is None else total + loss
+        return total
+
 
 def default_positions(
     T: int,
@@ -234,6 +253,7 @@ class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
         shift_labels: torch.LongTensor | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         head_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        teacher_forcing: Any = None,
         **unused: Any,
     ) -> CausalLMOutputWithPast | tuple:
         """Logits `[B, T', V]` and, with `labels` or `shift_labels` `[B, T]`, the next-token loss (float32).
@@ -252,8 +272,12 @@ class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
         `head_loss`: instead of any target, a function of (final hidden states `[B, T, D]`, `lm_head.weight`
         `[V, D]`) whose value is the loss (no logits): a training loss that needs the head inside the forward,
         where FSDP has gathered it and DDP's hooks see it (distillation, `zebra.train.distill`).
+        `teacher_forcing`: intermediate-layer distillation (`ZebraModel.teacher_forced`, `zebra.train.ild`): the
+        loss is its per-layer loss and the other inputs are ignored; inside the forward for FSDP / DDP as above.
         Other arguments: see `ZebraModel.forward`.
         """
+        if teacher_forcing is not None:
+            return CausalLMOutputWithPast(loss=self.model.teacher_forced(teacher_forcing))
         if labels is not None and shift_labels is not None:
             raise ValueError("ZebraForCausalLM: pass labels or shift_labels, not both")
         if head_loss is not None and (labels is not None or shift_labels is not None):

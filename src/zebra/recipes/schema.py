@@ -295,6 +295,17 @@ class DistillSpec:
     temperature: float = spec(
         1.0, doc="softmax temperature tau of both models in the KL", min=0.05, max=100.0
     )
+    stage: str = spec(
+        "kd",
+        doc="kd: end-to-end KL on the logits; ild: teacher-forced intermediate-layer distillation (per-layer "
+        "outputs and mixer outputs against the teacher's)",
+        choices=("kd", "ild"),
+    )
+    ild_norm: str = spec(
+        "l2",
+        doc="ild: per-token distance, l2 (the L2 norm, as published) or mse (mean squared error)",
+        choices=("l2", "mse"),
+    )
 
 
 @dataclass(kw_only=True)

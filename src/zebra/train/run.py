@@ -145,7 +145,8 @@ def resolve_distill(recipe: Recipe) -> None:
             )
         t.init = str(init.resolve())
     if d.teacher:
-        from zebra.train.teacher import check_teacher, resolve_teacher_spec
+        from zebra.train.teacher import check_teacher
+        from zebra.upcycle.teacher import resolve_teacher_spec
 
         d.teacher = resolve_teacher_spec(d.teacher)
         check_teacher(recipe)

@@ -7,7 +7,7 @@ loaded by every rank as a frozen Hugging Face causal LM.
 
 Any teacher `zebra upcycle` reads works (`zebra.upcycle.open_teacher`): an HF folder or hub id, a `.gguf` file,
 a dense Megatron checkpoint. The model is rebuilt from its shape (an HF folder or hub id: from its own
-config.json, so RoPE scaling is kept) and filled tensor by tensor.
+config.json, so RoPE scaling is kept) and filled tensor by tensor (`zebra.upcycle.teacher_model`).
 """
 
 from __future__ import annotations
@@ -22,13 +22,6 @@ if TYPE_CHECKING:
 
     from zebra.recipes import Recipe
     from zebra.train.dist import DistEnv
-    from zebra.upcycle.teacher import Teacher
-
-
-def resolve_teacher_spec(spec: str) -> str:
-    """An existing local path made absolute (ranks and containers start elsewhere); a hub id unchanged."""
-    path = Path(spec).expanduser()
-    return str(path.resolve()) if path.exists() else spec
 
 
 def check_teacher(recipe: Recipe) -> None:
@@ -92,11 +85,12 @@ def load_teacher(spec: str, env: DistEnv, *, mode: str) -> torch.nn.Module:
     import torch
 
     from zebra.upcycle import open_teacher
+    from zebra.upcycle.teacher_model import build_teacher_model
 
     dtype = torch.float32 if env.device.type == "cpu" else torch.bfloat16
     teacher = open_teacher(spec, tokenizer="none")
     try:
-        model = _build(teacher, dtype)
+        model = build_teacher_model(teacher, dtype)
     finally:
         teacher.tensors.close()
     model.to(env.device).eval().requires_grad_(False)
@@ -109,62 +103,3 @@ def load_teacher(spec: str, env: DistEnv, *, mode: str) -> torch.nn.Module:
             fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh, reshard_after_forward=True)  # no backward: free everything after use
     return model
-
-
-def _build(teacher: Teacher, dtype: torch.dtype) -> torch.nn.Module:
-    """The HF causal LM of `teacher` in `dtype`, read tensor by tensor (each cast as it is read)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(_hf_config(teacher), dtype=dtype)
-    names = teacher.tensors.shapes()
-    state = {name: teacher.tensors.get(name).to(dtype) for name in names}
-    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
-    missing = [k for k in missing if not (k == "lm_head.weight" and model.config.tie_word_embeddings)]
-    if missing or unexpected:
-        raise ZebraError(
-            f"distill.teacher {teacher.origin}: "
-            + (f"no tensor for {missing[0]}" if missing else f"unexpected tensor {unexpected[0]}"),
-            fix="point at a complete dense Llama-family checkpoint",
-        )
-    model.tie_weights()
-    for name, buffer in list(model.named_buffers()):  # RoPE frequencies: made on the meta device, remake
-        if buffer.is_meta:
-            module, _, attr = name.rpartition(".")
-            owner = model.get_submodule(module)
-            owner.register_buffer(attr, _remade(owner, attr), persistent=False)
-    return model
-
-
-def _remade(rotary: torch.nn.Module, attr: str) -> torch.Tensor:
-    """A rotary embedding's meta buffer computed again on the CPU (transformers' rope init function)."""
-    import torch
-
-    with torch.device("cpu"):
-        fresh = type(rotary)(rotary.config)
-    return getattr(fresh, attr)
-
-
-def _hf_config(teacher: Teacher) -> Any:
-    """The teacher's HF config: an HF folder's own (RoPE scaling included), else rebuilt from its shape."""
-    from transformers import AutoConfig
-
-    if teacher.format == "hf":
-        return AutoConfig.from_pretrained(teacher.origin)
-    s = teacher.shape
-    return AutoConfig.for_model(
-        "qwen3" if s.qk_norm else "llama",
-        vocab_size=s.vocab_size,
-        hidden_size=s.hidden_size,
-        intermediate_size=s.intermediate_size,
-        num_hidden_layers=s.num_layers,
-        num_attention_heads=s.num_heads,
-        num_key_value_heads=s.num_kv_heads,
-        head_dim=s.head_dim,
-        tie_word_embeddings=s.tie_word_embeddings,
-        rope_theta=s.rope_theta,
-        rms_norm_eps=s.rms_norm_eps,
-        max_position_embeddings=s.max_position_embeddings,
-        attention_bias=s.qkv_bias,
-    )

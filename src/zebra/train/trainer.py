@@ -26,6 +26,7 @@ from zebra.train import checkpoint as ckpt
 from zebra.train.data import batch_plan, build_train_order, micro_batches
 from zebra.train.dist import DistEnv, all_reduce_sum, barrier, destroy_distributed, init_distributed
 from zebra.train.distill import DistillLoss, DistillWeights
+from zebra.train.ild import ILDLoss
 from zebra.train.init_weights import load_init
 from zebra.train.metrics import (
     IntervalMeter,
@@ -181,6 +182,8 @@ class Trainer:
         )
         torch.manual_seed(t.seed)
         self.model_core = build_model(recipe, env.device)
+        if recipe.distill.teacher and recipe.distill.stage == "ild":
+            freeze_for_ild(self.model_core)
         self.num_params = sum(p.numel() for p in self.model_core.parameters())  # tied weights once
         self.parallel = choose_parallel(t.parallel, self.num_params, env.world_size)
         if t.optimizer_graph and self.parallel == "fsdp":
@@ -217,12 +220,15 @@ class Trainer:
         self.flops_per_token = arch.train_flops_per_token(cfg, recipe.data.seq_len)
         self.peak_flops = device_peak_flops(env.device)
 
-    def distill_loss(self) -> DistillLoss | None:
-        """The distillation loss against `distill.teacher` (loaded here), or None for plain CE."""
+    def distill_loss(self) -> DistillLoss | ILDLoss | None:
+        """The distillation loss against `distill.teacher` (loaded here): KD on the logits or, with
+        `distill.stage: ild`, intermediate-layer distillation; None for plain CE."""
         d = self.recipe.distill
         if not d.teacher:
             return None
         teacher = load_teacher(d.teacher, self.env, mode=self.parallel)
+        if d.stage == "ild":
+            return ILDLoss(teacher, check_ild_layers(self.model_core, teacher, d.teacher), d.ild_norm)
         return DistillLoss(teacher, DistillWeights(d.kl_weight, d.ce_weight, d.temperature))
 
     def state(self) -> dict[str, Any]:
@@ -483,20 +489,53 @@ class Trainer:
                 dtype="bf16" if self.recipe.train.precision == "bf16" else "auto",
                 force=True,
                 source=f"zebra train {self.run_dir.name}, step {self.progress.step}",
+                add_files=self.carry_provenance,
             )
         barrier(self.env)
         return out_dir
+
+    def carry_provenance(self, folder: Path) -> None:
+        """Copy the `train.init` export's upcycle.json into the export: it still names the teacher the weights
+        came from (`zebra upcycle --compose` checks that two students share it)."""
+        import shutil
+
+        init = Path(self.recipe.train.init) / "upcycle.json" if self.recipe.train.init else None
+        if init is not None and init.is_file():
+            shutil.copyfile(init, folder / "upcycle.json")
 
     def describe(self) -> str:
         """One line saying what is trained where."""
         r, t, env = self.recipe, self.recipe.train, self.env
         dev = env.device.type if env.device.type == "cpu" else f"{env.world_size} x {env.device.type}"
-        teacher = f", distilled from {r.distill.teacher}" if r.distill.teacher else ""
+        stage = "layer by layer (ILD)" if r.distill.stage == "ild" else "distilled"
+        teacher = f", {stage} from {r.distill.teacher}" if r.distill.teacher else ""
         return (
             f"{r.name}: {self.num_params / 1e6:.2f}M parameters, {env.world_size} rank(s) on {dev} "
             f"({self.parallel}), {self.micro_batch} x {env.world_size} x {self.accumulation} = "
             f"{t.global_batch_size} sequences x {r.data.seq_len} tokens per step, {t.max_steps} steps{teacher}"
         )
+
+
+def freeze_for_ild(model: torch.nn.Module) -> None:
+    """ILD never embeds or predicts a token (every layer is fed the teacher's states), so the embeddings and the
+    head get no gradient; frozen, DDP does not wait for them and AdamW's weight decay leaves them alone."""
+    model.model.embeddings.requires_grad_(False)
+    model.lm_head.requires_grad_(False)
+
+
+def check_ild_layers(student: torch.nn.Module, teacher: torch.nn.Module, spec: str) -> int:
+    """The teacher's layer count, once the student is shown to be one mixer/MLP pair per teacher layer."""
+    from zebra.mixers import MLP
+
+    pattern = student.config.layer_pattern
+    layers = len(teacher.model.layers)
+    if len(pattern) != 2 * layers or set(pattern[1::2]) != {MLP}:
+        raise ZebraError(
+            f"distill.stage ild: the student's pattern {pattern} is not one mixer/MLP pair per layer of "
+            f"distill.teacher {spec} ({layers} layers)",
+            fix="ILD-train a student made by `zebra upcycle TEACHER` (pass it with --init)",
+        )
+    return layers
 
 
 def train_rank(

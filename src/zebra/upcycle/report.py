@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ class TensorOrigin:
 
 @dataclass
 class UpcycleReport:
-    """What `zebra upcycle` made (`to_dict` is upcycle.json)."""
+    """What `zebra upcycle` made (`to_dict` is upcycle.json); `read` loads one back."""
 
     teacher: str
     teacher_format: str
@@ -49,6 +49,12 @@ class UpcycleReport:
     kv_cache_fraction: float  # per-token KV cache of the student / the teacher's (MLA latents vs K and V)
     tensors: list[TensorOrigin] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # `zebra upcycle --compose`: the two students ({"mla": folder, "recurrent": folder}), the folder each dense
+    # layer (mixer + MLP) came from, how the MLA layers were placed (even / explicit / smart) and SMART's scores
+    students: dict[str, str] = field(default_factory=dict)
+    layer_sources: list[str] = field(default_factory=list)
+    placement: str = ""
+    smart: dict[str, Any] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         """Tensors per kind of origin."""
@@ -59,6 +65,15 @@ class UpcycleReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "counts": self.counts()}
+
+    @classmethod
+    def read(cls, path: Path) -> UpcycleReport:
+        """An upcycle.json back as a report (keys it does not know, e.g. `counts`, are dropped)."""
+        data = json.loads(path.read_text())
+        known = {f.name for f in fields(cls)}
+        report = cls(**{k: v for k, v in data.items() if k in known})
+        report.tensors = [TensorOrigin(**t) for t in data.get("tensors", [])]
+        return report
 
     def write(self, path: Path) -> None:
         """Write JSON to a temporary name, then rename it into place."""

@@ -119,8 +119,10 @@ def _report(
     from zebra import arch
 
     s = teacher.shape
+    from zebra.upcycle.teacher import resolve_teacher_spec
+
     return UpcycleReport(
-        teacher=str(teacher.origin),
+        teacher=resolve_teacher_spec(str(teacher.origin)),  # absolute when local: compose / ILD find it again
         teacher_format=teacher.format,
         output=str(out),
         mixer=plan.mixer,

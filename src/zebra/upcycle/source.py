@@ -22,7 +22,7 @@ from zebra.upcycle.recurrent import delta_rule_from_attention, mamba2_from_atten
 from zebra.upcycle.report import COPIED, TensorOrigin
 from zebra.upcycle.teacher import EMBED, FINAL_NORM, LM_HEAD, Teacher, layer_key
 
-_GLOBAL_COPIES = {"model.embeddings.weight": EMBED, "model.norm.weight": FINAL_NORM, LM_HEAD: LM_HEAD}
+GLOBAL_COPIES = {"model.embeddings.weight": EMBED, "model.norm.weight": FINAL_NORM, LM_HEAD: LM_HEAD}
 # How each recurrent mixer (registry name, see zebra.upcycle.student.MIXER_FIELDS) gets the teacher's attention.
 _FROM_ATTENTION = {
     "mamba2": mamba2_from_attention,
@@ -68,8 +68,8 @@ class UpcycledSource(TensorSource):
         return dict(self._shapes)
 
     def get(self, name: str) -> torch.Tensor:
-        if name in _GLOBAL_COPIES:
-            tensor, self.origins[name] = self._copy(name, _GLOBAL_COPIES[name])
+        if name in GLOBAL_COPIES:
+            tensor, self.origins[name] = self._copy(name, GLOBAL_COPIES[name])
             return tensor
         index = int(name.split(".")[2])  # model.layers.{index}....
         if self._current is None or self._current[0] != index:

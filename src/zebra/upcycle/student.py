@@ -31,6 +31,7 @@ PUBLISHED_PLACEMENTS = {
     (32, 8): (0, 4, 8, 12, 16, 20, 25, 30),
 }
 PUBLISHED_WIDTH, PUBLISHED_KV_RANK, PUBLISHED_Q_RANK = 2048, 128, 1344
+ALL_LAYERS = "all"  # `--mla-layers all`
 SHAPE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "tie_word_embeddings")
 
 
@@ -40,7 +41,7 @@ class StudentOptions:
 
     mixer: str | None = None  # "mamba", "gdn" or "kda"
     mla: int | None = None  # number of MLA layers
-    mla_layers: tuple[int, ...] | None = None  # dense layer indices of the MLA layers
+    mla_layers: tuple[int, ...] | str | None = None  # dense layer indices of the MLA layers, or "all"
     kv_lora_rank: int | None = None
     q_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
@@ -78,8 +79,11 @@ def mla_placement(num_layers: int, count: int) -> tuple[int, ...]:
     return tuple(math.floor(k * last / (count - 1) + 0.5) for k in range(count))
 
 
-def parse_mla_layers(text: str) -> tuple[int, ...]:
-    """`"0,5,10,14"` -> (0, 5, 10, 14); distinct, sorted (the range is checked against the teacher later)."""
+def parse_mla_layers(text: str) -> tuple[int, ...] | str:
+    """`"0,5,10,14"` -> (0, 5, 10, 14); distinct, sorted (the range is checked against the teacher later);
+    `"all"` stays "all" (every layer MLA: the all-MLA student of the ILD stage)."""
+    if text.strip().lower() == ALL_LAYERS:
+        return ALL_LAYERS
     try:
         layers = tuple(sorted(int(x) for x in text.split(",") if x.strip()))
     except ValueError:
@@ -90,7 +94,9 @@ def parse_mla_layers(text: str) -> tuple[int, ...]:
     return layers
 
 
-def _check_mla_layers(layers: tuple[int, ...], num_layers: int) -> tuple[int, ...]:
+def check_mla_layers(layers: tuple[int, ...] | str, num_layers: int) -> tuple[int, ...]:
+    if layers == ALL_LAYERS:
+        return tuple(range(num_layers))
     bad = [i for i in layers if not 0 <= i < num_layers]
     if bad:
         raise ZebraError(
@@ -198,7 +204,7 @@ def plan_student(shape: TeacherShape, options: StudentOptions) -> StudentPlan:
         return _plan_from_recipe(shape, options)
     mixer = mixer_name(options.mixer or "mamba")
     if options.mla_layers is not None:
-        mla_layers = _check_mla_layers(options.mla_layers, shape.num_layers)
+        mla_layers = check_mla_layers(options.mla_layers, shape.num_layers)
     else:
         mla_layers = mla_placement(
             shape.num_layers, options.mla if options.mla is not None else max(1, round(shape.num_layers / 4))
@@ -312,7 +318,7 @@ def _recipe_pattern(flat: dict[str, Any], options: StudentOptions, mixer: str, m
         raise ZebraError(f"--recipe {options.recipe}: {e}", fix="fix the recipe's model.pattern") from None
     layers = len(recipe_pattern) // 2
     if options.mla_layers is not None:
-        recipe_pattern = pattern(layers, _check_mla_layers(options.mla_layers, layers), mixer)
+        recipe_pattern = pattern(layers, check_mla_layers(options.mla_layers, layers), mixer)
     elif options.mla is not None:
         recipe_pattern = pattern(layers, mla_placement(layers, options.mla), mixer)
     mixers, mlps = set(recipe_pattern[0::2]), set(recipe_pattern[1::2])

@@ -24,6 +24,7 @@ Names (L layers, H query heads, Hkv key/value heads, head dim Dh, width D, MLP w
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zebra.errors import ZebraError
@@ -101,6 +102,12 @@ class Teacher:
     format: str  # "hf", "gguf", "megatron-torch", "megatron-torch_dist"
     dtype: torch.dtype  # the dtype of its weights (GGUF: float32, dequantised)
     notes: list[str] = field(default_factory=list)
+
+
+def resolve_teacher_spec(spec: str) -> str:
+    """An existing local path made absolute (ranks and containers start elsewhere); a hub id unchanged."""
+    path = Path(spec).expanduser()
+    return str(path.resolve()) if path.exists() else spec
 
 
 def shape_from_hf_config(cfg: dict[str, Any], origin: str) -> TeacherShape:
