@@ -29,7 +29,7 @@ COLUMN = "input_ids"
 
 
 @dataclass
-class ConvertResult(FolderResult):
+class FlaFolderResult(FolderResult):
     """What `convert_fla` left in the folder, and how many tokens it compared with the Arrow data."""
 
     verified_tokens: int
@@ -91,7 +91,7 @@ def convert_fla(
     rows_per_shard: int = ROWS_PER_SHARD,
     force: bool = False,
     on_progress: Callable[..., None] | None = None,
-) -> ConvertResult:
+) -> FlaFolderResult:
     """Write FLA's chunks as Megatron shards in `output` (a data folder), then verify them token for token.
 
     Args:
@@ -120,7 +120,7 @@ def convert_fla(
     with ShardFolder(folder, resume_manifest(folder, fresh, force=force), force=force) as shards:
         _write_chunks(shards, files, total_rows, rows_per_shard, on_progress)
     verified = verify_against_arrow(folder, files)
-    return ConvertResult(**vars(shards.result()), verified_tokens=verified)
+    return FlaFolderResult(**vars(shards.result()), verified_tokens=verified)
 
 
 def _tokenizer(name: str | None, max_id: int, arrow_dir: str | Path) -> tuple[dict[str, Any], int]:
