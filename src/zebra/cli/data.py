@@ -139,7 +139,7 @@ def _prep_summary(
     folder: Path, manifest, notes: list[str], json_: bool, seconds: float | None = None
 ) -> None:
     for note in notes:
-        out.warn(escape(note))
+        out.warn(note)
     skipped = manifest.skipped()
     if json_:
         out.json({"folder": str(folder), **manifest.to_json(), "seconds": seconds})
@@ -203,7 +203,7 @@ def convert_fla(
             on_progress=on_progress,
         )
     for note in result.notes:
-        out.warn(escape(note))
+        out.warn(note)
     manifest = result.manifest
     if json_:
         out.json(

@@ -10,7 +10,6 @@ import os
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from typer.core import TyperGroup
 
 from zebra import __version__
@@ -37,9 +36,9 @@ class _ZebraGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except ZebraError as e:
-            out.error(escape(e.message))  # plain text: a message may hold brackets ("dict[str, int]", paths)
+            out.error(e.message)  # out escapes it: a message may hold brackets ("dict[str, int]", paths)
             if e.fix:
-                out.hint(escape(e.fix))
+                out.hint(e.fix)
             raise typer.Exit(e.exit_code) from None
         except KeyboardInterrupt:
             out.error("interrupted")
