@@ -196,7 +196,7 @@ def write_hybrid(
     """The export of the hybrid with MLA at `layers` (dense indices), and its upcycle.json."""
     from zebra import arch
     from zebra.convert.hf_export import export_hf
-    from zebra.upcycle.teacher import open_teacher
+    from zebra.upcycle.readers import open_teacher
 
     config = hybrid_config(mla, recurrent, layers)
     out = Path(output)

@@ -76,7 +76,7 @@ def smart_placement(
     import torch
 
     from zebra.device import resolve_device
-    from zebra.upcycle.teacher import open_teacher
+    from zebra.upcycle.readers import open_teacher
     from zebra.upcycle.teacher_model import build_teacher_model
 
     if calibration is None:
