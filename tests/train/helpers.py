@@ -50,9 +50,14 @@ def records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+def train_records(run_dir: Path) -> list[dict]:
+    """The training-step lines of a run's metrics.jsonl (those with a loss; not eval or timing lines)."""
+    return [r for r in records(run_dir) if "loss" in r]
+
+
 def losses(run_dir: Path) -> dict[int, float]:
     """Training loss per logged step of a run."""
-    return {r["step"]: r["loss"] for r in records(run_dir) if "loss" in r}
+    return {r["step"]: r["loss"] for r in train_records(run_dir)}
 
 
 def invoke_in_process(*args: str):

@@ -10,7 +10,7 @@ import pytest
 import torch
 from tests.upcycle.teachers import tiny_llama
 
-from .helpers import distil, invoke_in_process, losses, records, sets, upcycled_student
+from .helpers import distil, invoke_in_process, losses, sets, train_records, upcycled_student
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def one_rank(tmp_path_factory, sample_prefix, teacher, student):
 
 
 def test_ild_lowers_the_layer_distances_and_the_export_keeps_the_provenance(one_rank, student):
-    train = [r for r in records(one_rank) if "loss" in r]
+    train = train_records(one_rank)
     assert [r["step"] for r in train] == list(range(1, 7))
     for r in train:
         groups = sum(v for k, v in r.items() if k.startswith("layers_"))
@@ -83,7 +83,7 @@ def test_the_loss_matches_a_reference_from_the_teachers_hidden_states(teacher, s
 
 def test_mse_is_the_other_norm(cli, tmp_path, sample_prefix, teacher, student, one_rank):
     _ild(cli, sample_prefix, tmp_path, "mse", teacher, student, *sets("distill.ild_norm=mse"), steps=1)
-    mse, l2 = records(tmp_path / "mse")[0], records(one_rank)[0]
+    mse, l2 = train_records(tmp_path / "mse")[0], train_records(one_rank)[0]
     assert 0 < mse["loss"] < l2["loss"]  # mean of squares per channel vs the norm per token
 
 
@@ -100,7 +100,7 @@ def test_two_ranks_ddp_and_fsdp_match_one_rank(cli, tmp_path, sample_prefix, tea
     for parallel in ("ddp", "fsdp"):
         _ild(cli, sample_prefix, tmp_path, parallel, teacher, student, "--nproc", "2",
              "--set", f"train.parallel={parallel}", steps=6)  # fmt: skip
-        got, want = records(tmp_path / parallel), records(one_rank)
+        got, want = train_records(tmp_path / parallel), train_records(one_rank)
         for a, b in zip(got, want, strict=True):
             for key in ("hidden", "mixer"):
                 assert a[key] == pytest.approx(b[key], rel=1e-3), (parallel, a["step"], key)
