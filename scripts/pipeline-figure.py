@@ -20,7 +20,6 @@ Defaults: 192 steps of 8 x 1024 tokens (1.6M tokens per pipeline), ILD 20% of th
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import shutil
@@ -184,46 +183,31 @@ def table(result: dict) -> str:
 def main() -> None:
     import torch
 
-    from zebra.train.dist import DistEnv
-    from zebra.train.teacher import load_teacher
-
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("teacher", help="the teacher (.gguf, HF folder or hub id)")
-    p.add_argument("--train", required=True, help="tokenized training text (prep folder or prefix)")
-    p.add_argument("--heldout", required=True, help="tokenized held-out text (prep folder or prefix)")
-    p.add_argument("--output", type=Path, required=True)
+    helpers = figure_helpers()
+    p = helpers.figure_parser(__doc__.splitlines()[0])
     p.add_argument("--mixer", default="mamba")
     p.add_argument("--mla", type=int, default=6)
     p.add_argument("--steps", type=int, default=192, help="total steps of every pipeline (ILD + KD)")
     p.add_argument(
         "--ild-fraction", type=float, default=0.2, help="share of the steps for ILD (both students)"
     )
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--kd-lr", type=float, default=2e-4)
     p.add_argument("--ild-lr", type=float, default=5e-4)
     p.add_argument("--ild-norm", default="l2", choices=("l2", "mse"))
     p.add_argument(
         "--calibration", type=int, default=64, help="SMART's calibration sequences of --seq tokens"
     )
-    p.add_argument("--heldout-windows", type=int, default=32, help="held-out sequences of --seq tokens")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args()
     args.output.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
-    helpers = figure_helpers()
-    held = helpers.token_stream(args.heldout)
-    heldout = helpers.windows(held, args.seq, min(args.heldout_windows, max(1, len(held) // (args.seq + 1))))
-    teacher = load_teacher(args.teacher, DistEnv(0, 0, 1, device), mode="none")
+    heldout, teacher = helpers.open_inputs(args, device)
     ctx = {"helpers": helpers, "device": device, "teacher": teacher, "heldout": heldout,
            "stream": helpers.token_stream(args.train)}  # fmt: skip
     teacher_ce = helpers.heldout_ce(teacher, heldout, device, device.type == "cuda")
     pipelines = run(args, ctx)
     result = {
         "teacher": {"path": str(args.teacher), "heldout_ce": teacher_ce},
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "heldout_tokens": int(heldout[:, 1:].numel()),
+        **helpers.run_facts(args, device, heldout),
         "pipelines": pipelines,
         "smart": ctx["smart"],
     }

@@ -195,33 +195,59 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def figure_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments of both figure scripts (this and pipeline-figure.py): the teacher, the tokenized texts, the
+    output folder, the batch shape, the held-out size and the device."""
     import torch
 
-    from zebra.train.dist import DistEnv
-    from zebra.train.teacher import load_teacher
-
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("teacher", help="the teacher (.gguf, HF folder or hub id)")
     p.add_argument("--train", required=True, help="tokenized training text (prep folder or prefix)")
     p.add_argument("--heldout", required=True, help="tokenized held-out text (prep folder or prefix)")
     p.add_argument("--output", type=Path, required=True)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--heldout-windows", type=int, default=32, help="held-out sequences of --seq tokens")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    return p
+
+
+def open_inputs(args, device):
+    """The held-out windows `[W, seq + 1]` and the teacher on `device`, for a parsed `figure_parser`."""
+    from zebra.train.dist import DistEnv
+    from zebra.train.teacher import load_teacher
+
+    held = token_stream(args.heldout)
+    heldout = windows(held, args.seq, min(args.heldout_windows, max(1, len(held) // (args.seq + 1))))
+    return heldout, load_teacher(args.teacher, DistEnv(0, 0, 1, device), mode="none")
+
+
+def run_facts(args, device, heldout) -> dict:
+    """The settings, the device name and the held-out token count every figure's JSON records."""
+    import torch
+
+    return {
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "heldout_tokens": int(heldout[:, 1:].numel()),
+    }
+
+
+def main() -> None:
+    import torch
+
+    p = figure_parser(__doc__.splitlines()[0])
     p.add_argument("--mixers", default="mamba,gdn")
     p.add_argument("--mla", type=int, default=8)
     p.add_argument("--steps", type=int, default=256)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--kd-lr", type=float, default=2e-4, help="peak LR of distillation")
     p.add_argument("--scratch-lr", type=float, default=1e-3, help="peak LR of the from-scratch CE runs")
-    p.add_argument("--heldout-windows", type=int, default=32, help="held-out sequences of --seq tokens")
     p.add_argument("--decode-tokens", type=int, default=64)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args()
     args.output.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
-    stream, held = token_stream(args.train), token_stream(args.heldout)
-    heldout = windows(held, args.seq, min(args.heldout_windows, max(1, len(held) // (args.seq + 1))))
-    teacher = load_teacher(args.teacher, DistEnv(0, 0, 1, device), mode="none")
+    stream = token_stream(args.train)
+    heldout, teacher = open_inputs(args, device)
     bf16 = device.type == "cuda"
     result = {
         "teacher": {
@@ -229,9 +255,7 @@ def main() -> None:
             "heldout_ce": heldout_ce(teacher, heldout, device, bf16),
             "decode_ms_per_token": decode_ms(teacher, device, args.decode_tokens, bf16),
         },
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "heldout_tokens": int(heldout[:, 1:].numel()),
+        **run_facts(args, device, heldout),
         "students": [],
     }
     for mixer in args.mixers.split(","):

@@ -45,6 +45,14 @@ def reply_of(child: pexpect.spawn) -> str:
     return child.before
 
 
+def quit_cleanly(child: pexpect.spawn) -> None:
+    """`/quit` ends the chat with exit status 0."""
+    child.sendline("/quit")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
 def test_chat_streams_obeys_commands_and_quits(trained_export):
     expected = generate(trained_export, "The zebra", 12)
     child = spawn_chat(trained_export, "--temperature", "0", "--max-new", "12")
@@ -76,10 +84,7 @@ def test_chat_streams_obeys_commands_and_quits(trained_export):
     assert "context 0 tok" in reply_of(child)
     child.sendline("/nope")
     assert "unknown command /nope" in reply_of(child)
-    child.sendline("/quit")
-    child.expect(pexpect.EOF)
-    child.close()
-    assert child.exitstatus == 0
+    quit_cleanly(child)
 
 
 def test_ctrl_d_exits_cleanly(trained_export):
@@ -108,10 +113,7 @@ def test_ctrl_c_stops_the_reply_not_the_program(random_export):
     child.expect_exact("half-typed")
     child.sendintr()  # Ctrl-C at the prompt only clears the line
     child.expect_exact("/quit or Ctrl-D")
-    child.sendline("/quit")
-    child.expect(pexpect.EOF)
-    child.close()
-    assert child.exitstatus == 0
+    quit_cleanly(child)
 
 
 def copy_run(run_dir, dest, *, age: float = 0.0):
@@ -141,10 +143,7 @@ def test_no_model_and_one_here_asks_nothing(trained_export, tmp_path):
     assert "?" not in child.before  # no question was asked
     child.sendline("/stats")
     assert "temperature 0.7; max 256]" in reply_of(child)
-    child.sendline("/quit")
-    child.expect(pexpect.EOF)
-    child.close()
-    assert child.exitstatus == 0
+    quit_cleanly(child)
 
 
 def test_no_model_and_several_on_a_terminal_asks_only_which(trained_export, tmp_path):
@@ -158,10 +157,7 @@ def test_no_model_and_several_on_a_terminal_asks_only_which(trained_export, tmp_
     assert "Temperature" not in child.before and "Longest" not in child.before
     child.sendline("/stats")
     assert "temperature 0; max 7]" in reply_of(child)
-    child.sendline("/quit")
-    child.expect(pexpect.EOF)
-    child.close()
-    assert child.exitstatus == 0
+    quit_cleanly(child)
 
 
 def test_no_model_without_a_terminal_is_one_line(trained_export, tmp_path):

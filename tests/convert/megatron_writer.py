@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
-import socket
 from pathlib import Path
 
 import torch
+
+from megatron_save import save_torch_dist
 
 
 def megatron_tensors(model, pattern: str, *, te: bool) -> dict[str, torch.Tensor]:
@@ -229,8 +229,6 @@ def _split_sizes(cfg, kind: str, name: str) -> list[int]:
 
 def write_torch_dist(root: Path, model, pattern: str, *, te: bool, iteration: int = 100, **extra) -> Path:
     """A torch_dist checkpoint saved by megatron-core's `dist_checkpointing.save`; returns root."""
-    import torch.distributed as dist
-    from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing import ShardedObject, ShardedTensor
     from megatron.core.ssm.mamba_mixer import _split_tensor_factory
     from megatron.core.transformer.mlp import apply_swiglu_sharded_factory
@@ -259,24 +257,4 @@ def write_torch_dist(root: Path, model, pattern: str, *, te: bool, iteration: in
         "checkpoint_version": 3.0,
         "iteration": iteration,
     }
-    directory = root / f"iter_{iteration:07d}"
-    directory.mkdir(parents=True)
-    sync, current = torch.cuda.synchronize, torch.cuda.current_device
-    torch.cuda.synchronize = lambda *a, **k: None  # no GPU here: megatron syncs a stream before writing
-    torch.cuda.current_device = lambda: "cpu"  # and puts a status flag on the current device
-    owns_group = not dist.is_initialized()
-    try:
-        if owns_group:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            os.environ["MASTER_PORT"] = str(port)
-            dist.init_process_group("gloo", rank=0, world_size=1)
-        dist_checkpointing.save(state, str(directory))
-    finally:
-        torch.cuda.synchronize, torch.cuda.current_device = sync, current
-        if owns_group:
-            dist.destroy_process_group()
-    (root / "latest_checkpointed_iteration.txt").write_text(str(iteration))
-    return root
+    return save_torch_dist(root, state, iteration)

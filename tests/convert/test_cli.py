@@ -13,6 +13,7 @@ from convert_helpers import build_model, write_run
 from megatron_writer import megatron_args, megatron_tensors, write_torch
 from typer.testing import CliRunner
 
+from cli_results import assert_one_line_error
 from zebra.cli.main import app
 from zebra.convert import export_hf
 
@@ -24,15 +25,6 @@ def zebra(*args):
 def listing(path):
     """Every name under `path`, hidden temporary folders included."""
     return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
-
-
-def assert_one_line_error(result, *needles):
-    assert result.exit_code == 1, result.output
-    assert "Traceback" not in result.output
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, result.stderr
-    for needle in needles:
-        assert needle in result.stderr, result.stderr
 
 
 @pytest.fixture

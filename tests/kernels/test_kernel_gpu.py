@@ -28,6 +28,9 @@ pytestmark = [
 
 TOL = 2e-2
 BF16, F32 = torch.bfloat16, torch.float32
+# mamba2_ssd's inputs (x, dt, A, B, C, D, h0): their dtypes in a bf16 model and their names in reports.
+SSD_DTYPES = [BF16, F32, F32, BF16, BF16, F32, F32]
+SSD_NAMES = ["x", "dt", "A", "B", "C", "D", "h0"]
 
 
 @pytest.fixture
@@ -177,8 +180,8 @@ def test_mamba2_fla_matches_reference(record, case):
         f"mamba2-B{B}-T{T}-H32-P64-G8-N64-{case}",
         fn,
         [x, dt, A, Bm, C, D, h0],
-        [BF16, F32, F32, BF16, BF16, F32, F32],
-        ["x", "dt", "A", "B", "C", "D", "h0"],
+        SSD_DTYPES,
+        SSD_NAMES,
     )
 
 
@@ -203,8 +206,8 @@ def test_mamba2_mamba_ssm_matches_reference(record, case):
         f"mamba2-mamba_ssm-B{B}-T{T}-H32-P64-G8-N64-{case}",
         fn,
         [x, dt, A, Bm, C, D, h0],
-        [BF16, F32, F32, BF16, BF16, F32, F32],
-        ["x", "dt", "A", "B", "C", "D", "h0"],
+        SSD_DTYPES,
+        SSD_NAMES,
         backend="mamba_ssm",
     )
 
@@ -384,7 +387,7 @@ def test_recurrent_decode_kernels_match_reference(record, T):
             want = fn(*ref[:5], initial_state=ref[5], output_final_state=True, backend="torch")
             results[name] = (got, want)
         inputs = ssd_inputs(4, T, 32, 64, 8, 64, device="cuda", initial_state=True)
-        (x, dt, A, Bm, C, D, h0), ref = rounded(inputs, [BF16, F32, F32, BF16, BF16, F32, F32])
+        (x, dt, A, Bm, C, D, h0), ref = rounded(inputs, SSD_DTYPES)
         got = zk.mamba2_ssd(
             x, dt, A, Bm, C, D=D, initial_state=h0, output_final_state=True, mode="recurrent", backend="fla"
         )

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from cli_results import assert_one_line_error
+
 from .helpers import TINY
 
 
 def one_line_error(result, *needles: str) -> str:
-    assert result.exit_code == 1, result.output
-    assert "Traceback" not in result.output
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, result.stderr
+    """`assert_one_line_error` with every needle in the error line itself, and a hint."""
+    error = assert_one_line_error(result)
     for needle in needles:
-        assert needle in errors[0], errors[0]
+        assert needle in error, error
     assert "hint:" in result.stderr
-    return errors[0]
+    return error
 
 
 @pytest.mark.parametrize(

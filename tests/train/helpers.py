@@ -45,10 +45,46 @@ def zebra_process(*args: str, **popen) -> subprocess.Popen:
     )
 
 
+def records(run_dir: Path) -> list[dict]:
+    """Every line of a run's metrics.jsonl."""
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def train_records(run_dir: Path) -> list[dict]:
+    """The training-step lines of a run's metrics.jsonl (those with a loss; not eval or timing lines)."""
+    return [r for r in records(run_dir) if "loss" in r]
+
+
 def losses(run_dir: Path) -> dict[int, float]:
     """Training loss per logged step of a run."""
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["loss"] for r in records if "loss" in r}
+    return {r["step"]: r["loss"] for r in train_records(run_dir)}
+
+
+def invoke_in_process(*args: str):
+    """`zebra ...` in this process -> click Result (for module fixtures, which cannot use the `cli` fixture)."""
+    from typer.testing import CliRunner
+
+    from zebra.cli.main import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def distil(cli, data, out: Path, run: str, teacher: Path, student: Path, *extra: str, steps: int, stage=()):
+    """`zebra train tiny --init student --teacher teacher` for `steps` steps into out/run (FAST, a checkpoint
+    every 3 steps, lr 2e-3, then the `stage` overrides and `extra` flags); asserts it succeeded."""
+    result = cli("train", "tiny", "--data", data, "--init", str(student), "--teacher", str(teacher),
+                 "--max-steps", str(steps), "--output", str(out), "--run", run,
+                 *sets("train.save_interval=3", "train.lr=2e-3", *stage), *extra)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def upcycled_student(out: Path, teacher: Path, mla: int) -> Path:
+    """`teacher` upcycled into a GDN hybrid with `mla` MLA layers at `out` (seed 5)."""
+    from zebra.upcycle import StudentOptions, upcycle
+
+    upcycle(str(teacher), out, StudentOptions(mixer="gdn", mla=mla), seed=5)
+    return out
 
 
 def wait_for(predicate, proc: subprocess.Popen, timeout: float = 300) -> None:

@@ -13,7 +13,17 @@ from tests.upcycle.teachers import tiny_llama
 
 from zebra.train.checkpoint import read_meta
 
-from .helpers import logged_step, losses, sets, wait_for, zebra_process
+from .helpers import (
+    distil,
+    invoke_in_process,
+    logged_step,
+    losses,
+    records,
+    sets,
+    upcycled_student,
+    wait_for,
+    zebra_process,
+)
 
 
 @pytest.fixture(scope="module")
@@ -23,38 +33,18 @@ def teacher(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def student(tmp_path_factory, teacher) -> Path:
-    from zebra.upcycle import StudentOptions, upcycle
-
-    out = tmp_path_factory.mktemp("student") / "gdn"
-    upcycle(str(teacher), out, StudentOptions(mixer="gdn", mla=1), seed=5)
-    return out
-
-
-def _distil(cli, data, out, run, teacher, student, *extra, steps=6):
-    result = cli("train", "tiny", "--data", data, "--init", str(student), "--teacher", str(teacher),
-                 "--max-steps", str(steps), "--output", str(out), "--run", run,
-                 *sets("train.save_interval=3", "train.lr=2e-3"), *extra)  # fmt: skip
-    assert result.exit_code == 0, result.output
-    return result
-
-
-def _records(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return upcycled_student(tmp_path_factory.mktemp("student") / "gdn", teacher, mla=1)
 
 
 @pytest.fixture(scope="module")
 def one_rank(tmp_path_factory, sample_prefix, teacher, student):
-    from typer.testing import CliRunner
-
-    from zebra.cli.main import app
-
     out = tmp_path_factory.mktemp("runs")
-    _distil(lambda *a: CliRunner().invoke(app, list(a)), sample_prefix, out, "one", teacher, student, steps=8)
+    distil(invoke_in_process, sample_prefix, out, "one", teacher, student, steps=8)
     return out / "one"
 
 
 def test_distillation_logs_kl_and_both_ces_and_lowers_the_kl(one_rank, teacher, student):
-    train = [r for r in _records(one_rank) if "loss" in r]
+    train = [r for r in records(one_rank) if "loss" in r]
     assert [r["step"] for r in train] == list(range(1, 9))
     for r in train:  # kl_weight 1, ce_weight 0, temperature 1: the loss is the KL
         assert r["loss"] == pytest.approx(r["kl"], rel=1e-5)
@@ -71,8 +61,8 @@ def test_the_student_starts_from_the_init_export(cli, tmp_path, sample_prefix, t
     """At learning rate 0 the run's export is the init export, tensor for tensor."""
     from safetensors.torch import load_file
 
-    _distil(cli, sample_prefix, tmp_path, "lr0", teacher, student, *sets("train.lr=0", "train.min_lr=0",
-            "train.export=true"), steps=1)  # fmt: skip
+    distil(cli, sample_prefix, tmp_path, "lr0", teacher, student, *sets("train.lr=0", "train.min_lr=0",
+           "train.export=true"), steps=1)  # fmt: skip
     got, want = (
         load_file(tmp_path / "lr0" / "export" / "model.safetensors"),
         load_file(student / "model.safetensors"),
@@ -118,11 +108,11 @@ def test_sigterm_saves_and_the_resume_takes_the_checkpoint_not_the_init_export(
 
 def test_two_ranks_ddp_and_fsdp_match_one_rank(cli, tmp_path, sample_prefix, teacher, student, one_rank):
     for parallel in ("ddp", "fsdp"):
-        _distil(cli, sample_prefix, tmp_path, parallel, teacher, student, "--nproc", "2",
-                "--set", f"train.parallel={parallel}", steps=8)  # fmt: skip
+        distil(cli, sample_prefix, tmp_path, parallel, teacher, student, "--nproc", "2",
+               "--set", f"train.parallel={parallel}", steps=8)  # fmt: skip
         run = tmp_path / parallel
         assert read_meta(run / "checkpoints" / "step_0000008")["parallel"] == parallel
-        got, want = _records(run), _records(one_rank)
+        got, want = records(run), records(one_rank)
         for a, b in zip([r for r in got if "kl" in r], [r for r in want if "kl" in r], strict=True):
             for key in ("kl", "ce", "teacher_ce"):
                 assert a[key] == pytest.approx(b[key], rel=1e-4), (parallel, a["step"], key)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from tests.upcycle.teachers import tiny_llama
 
-from .helpers import losses, sets
+from .helpers import distil, invoke_in_process, losses, sets, train_records, upcycled_student
 
 
 @pytest.fixture(scope="module")
@@ -20,39 +20,26 @@ def teacher(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def student(tmp_path_factory, teacher) -> Path:
-    from zebra.upcycle import StudentOptions, upcycle
+    return upcycled_student(tmp_path_factory.mktemp("student") / "gdn", teacher, mla=0)
 
-    out = tmp_path_factory.mktemp("student") / "gdn"
-    upcycle(str(teacher), out, StudentOptions(mixer="gdn", mla=0), seed=5)
-    return out
+
+# Teacher-forced ILD, a log line per step and an export at the end.
+ILD = ("distill.stage=ild", "train.log_interval=1", "train.eval_interval=0", "train.export=true")
 
 
 def _ild(cli, data, out, run, teacher, student, *extra, steps=6):
-    result = cli("train", "tiny", "--data", data, "--init", str(student), "--teacher", str(teacher),
-                 "--max-steps", str(steps), "--output", str(out), "--run", run,
-                 *sets("distill.stage=ild", "train.save_interval=3", "train.lr=2e-3", "train.log_interval=1",
-                       "train.eval_interval=0", "train.export=true"), *extra)  # fmt: skip
-    assert result.exit_code == 0, result.output
-    return result
-
-
-def _records(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return distil(cli, data, out, run, teacher, student, *extra, steps=steps, stage=ILD)
 
 
 @pytest.fixture(scope="module")
 def one_rank(tmp_path_factory, sample_prefix, teacher, student):
-    from typer.testing import CliRunner
-
-    from zebra.cli.main import app
-
     out = tmp_path_factory.mktemp("runs")
-    _ild(lambda *a: CliRunner().invoke(app, list(a)), sample_prefix, out, "one", teacher, student, steps=6)
+    _ild(invoke_in_process, sample_prefix, out, "one", teacher, student, steps=6)
     return out / "one"
 
 
 def test_ild_lowers_the_layer_distances_and_the_export_keeps_the_provenance(one_rank, student):
-    train = [r for r in _records(one_rank) if "loss" in r]
+    train = train_records(one_rank)
     assert [r["step"] for r in train] == list(range(1, 7))
     for r in train:
         groups = sum(v for k, v in r.items() if k.startswith("layers_"))
@@ -96,7 +83,7 @@ def test_the_loss_matches_a_reference_from_the_teachers_hidden_states(teacher, s
 
 def test_mse_is_the_other_norm(cli, tmp_path, sample_prefix, teacher, student, one_rank):
     _ild(cli, sample_prefix, tmp_path, "mse", teacher, student, *sets("distill.ild_norm=mse"), steps=1)
-    mse, l2 = _records(tmp_path / "mse")[0], _records(one_rank)[0]
+    mse, l2 = train_records(tmp_path / "mse")[0], train_records(one_rank)[0]
     assert 0 < mse["loss"] < l2["loss"]  # mean of squares per channel vs the norm per token
 
 
@@ -113,7 +100,7 @@ def test_two_ranks_ddp_and_fsdp_match_one_rank(cli, tmp_path, sample_prefix, tea
     for parallel in ("ddp", "fsdp"):
         _ild(cli, sample_prefix, tmp_path, parallel, teacher, student, "--nproc", "2",
              "--set", f"train.parallel={parallel}", steps=6)  # fmt: skip
-        got, want = _records(tmp_path / parallel), _records(one_rank)
+        got, want = train_records(tmp_path / parallel), train_records(one_rank)
         for a, b in zip(got, want, strict=True):
             for key in ("hidden", "mixer"):
                 assert a[key] == pytest.approx(b[key], rel=1e-3), (parallel, a["step"], key)

@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
-import socket
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
+
+from megatron_save import save_torch_dist
 
 
 def megatron_tensors(folder: Path, *, te: bool, interleaved: bool = False) -> dict[str, torch.Tensor]:
@@ -121,8 +121,6 @@ def write_torch(
 
 def write_torch_dist(root: Path, folder: Path, *, te: bool, iteration: int = 10, **extra) -> Path:
     """A torch_dist checkpoint saved by megatron-core's `dist_checkpointing.save`; returns root."""
-    import torch.distributed as dist
-    from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing import ShardedObject, ShardedTensor
     from megatron.core.transformer.mlp import apply_swiglu_sharded_factory
 
@@ -138,24 +136,4 @@ def write_torch_dist(root: Path, folder: Path, *, te: bool, iteration: int = 10,
                 extra_key, io.BytesIO(b"te-fp8-meta"), (1,), (0,), replica_id=0
             )
     state = {"model": sharded, "args": megatron_args(folder, **extra), "iteration": iteration}
-    directory = root / f"iter_{iteration:07d}"
-    directory.mkdir(parents=True)
-    sync, current = torch.cuda.synchronize, torch.cuda.current_device
-    torch.cuda.synchronize = lambda *a, **k: None  # no GPU here: megatron syncs a stream before writing
-    torch.cuda.current_device = lambda: "cpu"  # and puts a status flag on the current device
-    owns_group = not dist.is_initialized()
-    try:
-        if owns_group:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            os.environ["MASTER_PORT"] = str(port)
-            dist.init_process_group("gloo", rank=0, world_size=1)
-        dist_checkpointing.save(state, str(directory))
-    finally:
-        torch.cuda.synchronize, torch.cuda.current_device = sync, current
-        if owns_group:
-            dist.destroy_process_group()
-    (root / "latest_checkpointed_iteration.txt").write_text(str(iteration))
-    return root
+    return save_torch_dist(root, state, iteration)

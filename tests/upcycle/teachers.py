@@ -34,27 +34,15 @@ def smollm2_gguf() -> Path:
 
 
 def write_hf_folder(folder: Path, teacher, *, num_layers: int | None = None) -> Path:
-    """An HF LlamaForCausalLM folder from an opened `zebra.upcycle` teacher, optionally only its first layers
+    """An HF folder (Llama for a Llama teacher) from an opened `zebra.upcycle` teacher, optionally only its first layers
     (a GGUF-loaded transformers model refuses `save_pretrained`, so the folder is written from the tensors)."""
     from safetensors.torch import save_file
-    from transformers import LlamaConfig
+
+    from zebra.upcycle.teacher_model import hf_config_from_shape
 
     s = teacher.shape
     layers = s.num_layers if num_layers is None else num_layers
-    config = LlamaConfig(
-        vocab_size=s.vocab_size,
-        hidden_size=s.hidden_size,
-        intermediate_size=s.intermediate_size,
-        num_hidden_layers=layers,
-        num_attention_heads=s.num_heads,
-        num_key_value_heads=s.num_kv_heads,
-        head_dim=s.head_dim,
-        tie_word_embeddings=s.tie_word_embeddings,
-        rope_theta=s.rope_theta,
-        rms_norm_eps=s.rms_norm_eps,
-        max_position_embeddings=s.max_position_embeddings,
-        **s.special_ids,
-    )
+    config = hf_config_from_shape(s, num_hidden_layers=layers, **s.special_ids)
     keep = [
         n
         for n in teacher.tensors.shapes()

@@ -7,6 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from cli_results import assert_one_line_error
 from zebra.cli.main import app
 
 from .teachers import tiny_llama
@@ -14,15 +15,6 @@ from .teachers import tiny_llama
 
 def zebra(*args):
     return CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "220"})
-
-
-def assert_one_line_error(result, *needles):
-    assert result.exit_code == 1, result.output
-    assert "Traceback" not in result.output
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, result.stderr
-    for needle in needles:
-        assert needle in result.stderr, result.stderr
 
 
 @pytest.fixture

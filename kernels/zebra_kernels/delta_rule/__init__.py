@@ -98,13 +98,26 @@ def delta_rule(
             allow_neg_eigval=allow_neg_eigval,
         )
 
-    return _torch_delta_rule(
-        variant, q, k, v, g, beta, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens, use_qk_l2norm=use_qk_l2norm,
-        use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
-        use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval, mode=mode,
-        chunk_size=chunk_size,
-    )  # fmt: skip
+    # The torch forms: the decay and the grouped q/k in their shapes, then the chunk (`mode="chunk"`) or the
+    # naive recurrent form over each sequence.
+    H = q.shape[2]
+    out_dtype, dtype = v.dtype, compute_dtype(q, k, v, g, beta, initial_state, A_log, dt_bias)
+    q, k, v, beta = (x.to(dtype) for x in (q, k, v, beta))
+    if use_beta_sigmoid_in_kernel:
+        beta = beta.sigmoid() * 2.0 if allow_neg_eigval else beta.sigmoid()
+    g = variant.gate(g, A_log, dt_bias) if use_gate_in_kernel else g.to(dtype)
+    if not variant.per_channel:
+        g = g[..., None]  # [B, T, HV, 1]: one decay for all K channels
+    if use_qk_l2norm:
+        q, k = l2norm(q), l2norm(k)
+    if HV != H:  # value head j uses q/k head j // (HV // H)
+        q, k = q.repeat_interleave(HV // H, dim=2), k.repeat_interleave(HV // H, dim=2)  # [B, T, HV, K]
+    if mode == "chunk" and T > 0:
+        form, options = chunk_delta_rule, {"scale": scale, "chunk_size": chunk_size}
+    else:
+        form, options = naive_recurrent_delta_rule, {"scale": scale}
+    o, S = run_varlen(form, [q, k, v, g, beta], initial_state, cu_seqlens, **options)
+    return o.to(out_dtype), (S if output_final_state else None)
 
 
 def _check_shapes(
@@ -132,46 +145,3 @@ def _check_shapes(
             raise ValueError(
                 f"{name} must have shape [{', '.join(dims)}] = {list(dims.values())}, got {list(x.shape)}"
             )
-
-
-def _torch_delta_rule(
-    variant: DeltaRuleVariant,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
-    *,
-    scale: float,
-    initial_state: torch.Tensor | None,
-    output_final_state: bool,
-    cu_seqlens: torch.Tensor | None,
-    use_qk_l2norm: bool,
-    use_gate_in_kernel: bool,
-    A_log: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    use_beta_sigmoid_in_kernel: bool,
-    allow_neg_eigval: bool,
-    mode: str,
-    chunk_size: int,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The torch backend: the decay and the grouped q/k in the shapes of the shared forms, then the chunk
-    (`mode="chunk"`) or the naive recurrent form over each sequence."""
-    T, H, HV = q.shape[1], q.shape[2], v.shape[2]
-    out_dtype, dtype = v.dtype, compute_dtype(q, k, v, g, beta, initial_state, A_log, dt_bias)
-    q, k, v, beta = (x.to(dtype) for x in (q, k, v, beta))
-    if use_beta_sigmoid_in_kernel:
-        beta = beta.sigmoid() * 2.0 if allow_neg_eigval else beta.sigmoid()
-    g = variant.gate(g, A_log, dt_bias) if use_gate_in_kernel else g.to(dtype)
-    if not variant.per_channel:
-        g = g[..., None]  # [B, T, HV, 1]: one decay for all K channels
-    if use_qk_l2norm:
-        q, k = l2norm(q), l2norm(k)
-    if HV != H:  # value head j uses q/k head j // (HV // H)
-        q, k = q.repeat_interleave(HV // H, dim=2), k.repeat_interleave(HV // H, dim=2)  # [B, T, HV, K]
-    if mode == "chunk" and T > 0:
-        form, options = chunk_delta_rule, {"scale": scale, "chunk_size": chunk_size}
-    else:
-        form, options = naive_recurrent_delta_rule, {"scale": scale}
-    o, S = run_varlen(form, [q, k, v, g, beta], initial_state, cu_seqlens, **options)
-    return o.to(out_dtype), (S if output_final_state else None)

@@ -69,9 +69,29 @@ def mamba2_ssd(
     mode = choose_mode(mode, T, grad)
 
     chosen = resolve_ssd_backend(backend, x.device, mode)
-    if chosen == "torch":
-        return _torch_ssd(x, dt, A, B, C, D, initial_state, output_final_state, cu_seqlens, mode, chunk_size)
-    return _gpu_ssd(chosen, x, dt, A, B, C, D, initial_state, output_final_state, cu_seqlens, mode, grad)
+    if chosen != "torch":
+        return _gpu_ssd(chosen, x, dt, A, B, C, D, initial_state, output_final_state, cu_seqlens, mode, grad)
+
+    # The torch forms: the chunk form (`mode="chunk"`) or the naive recurrent form with B/C per head, over each
+    # sequence, then the D skip.
+    out_dtype, dtype = x.dtype, compute_dtype(x, dt, A, B, C, D, initial_state)
+    x, dt, A, B, C = (t.to(dtype) for t in (x, dt, A, B, C))
+    if mode == "chunk" and T > 0:
+
+        def scan(x, dt, B, C, initial_state):
+            return chunk_ssd(x, dt, A, B, C, initial_state, chunk_size=chunk_size)
+    else:
+
+        def scan(x, dt, B, C, initial_state):
+            R = x.shape[2] // B.shape[2]  # the naive form takes B/C per head
+            return naive_recurrent_ssd(
+                x, dt, A, B.repeat_interleave(R, 2), C.repeat_interleave(R, 2), initial_state
+            )
+
+    y, S = run_varlen(scan, [x, dt, B, C], initial_state, cu_seqlens)
+    if D is not None:
+        y = y + D.to(dtype)[:, None] * x
+    return y.to(out_dtype), (S if output_final_state else None)
 
 
 def _check_shapes(
@@ -147,39 +167,3 @@ def _gpu_ssd(
     if D is not None:
         y = y + (D[:, None] * x).to(y.dtype)
     return y.to(x.dtype), S
-
-
-def _torch_ssd(
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    initial_state: torch.Tensor | None,
-    output_final_state: bool,
-    cu_seqlens: torch.Tensor | None,
-    mode: str,
-    chunk_size: int,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The torch backend of `mamba2_ssd` (same arguments): the chunk form (`mode="chunk"`) or the naive
-    recurrent form with B/C per head, over each sequence, then the D skip."""
-    T = x.shape[1]
-    out_dtype, dtype = x.dtype, compute_dtype(x, dt, A, B, C, D, initial_state)
-    x, dt, A, B, C = (t.to(dtype) for t in (x, dt, A, B, C))
-    if mode == "chunk" and T > 0:
-
-        def scan(x, dt, B, C, initial_state):
-            return chunk_ssd(x, dt, A, B, C, initial_state, chunk_size=chunk_size)
-    else:
-
-        def scan(x, dt, B, C, initial_state):
-            R = x.shape[2] // B.shape[2]  # the naive form takes B/C per head
-            return naive_recurrent_ssd(
-                x, dt, A, B.repeat_interleave(R, 2), C.repeat_interleave(R, 2), initial_state
-            )
-
-    y, S = run_varlen(scan, [x, dt, B, C], initial_state, cu_seqlens)
-    if D is not None:
-        y = y + D.to(dtype)[:, None] * x
-    return y.to(out_dtype), (S if output_final_state else None)

@@ -13,7 +13,7 @@ from zebra.errors import ZebraError
 if TYPE_CHECKING:
     import torch
 
-    from zebra.upcycle.teacher import Teacher
+    from zebra.upcycle.teacher import Teacher, TeacherShape
 
 
 def build_teacher_model(teacher: Teacher, dtype: torch.dtype) -> torch.nn.Module:
@@ -57,9 +57,15 @@ def _hf_config(teacher: Teacher) -> Any:
 
     if teacher.format == "hf":
         return AutoConfig.from_pretrained(teacher.origin)
-    s = teacher.shape
-    return AutoConfig.for_model(
-        "qwen3" if s.qk_norm else "llama",
+    return hf_config_from_shape(teacher.shape)
+
+
+def hf_config_from_shape(s: TeacherShape, **overrides: Any) -> Any:
+    """An HF config (Qwen3 when the teacher has per-head q/k norms, else Llama) of a teacher's shape; `overrides`
+    (other config keys, or the same ones) win."""
+    from transformers import AutoConfig
+
+    fields = dict(
         vocab_size=s.vocab_size,
         hidden_size=s.hidden_size,
         intermediate_size=s.intermediate_size,
@@ -73,3 +79,4 @@ def _hf_config(teacher: Teacher) -> Any:
         max_position_embeddings=s.max_position_embeddings,
         attention_bias=s.qkv_bias,
     )
+    return AutoConfig.for_model("qwen3" if s.qk_norm else "llama", **{**fields, **overrides})
