@@ -16,7 +16,8 @@ from zebra.models.remote_code import REQUIRED_PACKAGES, write_remote_code
 LOADER = textwrap.dedent(
     """
     import importlib.abc, json, sys
-    sys.path[:] = [p for p in sys.path if not p.startswith(sys.argv[2])]   # no zebra source on the path
+    source = {sys.argv[2] + d for d in ("", "/src", "/kernels")}   # the checkout, not a .venv inside it
+    sys.path[:] = [p for p in sys.path if p.rstrip("/") not in source]   # no zebra source on the path
 
     class BlockZebra(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path, target=None):
