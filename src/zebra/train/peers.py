@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from zebra.checkpoint_dir import committed, read_meta
 from zebra.errors import ZebraError
-from zebra.train import checkpoint as ckpt
 from zebra.train.dist import DistEnv
 
 PROBE_TIMEOUT_S = 5.0  # a peer on a live host answers in milliseconds; a dead host never does
@@ -122,8 +122,8 @@ def short_cause(error: BaseException) -> str:
 
 
 def lost_nodes_error(lost: list[Peer], error: BaseException, run_dir: Path) -> ZebraError:
-    found = ckpt.committed(run_dir / "checkpoints")
-    where = f"step {ckpt.read_meta(found[0])['step']}" if found else "the start (no checkpoint yet)"
+    found = committed(run_dir / "checkpoints")
+    where = f"step {read_meta(found[0])['step']}" if found else "the start (no checkpoint yet)"
     return ZebraError(
         f"lost {describe_lost(lost)}: it stopped answering ({short_cause(error)})",
         fix=f"restart every node with the same command: --resume auto continues from {where}",
