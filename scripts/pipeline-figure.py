@@ -116,8 +116,8 @@ def kd_pipeline(name: str, init: Path, report, args, ctx, steps: int, offset: in
     }
 
 
-def run(args, ctx) -> list[dict]:
-    """The three pipelines at the same total steps."""
+def run(args, ctx, done) -> list[dict]:
+    """The three pipelines at the same total steps; `done(results)` after each one."""
     from zebra.upcycle import StudentOptions, upcycle
     from zebra.upcycle.compose import compose
 
@@ -128,6 +128,7 @@ def run(args, ctx) -> list[dict]:
         args.teacher, plain, StudentOptions(mixer=args.mixer, mla=args.mla), dtype="fp32", force=True
     )
     results = [kd_pipeline("upcycle+KD", plain, report, args, ctx, args.steps, 0)]
+    done(results)
     mla = ild_student("mla", args, ctx, ild_steps, 0)
     rec = ild_student("rec", args, ctx, ild_steps, ild_steps)
     for name, placement in (("upcycle+ILD+KD", "even"), ("upcycle+ILD+SMART+KD", "smart")):
@@ -137,6 +138,7 @@ def run(args, ctx) -> list[dict]:
         if placement == "smart":
             ctx["smart"] = composed.smart
         results.append(kd_pipeline(name, out, composed, args, ctx, kd_steps, 2 * ild_steps))
+        done(results)
     return results
 
 
@@ -204,15 +206,22 @@ def main() -> None:
     ctx = {"helpers": helpers, "device": device, "teacher": teacher, "heldout": heldout,
            "stream": helpers.token_stream(args.train)}  # fmt: skip
     teacher_ce = helpers.heldout_ce(teacher, heldout, device, device.type == "cuda")
-    pipelines = run(args, ctx)
+    print(f"teacher: held-out CE {teacher_ce:.4f}", flush=True)
     result = {
         "teacher": {"path": str(args.teacher), "heldout_ce": teacher_ce},
         **helpers.run_facts(args, device, heldout),
-        "pipelines": pipelines,
-        "smart": ctx["smart"],
+        "pipelines": [],
     }
-    (args.output / "pipeline.json").write_text(json.dumps(result, indent=2) + "\n")
-    plot(result, args.output / "pipeline.png")
+
+    def save(pipelines: list[dict]) -> None:  # after every pipeline: a run cut short keeps what it finished
+        from zebra.atomic import write_atomic
+
+        result.update(pipelines=pipelines, smart=ctx.get("smart"))
+        write_atomic(args.output / "pipeline.json", json.dumps(result, indent=2) + "\n")
+        if result["smart"]:
+            plot(result, args.output / "pipeline.png")
+
+    run(args, ctx, save)
     print(table(result))
     print(f"wrote {args.output / 'pipeline.json'} and {args.output / 'pipeline.png'}")
 

@@ -233,6 +233,14 @@ def run_facts(args, device, heldout) -> dict:
     }
 
 
+def save(result: dict, output: Path) -> None:
+    """figure.json (written whole, then renamed) and figure.png of the students so far."""
+    from zebra.atomic import write_atomic
+
+    write_atomic(output / "figure.json", json.dumps(result, indent=2) + "\n")
+    plot(result, output / "figure.png")
+
+
 def main() -> None:
     import torch
 
@@ -258,10 +266,10 @@ def main() -> None:
         **run_facts(args, device, heldout),
         "students": [],
     }
+    print(f"teacher: held-out CE {result['teacher']['heldout_ce']:.4f}", flush=True)
     for mixer in args.mixers.split(","):
         result["students"].append(run_mixer(mixer, args, teacher, stream, heldout, device))
-    (args.output / "figure.json").write_text(json.dumps(result, indent=2) + "\n")
-    plot(result, args.output / "figure.png")
+        save(result, args.output)  # after every student: a run cut short keeps the students it finished
     print(table(result))
     print(f"wrote {args.output / 'figure.json'} and {args.output / 'figure.png'}")
 

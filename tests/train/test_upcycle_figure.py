@@ -33,3 +33,16 @@ def test_the_figure_script_runs_and_reports_every_model(tmp_path, sample_prefix)
         assert 0 < s["kv_cache_percent"] < 100 and s["decode_ms_per_token"] > 0
     assert (out / "figure.png").stat().st_size > 0
     assert "KD/teacher" in done.stdout  # the table
+
+
+def test_a_run_cut_short_keeps_the_students_it_finished(tmp_path, sample_prefix):
+    teacher = tiny_llama(tmp_path / "teacher", seed=1)
+    out = tmp_path / "figure"
+    args = [str(teacher), "--train", sample_prefix, "--heldout", sample_prefix, "--output", str(out),
+            "--mixers", "mamba,no-such-mixer", "--mla", "1", "--steps", "1", "--batch", "2", "--seq", "32",
+            "--heldout-windows", "2", "--decode-tokens", "2", "--device", "cpu"]  # fmt: skip
+    done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=900)
+    assert done.returncode != 0 and "no-such-mixer" in done.stderr
+    result = json.loads((out / "figure.json").read_text())
+    assert [s["mixer"] for s in result["students"]] == ["mamba"]
+    assert (out / "figure.png").stat().st_size > 0
