@@ -252,3 +252,11 @@ def test_the_tokenizer_can_be_replaced_or_left_out(tmp_path):
     upcycle(root, tmp_path / "b", StudentOptions(), tokenizer="byte")
     upcycle(folder, tmp_path / "c", StudentOptions(), tokenizer="none")
     assert (tmp_path / "b" / "tokenizer.json").is_file() and not (tmp_path / "c" / "tokenizer.json").exists()
+
+
+def test_the_report_warns_when_the_kv_latent_keeps_little_of_the_teacher(tmp_path):
+    folder = tiny_llama(tmp_path / "hf")  # random weights: the energy spreads over every singular value
+    low = upcycle(folder, tmp_path / "low", StudentOptions(mixer="gdn", mla=1, kv_lora_rank=8))
+    full = upcycle(folder, tmp_path / "full", StudentOptions(mixer="gdn", mla=1, kv_lora_rank=64))
+    assert any(n.startswith("the KV latent (rank 8) keeps") for n in low.notes)
+    assert not any("KV latent" in n for n in full.notes)
