@@ -127,11 +127,16 @@ def run_mixer(mixer: str, args, teacher, stream, heldout, device) -> dict:
     from zebra.models import ZebraConfig, ZebraForCausalLM
     from zebra.train.distill import DistillLoss, DistillWeights
     from zebra.upcycle import StudentOptions, upcycle
+    from zebra.upcycle.calibration import Calibration
 
     export = args.output / f"upcycled-{mixer}"
-    report = upcycle(
-        args.teacher, export, StudentOptions(mixer=mixer, mla=args.mla), dtype="fp32", force=True
-    )
+    calibration = None
+    if args.svd == "activation":
+        calibration = Calibration(
+            args.calibration or args.train, samples=args.calibration_samples, device=args.device
+        )
+    report = upcycle(args.teacher, export, StudentOptions(mixer=mixer, mla=args.mla), dtype="fp32", force=True,
+                     calibration=calibration)  # fmt: skip
     print(f"{mixer}: upcycled ({report.student_params / 1e6:.1f}M parameters), distilling", flush=True)
     student = ZebraForCausalLM.from_pretrained(export, dtype=torch.float32).to(device)
     kd = train_curve(
@@ -147,6 +152,7 @@ def run_mixer(mixer: str, args, teacher, stream, heldout, device) -> dict:
     return {
         "mixer": mixer,
         "pattern": report.pattern,
+        "svd": report.svd,
         "student_params": report.student_params,
         "kv_cache_percent": 100 * report.kv_cache_fraction,
         "decode_ms_per_token": decode,
@@ -249,6 +255,9 @@ def main() -> None:
     p.add_argument("--mla", type=int, default=8)
     p.add_argument("--steps", type=int, default=256)
     p.add_argument("--kd-lr", type=float, default=2e-4, help="peak LR of distillation")
+    p.add_argument("--svd", choices=("plain", "activation"), default="plain", help="zebra upcycle --svd")
+    p.add_argument("--calibration", help="--svd activation's text (default: --train)")
+    p.add_argument("--calibration-samples", type=int, default=32, help="calibration sequences of 512 tokens")
     p.add_argument("--scratch-lr", type=float, default=1e-3, help="peak LR of the from-scratch CE runs")
     p.add_argument("--decode-tokens", type=int, default=64)
     args = p.parse_args()

@@ -18,11 +18,12 @@ def test_the_figure_script_runs_and_reports_every_model(tmp_path, sample_prefix)
     out = tmp_path / "figure"
     args = [str(teacher), "--train", sample_prefix, "--heldout", sample_prefix, "--output", str(out),
             "--mla", "1", "--steps", "2", "--batch", "2", "--seq", "32", "--heldout-windows", "2",
-            "--decode-tokens", "3", "--device", "cpu"]  # fmt: skip
+            "--decode-tokens", "3", "--device", "cpu", "--svd", "activation", "--calibration-samples", "2"]  # fmt: skip
     done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((out / "figure.json").read_text())
     assert [s["mixer"] for s in result["students"]] == ["mamba", "gdn"]
+    assert all(s["svd"]["method"] == "activation" and s["svd"]["tokens"] == 1024 for s in result["students"])
     assert math.isfinite(result["teacher"]["heldout_ce"]) and result["teacher"]["decode_ms_per_token"] > 0
     for s in result["students"]:
         for curve in (s["kd"], s["scratch"]):

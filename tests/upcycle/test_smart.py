@@ -160,7 +160,7 @@ def test_smart_refuses_calibration_data_in_another_tokenizer(students, tmp_path,
     [
         ([], ["pass a TEACHER or --compose MLA_DIR RECURRENT_DIR"]),
         (["TEACHER", "--compose", "a", "b"], ["pass a TEACHER or --compose MLA_DIR RECURRENT_DIR"]),
-        (["TEACHER", "--placement", "smart"], ["--placement smart / --calibration need --compose"]),
+        (["TEACHER", "--placement", "smart"], ["--placement smart needs --compose"]),
     ],
 )
 def test_teacher_or_compose_one_line_errors(students, tmp_path, args, needles):

@@ -12,10 +12,12 @@ from zebra.cli._output import out
 from zebra.cli._prompt import confirm
 from zebra.errors import ZebraError
 
+SVD_METHODS = ("plain", "activation")
 EXAMPLES = examples(
     "zebra upcycle meta-llama/Llama-3.2-1B-Instruct --output zebra-1b --mla 4      # MLA at layers 0,5,10,14",
     "zebra upcycle SmolLM2-135M-Instruct.Q4_1.gguf --output smol-gdn --mixer gdn --mla-layers 0,14,28",
     "zebra upcycle primus/llama-ckpt --output zebra-3b --recipe 3b-mamba-mla --dtype bf16",
+    "zebra upcycle SmolLM2-135M-Instruct.Q4_1.gguf -o smol-mla --mla-layers all --svd activation --calibration data/train",
     "zebra upcycle --compose ild-mla/export ild-mamba/export --mla 4 --placement smart --calibration data/ -o hybrid",
 )
 
@@ -47,17 +49,27 @@ def upcycle_command(
             "--placement", help="With --compose --mla N: even, or smart (by KL, needs --calibration)."
         ),
     ] = "even",
+    svd: Annotated[
+        str,
+        typer.Option(
+            "--svd",
+            help="MLA factors: plain (published), or activation (fits W x on --calibration text; keeps more).",
+        ),
+    ] = "plain",
     calibration: Annotated[
         str | None,
         typer.Option(
-            "--calibration", help="SMART's data: a prepared folder or Megatron prefix, teacher's tokenizer."
+            "--calibration",
+            help="Text for SMART or --svd activation: a prepared folder or prefix, teacher's tokenizer.",
         ),
     ] = None,
     calibration_samples: Annotated[
-        int, typer.Option("--calibration-samples", help="SMART's calibration sequences.", min=1)
+        int, typer.Option("--calibration-samples", help="Calibration sequences.", min=1)
     ] = 256,
-    seq_len: Annotated[int, typer.Option("--seq-len", help="SMART's sequence length.", min=8)] = 512,
-    device: Annotated[str, typer.Option("--device", help="SMART's device: auto, cpu, cuda.")] = "auto",
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Calibration sequence length.", min=8)] = 512,
+    device: Annotated[
+        str, typer.Option("--device", help="Where the calibration runs: auto, cpu, cuda.")
+    ] = "auto",
     kv_lora_rank: Annotated[
         int | None, typer.Option("--kv-lora-rank", help="MLA key/value latent rank (the cached latent).")
     ] = None,
@@ -85,9 +97,12 @@ def upcycle_command(
 ) -> None:
     """Initialise a hybrid from a Transformer: copy embeddings, norms and MLPs, factorise attention into MLA,
     copy Q/K/V/O into the recurrent mixers; write a Zebra HF export with upcycle.json."""
+    from zebra.upcycle.calibration import Calibration
     from zebra.upcycle.run import upcycle
     from zebra.upcycle.student import StudentOptions, parse_mla_layers
 
+    if svd not in SVD_METHODS:
+        raise ZebraError(f"--svd {svd}: unknown", fix=f"use one of {', '.join(SVD_METHODS)}")
     if (teacher is None) == (compose is None):
         raise ZebraError("pass a TEACHER or --compose MLA_DIR RECURRENT_DIR (one of them)",
                          fix="zebra upcycle TEACHER -o OUT, or zebra upcycle --compose A B --mla N -o OUT")  # fmt: skip
@@ -106,9 +121,16 @@ def upcycle_command(
                                       device=device, force=force, on_progress=bar)  # fmt: skip
         _show(report, json_)
         return
-    if placement != "even" or calibration is not None:
-        raise ZebraError("--placement smart / --calibration need --compose MLA_DIR RECURRENT_DIR",
+    if placement != "even":
+        raise ZebraError("--placement smart needs --compose MLA_DIR RECURRENT_DIR",
                          fix="ILD-train an all-MLA and an all-recurrent student first (docs/upcycle.md)")  # fmt: skip
+    if (svd == "activation") != (calibration is not None):
+        raise ZebraError(
+            "--svd activation needs --calibration DATA"
+            if calibration is None
+            else "--calibration without --compose is for --svd activation",
+            fix="pass both --svd activation and --calibration DATA (text in the teacher's tokenizer), or neither",
+        )
     options = StudentOptions(
         mixer=mixer,
         mla=mla,
@@ -127,6 +149,9 @@ def upcycle_command(
             tokenizer=tokenizer,
             force=force,
             seed=seed,
+            calibration=Calibration(calibration, calibration_samples, seq_len, device)
+            if calibration
+            else None,
             on_progress=bar,
         )
     _show(report, json_)

@@ -11,6 +11,11 @@ Per layer, with the teacher's W_q [H*Dh, D], W_k, W_v [Hkv*Dh, D], ranks r_q, r_
     kv_down        [latent ; rope key]
     o_proj         W_o, copied;  q_norm, kv_norm (the latent RMSNorms): ones
 
+With the second moment C [D, D] of the layer's attention input on calibration text (`zebra upcycle --svd
+activation`, zebra.upcycle.calibration), each SVD is of W L instead of W (C = L L^T, Cholesky): the kept rank then
+minimises the error of W x on the teacher's inputs, and the factors are U[:, :r] and U[:, :r]^T W (with L = I, the
+plain factors above). The latent RMSNorms still start at ones (docs/upcycle.md measures what each part costs).
+
 The rows of each query/key head are first put in the student's order [no-RoPE channels | RoPE channels], the
 RoPE channels as the teacher's fastest rotation pairs in the student's MLA layout (`rope_rows`). This part is approximate: the
 student's RoPE runs on dr channels with its own frequencies, the RoPE key is shared by all heads, the latent
@@ -51,17 +56,43 @@ def _reorder_heads(w: torch.Tensor, head_dim: int, order: list[int]) -> torch.Te
     return heads[:, order].reshape(w.shape)
 
 
-def truncated_svd(w: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """(U[:, :r] [rows, r], S[:r] V^T[:r] [r, cols], energy kept) of `w` in float32."""
-    u, s, vh = torch.linalg.svd(w.float(), full_matrices=False)
+# The damping added to C's diagonal, relative to its mean, before the Cholesky factorisation.
+MOMENT_DAMPING = 1e-4
+
+
+def whitening(moment: torch.Tensor) -> torch.Tensor:
+    """L [D, D] float64 with L L^T = C + damping: the Cholesky factor of a second moment (`moment` [D, D])."""
+    c = moment.double()
+    c = c + MOMENT_DAMPING * c.diagonal().mean() * torch.eye(c.shape[0], dtype=c.dtype)
+    return torch.linalg.cholesky(c)
+
+
+def truncated_svd(
+    w: torch.Tensor, rank: int, whiten: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """(U[:, :r] [rows, r], U[:, :r]^T W [r, cols], energy kept) of `w`, float32 results.
+
+    Without `whiten`, U S V^T is the SVD of W (U^T W = S V^T) and the energy is the share of its squared singular
+    values kept; with `whiten` (L from `whitening`), of W L, and the energy is the share of E||W x||^2 kept.
+    """
+    if whiten is None:
+        u, s, vh = torch.linalg.svd(w.float(), full_matrices=False)
+        down = s[:rank, None] * vh[:rank]
+    else:
+        u, s, _ = torch.linalg.svd(w.double() @ whiten, full_matrices=False)
+        down = u[:, :rank].T @ w.double()
     energy = float((s[:rank] ** 2).sum() / (s**2).sum())
-    return u[:, :rank], s[:rank, None] * vh[:rank], energy
+    return u[:, :rank].float(), down.float(), energy
 
 
-def mla_from_gqa(attn: TeacherAttention, prefix: str, cfg, dtype: torch.dtype) -> dict[str, Made]:
+def mla_from_gqa(
+    attn: TeacherAttention, prefix: str, cfg, dtype: torch.dtype, moment: torch.Tensor | None = None
+) -> dict[str, Made]:
     """The MLA tensors of one sublayer (names under `prefix`, e.g. `model.layers.4.mixer.`) from the teacher's
-    attention; `cfg` is the student's ZebraConfig."""
+    attention; `cfg` is the student's ZebraConfig; `moment` the second moment of the attention's input on
+    calibration text, for the activation-aware SVD."""
     s = attn.shape
+    whiten = whitening(moment) if moment is not None else None
     dh, dn, dr = s.head_dim, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim
     order = head_order(dh, dr)
     q = _reorder_heads(attn.q, dh, order)  # [H*Dh, D], each head [nope | rope]
@@ -74,8 +105,8 @@ def mla_from_gqa(attn: TeacherAttention, prefix: str, cfg, dtype: torch.dtype) -
 
     heads_reordered = f"rows of each head reordered [nope {dn} | rope {dr}]"
     if cfg.q_lora_rank:
-        q_up, q_down, energy = truncated_svd(q, cfg.q_lora_rank)
-        detail = _svd_detail(cfg.q_lora_rank, energy)
+        q_up, q_down, energy = truncated_svd(q, cfg.q_lora_rank, whiten)
+        detail = _svd_detail(cfg.q_lora_rank, energy, whiten is not None)
         put("q_down_proj.weight", q_down, SVD, attn.source("q"), detail, rank=cfg.q_lora_rank, energy=energy)
         put("q_norm.weight", torch.ones(cfg.q_lora_rank), INITIALISED, "", "RMSNorm weight 1")
         put("q_up_proj.weight", q_up, SVD, attn.source("q"), f"{detail}; {heads_reordered}",
@@ -85,12 +116,12 @@ def mla_from_gqa(attn: TeacherAttention, prefix: str, cfg, dtype: torch.dtype) -
 
     kv_rank = cfg.kv_lora_rank
     kv_sources = f"{attn.source('k')}, {attn.names['v']}"
-    u, latent, energy = truncated_svd(torch.cat([k, attn.v]), kv_rank)  # u [2*Hkv*Dh, r]
+    u, latent, energy = truncated_svd(torch.cat([k, attn.v]), kv_rank, whiten)  # u [2*Hkv*Dh, r]
     rope_key = k.float().view(s.num_kv_heads, dh, -1)[:, dn:].mean(dim=0)  # [dr, D]
     u_k, u_v = u.view(2, s.num_kv_heads, dh, kv_rank)  # [Hkv, Dh, r] each
     per_kv_head = torch.cat([u_k[:, :dn], u_v], dim=1)  # [Hkv, dn + Dh, r]
     kv_up = per_kv_head.repeat_interleave(s.queries_per_kv, dim=0).reshape(-1, kv_rank)  # [H*(dn+Dh), r]
-    detail = _svd_detail(kv_rank, energy)
+    detail = _svd_detail(kv_rank, energy, whiten is not None)
     put("kv_down_proj.weight", torch.cat([latent, rope_key]), SVD, kv_sources,
         f"{detail}; last {dr} rows: {MEAN} over {s.num_kv_heads} KV heads of the rope rows of k_proj",
         rank=kv_rank, energy=energy)  # fmt: skip
@@ -102,5 +133,7 @@ def mla_from_gqa(attn: TeacherAttention, prefix: str, cfg, dtype: torch.dtype) -
     return out
 
 
-def _svd_detail(rank: int, energy: float) -> str:
+def _svd_detail(rank: int, energy: float, activation: bool = False) -> str:
+    if activation:
+        return f"activation-aware SVD rank {rank}, {100 * energy:.2f}% of the output energy on the calibration text"
     return f"SVD rank {rank}, {100 * energy:.2f}% of the energy"

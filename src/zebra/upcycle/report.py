@@ -55,6 +55,8 @@ class UpcycleReport:
     layer_sources: list[str] = field(default_factory=list)
     placement: str = ""
     smart: dict[str, Any] = field(default_factory=dict)
+    # how the MLA factors were made: {"method": "plain"}, or "activation" with the calibration data and tokens
+    svd: dict[str, Any] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         """Tensors per kind of origin."""

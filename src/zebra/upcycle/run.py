@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from zebra.errors import ZebraError
+from zebra.upcycle.calibration import Calibration
 from zebra.upcycle.readers import open_teacher
 from zebra.upcycle.report import TensorOrigin, UpcycleReport
 from zebra.upcycle.student import StudentOptions, StudentPlan, plan_student
@@ -25,6 +26,7 @@ def upcycle(
     tokenizer: str | None = None,
     force: bool = False,
     seed: int = 0,
+    calibration: Calibration | None = None,
     on_progress: Callable[[float, float | None, str], None] | None = None,
 ) -> UpcycleReport:
     """Initialise a Zebra hybrid from a pretrained Transformer and write it as a Zebra HF export.
@@ -37,6 +39,8 @@ def upcycle(
         tokenizer: the tokenizer to ship instead of the teacher's (name, path, `byte`, or `none`).
         force: replace an existing `output`.
         seed: seeds the recurrent mixers' own initialisation.
+        calibration: text in the teacher's tokenizer for an activation-aware SVD of the MLA layers (the teacher
+            runs over it once; `zebra.upcycle.calibration`); None: the published plain SVD.
         on_progress: called after each tensor with (bytes written, total bytes, the tensor's name).
 
     Returns:
@@ -53,9 +57,8 @@ def upcycle(
         )
     opened = open_teacher(teacher, tokenizer=tokenizer)
     try:
-        return upcycle_teacher(
-            opened, output, options, dtype=dtype, force=force, seed=seed, on_progress=on_progress
-        )
+        return upcycle_teacher(opened, output, options, dtype=dtype, force=force, seed=seed,
+                               calibration=calibration, on_progress=on_progress)  # fmt: skip
     finally:
         opened.tensors.close()
 
@@ -68,6 +71,7 @@ def upcycle_teacher(
     dtype: str = "auto",
     force: bool = False,
     seed: int = 0,
+    calibration: Calibration | None = None,
     on_progress: Callable[[float, float | None, str], None] | None = None,
 ) -> UpcycleReport:
     """`upcycle` for an opened teacher (`open_teacher`); the arguments are `upcycle`'s."""
@@ -82,12 +86,19 @@ def upcycle_teacher(
     plan = plan_student(teacher.shape, options)
     config = _config(plan)
     student_dtype = getattr(torch, DTYPES[dtype]) if DTYPES[dtype] else teacher.dtype
-    source = UpcycledSource(teacher, config, student_dtype, seed)
+    svd: dict[str, Any] = {"method": "plain"}
+    moments = None
+    if calibration is not None and plan.mla_layers:
+        from zebra.upcycle.calibration import attention_input_moments
+
+        moments, tokens = attention_input_moments(teacher, calibration, plan.mla_layers)
+        svd = {"method": "activation", "calibration": calibration.data, "tokens": tokens}
+    source = UpcycledSource(teacher, config, student_dtype, seed, moments)
     reports: list[UpcycleReport] = []
 
     def add_report(tmp: Path) -> None:
         """upcycle.json into the export before it is renamed into place (the tensors' origins are known now)."""
-        reports.append(_report(teacher, plan, config, source, out, student_dtype))
+        reports.append(_report(teacher, plan, config, source, out, student_dtype, svd))
         reports[0].write(tmp / REPORT_FILE)
 
     export_hf(
@@ -114,7 +125,7 @@ def _config(plan: StudentPlan) -> Any:
 
 
 def _report(
-    teacher: Teacher, plan: StudentPlan, config: Any, source: Any, out: Path, dtype: Any
+    teacher: Teacher, plan: StudentPlan, config: Any, source: Any, out: Path, dtype: Any, svd: dict[str, Any]
 ) -> UpcycleReport:
     from zebra import arch
 
@@ -134,7 +145,8 @@ def _report(
         student_params=arch.param_count(config).total,
         kv_cache_fraction=arch.teacher_kv_fraction(config, s.num_layers, s.num_kv_heads, s.head_dim),
         tensors=tensors,
-        notes=notes(teacher, plan, tensors),
+        notes=notes(teacher, plan, tensors, svd),
+        svd=svd,
     )
 
 
@@ -143,8 +155,11 @@ def _report(
 KV_ENERGY_WARNING = 0.9
 
 
-def notes(teacher: Teacher, plan: StudentPlan, tensors: list[TensorOrigin]) -> list[str]:
+def notes(
+    teacher: Teacher, plan: StudentPlan, tensors: list[TensorOrigin], svd: dict[str, Any] | None = None
+) -> list[str]:
     """What the report must say about approximations and unpublished parts."""
+    activation = (svd or {}).get("method") == "activation"
     s = teacher.shape
     out = list(teacher.notes)
     if plan.mla_layers:
@@ -153,12 +168,23 @@ def notes(teacher: Teacher, plan: StudentPlan, tensors: list[TensorOrigin]) -> l
             f"heads), RoPE on {plan.config['qk_rope_head_dim']} of {s.head_dim} channels per head with the "
             "student's own frequencies, and latent RMSNorms that rescale each token"
         )
+        if activation:
+            out.append(
+                f"activation-aware SVD (not the published plain SVD): the MLA factors keep most of W x on "
+                f"{svd['tokens']:,} tokens of {svd['calibration']}"
+            )
         kept = [t.energy for t in tensors if t.name.endswith("kv_down_proj.weight") and t.energy is not None]
         if kept and min(kept) < KV_ENERGY_WARNING:
             out.append(
                 f"the KV latent (rank {plan.config['kv_lora_rank']}) keeps {min(kept):.0%} to {max(kept):.0%} of "
-                "[W_k; W_v]'s energy: the student starts far from the teacher and needs distillation (ILD first); "
-                "a larger --kv-lora-rank keeps more, at a larger KV cache"
+                + (
+                    "the output energy of [W_k; W_v] on the calibration text"
+                    if activation
+                    else "[W_k; W_v]'s energy"
+                )
+                + ": the student starts far from the teacher and needs distillation (ILD first); "
+                + "a larger --kv-lora-rank keeps more, at a larger KV cache"
+                + ("" if activation else "; --svd activation --calibration DATA keeps more at the same rank")
             )
     if plan.mixer == "kda":
         out.append("KDA from attention has no published recipe: the Q/K/V/O copy of GDN is used")

@@ -76,6 +76,7 @@ def smart_placement(
     import torch
 
     from zebra.device import resolve_device
+    from zebra.upcycle.calibration import calibration_tokens
     from zebra.upcycle.readers import open_teacher
     from zebra.upcycle.teacher_model import build_teacher_model
 
@@ -152,66 +153,6 @@ def _kl_sum(log_p: torch.Tensor, student: torch.nn.Module, ids: torch.Tensor) ->
 
     log_q = torch.log_softmax(student(input_ids=ids, use_cache=False).logits.float(), -1)  # [b, T, V]
     return float((log_p.exp() * (log_p - log_q)).sum())
-
-
-def calibration_tokens(
-    spec: str, tokenizer: Any, vocab_size: int, samples: int, seq_len: int
-) -> torch.Tensor:
-    """Up to `samples` sequences `[S, seq_len]` of consecutive tokens from the data at `spec`; refuses data in
-    another tokenizer than the teacher's (`tokenizer`, may be None) or with ids beyond its vocabulary."""
-    import numpy as np
-    import torch
-
-    from zebra.data.indexed import open_dataset
-    from zebra.data.paths import parse_data_path
-    from zebra.data.prefixes import resolve_prefixes
-
-    _check_tokenizer(spec, parse_data_path(spec).target, tokenizer)
-    need, pieces, have = samples * seq_len, [], 0
-    for prefix, _ in resolve_prefixes(spec, tokenizer="byte"):
-        dataset = open_dataset(prefix)
-        for i in range(len(dataset)):
-            pieces.append(np.asarray(dataset[i], dtype=np.int64))
-            have += len(pieces[-1])
-            if have >= need:
-                break
-        if have >= need:
-            break
-    count = min(samples, have // seq_len)
-    if count == 0:
-        raise ZebraError(f"--calibration {spec}: fewer than {seq_len} tokens",
-                         fix="pass more data, or a shorter --seq-len")  # fmt: skip
-    flat = np.concatenate(pieces)[: count * seq_len]
-    if int(flat.max()) >= vocab_size:
-        raise ZebraError(
-            f"--calibration {spec}: token id {int(flat.max())} is beyond the teacher's {vocab_size} ids",
-            fix="tokenize the calibration data with the teacher's tokenizer (zebra data prep --tokenizer T)",
-        )
-    return torch.from_numpy(flat).view(count, seq_len)
-
-
-def _check_tokenizer(spec: str, target: str, tokenizer: Any) -> None:
-    """The data's recorded tokenizer (a prepared folder's manifest; @sample: byte) against the teacher's."""
-    if tokenizer is None:
-        return
-    from zebra.data import load_tokenizer, read_manifest
-    from zebra.data.paths import BUNDLED, prep_folder
-    from zebra.data.tokenizers import vocab_hash
-
-    if target == BUNDLED:
-        byte = load_tokenizer("byte")
-        found: tuple[int, str] | None = (len(byte), vocab_hash(byte))
-    else:
-        folder = prep_folder(target) or prep_folder(Path(target).expanduser().parent)
-        record = read_manifest(folder).tokenizer if folder is not None else {}
-        found = (int(record["vocab_size"]), record["vocab_hash"]) if record.get("vocab_hash") else None
-    want = (len(tokenizer), vocab_hash(tokenizer))
-    if found is not None and found != want:
-        raise ZebraError(
-            f"--calibration {spec}: tokenized with another tokenizer ({found[0]} ids, vocabulary "
-            f"{found[1][:12]}) than the teacher's ({want[0]} ids, vocabulary {want[1][:12]})",
-            fix="prepare the calibration data with the teacher's tokenizer (zebra data prep --tokenizer TEACHER)",
-        )
 
 
 def plot_scores(smart: dict[str, Any], path: Path) -> Path:

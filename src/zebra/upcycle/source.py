@@ -45,12 +45,22 @@ class UpcycledSource(TensorSource):
         config: the student's ZebraConfig (pattern: mixer/MLP pairs, one per teacher layer).
         dtype: the student's dtype (floating tensors); copies of same-dtype teacher tensors stay bit-equal.
         seed: seeds the mixers' own initialisation (per sublayer, so the result does not depend on read order).
+        moments: {dense layer: the second moment of its attention input on calibration text}, for an activation-
+            aware SVD of those MLA layers (`zebra.upcycle.calibration`); None: the plain SVD.
     """
 
-    def __init__(self, teacher: Teacher, config: Any, dtype: torch.dtype, seed: int = 0):
+    def __init__(
+        self,
+        teacher: Teacher,
+        config: Any,
+        dtype: torch.dtype,
+        seed: int = 0,
+        moments: dict[int, torch.Tensor] | None = None,
+    ):
         from zebra.models import ZebraForCausalLM
 
         self.teacher, self.config, self.dtype, self.seed = teacher, config, dtype, seed
+        self.moments = moments or {}
         self.origin = teacher.origin
         with torch.device("meta"):
             self._meta_model = ZebraForCausalLM(
@@ -98,7 +108,7 @@ class UpcycledSource(TensorSource):
         attn = TeacherAttention.read(self.teacher.tensors, self.teacher.shape, layer)
         kind, mixer = self.config.layer_pattern[index], prefix + "mixer."
         if kind == ATTENTION:
-            out.update(mla_from_gqa(attn, mixer, self.config, self.dtype))
+            out.update(mla_from_gqa(attn, mixer, self.config, self.dtype, self.moments.get(layer)))
             return out
         from_attention = _FROM_ATTENTION[mixer_spec(kind).name]
         out.update(from_attention(attn, self._initialised(index), mixer, self.dtype))
