@@ -38,7 +38,8 @@ def rope_rows(head_dim: int, rope_dim: int) -> list[int]:
     (2i, 2i+1) together at theta^(-2i/dr) (`zebra.models.layers.rotary`). The dr/2 fastest teacher pairs
     (j = 0 .. dr/2 - 1) keep their rotation: they carry the position, while the slow pairs, which hardly turn
     over short distances, become no-RoPE channels. With dr = Dh this is the teacher's rotation exactly; with
-    dr < Dh pair j turns at theta^(-2j/dr) instead of theta^(-2j/Dh) (docs/upcycle.md: not yet compared with the published last-rows choice).
+    dr < Dh pair j turns at theta^(-2j/dr) instead of theta^(-2j/Dh). On SmolLM2-135M this starts lower than
+    the published last-rows choice at full and default ranks (docs/upcycle.md).
     """
     half = head_dim // 2
     return [row for j in range(rope_dim // 2) for row in (j, j + half)]
