@@ -2,7 +2,7 @@
 inputs on them.
 
 Two users: SMART's scores (`zebra upcycle --compose ... --placement smart`) and the activation-aware SVD of the MLA
-initialisation (`zebra upcycle --svd activation`), which factorises W C^(1/2) instead of W, where
+initialisation (`zebra upcycle --svd activation`), which factorises W L instead of W (L L^T = C), where
 
     C_l = (1/N) sum over the N calibration tokens of x x^T     x: the input of teacher layer l's attention
                                                                 (after its input RMSNorm), [D]
@@ -64,9 +64,8 @@ def attention_input_moments(
 
     def add(layer: int):
         def hook(module: Any, args: tuple, kwargs: dict) -> None:
-            x = (
-                (kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]).flatten(0, 1).float()
-            )  # [b*T, D]
+            hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]  # [b, T, D]
+            x = hidden.flatten(0, 1).float()  # [b*T, D]
             sums[layer] += (x.T @ x).double().cpu()
 
         return hook
