@@ -77,7 +77,14 @@ def ild_student(which: str, args, ctx, steps: int, offset: int) -> Path:
 
     init = args.output / f"upcycled-{which}"
     options = StudentOptions(mixer=args.mixer, **({"mla_layers": "all"} if which == "mla" else {"mla": 0}))
-    report = upcycle(args.teacher, init, options, dtype="fp32", force=True)
+    report = upcycle(
+        args.teacher,
+        init,
+        options,
+        dtype="fp32",
+        force=True,
+        calibration=ctx["helpers"].svd_calibration(args),
+    )
     print(f"ILD of the all-{which} student ({report.pattern[:8]}...), {steps} steps", flush=True)
     model = ZebraForCausalLM.from_pretrained(init, dtype=torch.float32).to(ctx["device"])
     freeze_for_ild(model)
@@ -124,9 +131,8 @@ def run(args, ctx, done) -> list[dict]:
     ild_steps = max(1, round(args.steps * args.ild_fraction / 2))  # per student
     kd_steps = args.steps - 2 * ild_steps
     plain = args.output / "upcycled-hybrid"
-    report = upcycle(
-        args.teacher, plain, StudentOptions(mixer=args.mixer, mla=args.mla), dtype="fp32", force=True
-    )
+    report = upcycle(args.teacher, plain, StudentOptions(mixer=args.mixer, mla=args.mla), dtype="fp32", force=True,
+                     calibration=ctx["helpers"].svd_calibration(args))  # fmt: skip
     results = [kd_pipeline("upcycle+KD", plain, report, args, ctx, args.steps, 0)]
     done(results)
     mla = ild_student("mla", args, ctx, ild_steps, 0)

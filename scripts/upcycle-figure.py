@@ -127,16 +127,10 @@ def run_mixer(mixer: str, args, teacher, stream, heldout, device) -> dict:
     from zebra.models import ZebraConfig, ZebraForCausalLM
     from zebra.train.distill import DistillLoss, DistillWeights
     from zebra.upcycle import StudentOptions, upcycle
-    from zebra.upcycle.calibration import Calibration
 
     export = args.output / f"upcycled-{mixer}"
-    calibration = None
-    if args.svd == "activation":
-        calibration = Calibration(
-            args.calibration or args.train, samples=args.calibration_samples, device=args.device
-        )
     report = upcycle(args.teacher, export, StudentOptions(mixer=mixer, mla=args.mla), dtype="fp32", force=True,
-                     calibration=calibration)  # fmt: skip
+                     calibration=svd_calibration(args))  # fmt: skip
     print(f"{mixer}: upcycled ({report.student_params / 1e6:.1f}M parameters), distilling", flush=True)
     student = ZebraForCausalLM.from_pretrained(export, dtype=torch.float32).to(device)
     kd = train_curve(
@@ -203,7 +197,7 @@ def table(result: dict) -> str:
 
 def figure_parser(description: str) -> argparse.ArgumentParser:
     """The arguments of both figure scripts (this and pipeline-figure.py): the teacher, the tokenized texts, the
-    output folder, the batch shape, the held-out size and the device."""
+    output folder, the batch shape, the held-out size, the MLA factorisation and the device."""
     import torch
 
     p = argparse.ArgumentParser(description=description)
@@ -214,8 +208,21 @@ def figure_parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--heldout-windows", type=int, default=32, help="held-out sequences of --seq tokens")
+    p.add_argument("--svd", choices=("plain", "activation"), default="plain", help="zebra upcycle --svd")
+    p.add_argument(
+        "--svd-samples", type=int, default=32, help="--svd activation: sequences of 512 --train tokens"
+    )
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     return p
+
+
+def svd_calibration(args):
+    """`upcycle`'s calibration for `--svd activation` (`--svd-samples` sequences of the training text), or None."""
+    from zebra.upcycle.calibration import Calibration
+
+    if args.svd != "activation":
+        return None
+    return Calibration(args.train, samples=args.svd_samples, device=args.device)
 
 
 def open_inputs(args, device):
@@ -255,9 +262,6 @@ def main() -> None:
     p.add_argument("--mla", type=int, default=8)
     p.add_argument("--steps", type=int, default=256)
     p.add_argument("--kd-lr", type=float, default=2e-4, help="peak LR of distillation")
-    p.add_argument("--svd", choices=("plain", "activation"), default="plain", help="zebra upcycle --svd")
-    p.add_argument("--calibration", help="--svd activation's text (default: --train)")
-    p.add_argument("--calibration-samples", type=int, default=32, help="calibration sequences of 512 tokens")
     p.add_argument("--scratch-lr", type=float, default=1e-3, help="peak LR of the from-scratch CE runs")
     p.add_argument("--decode-tokens", type=int, default=64)
     args = p.parse_args()

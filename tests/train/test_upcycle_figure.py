@@ -18,7 +18,7 @@ def test_the_figure_script_runs_and_reports_every_model(tmp_path, sample_prefix)
     out = tmp_path / "figure"
     args = [str(teacher), "--train", sample_prefix, "--heldout", sample_prefix, "--output", str(out),
             "--mla", "1", "--steps", "2", "--batch", "2", "--seq", "32", "--heldout-windows", "2",
-            "--decode-tokens", "3", "--device", "cpu", "--svd", "activation", "--calibration-samples", "2"]  # fmt: skip
+            "--decode-tokens", "3", "--device", "cpu", "--svd", "activation", "--svd-samples", "2"]  # fmt: skip
     done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((out / "figure.json").read_text())
