@@ -77,14 +77,8 @@ def ild_student(which: str, args, ctx, steps: int, offset: int) -> Path:
 
     init = args.output / f"upcycled-{which}"
     options = StudentOptions(mixer=args.mixer, **({"mla_layers": "all"} if which == "mla" else {"mla": 0}))
-    report = upcycle(
-        args.teacher,
-        init,
-        options,
-        dtype="fp32",
-        force=True,
-        calibration=ctx["helpers"].svd_calibration(args),
-    )
+    report = upcycle(args.teacher, init, options, dtype="fp32", force=True,
+                     calibration=ctx["helpers"].svd_calibration(args))  # fmt: skip
     print(f"ILD of the all-{which} student ({report.pattern[:8]}...), {steps} steps", flush=True)
     model = ZebraForCausalLM.from_pretrained(init, dtype=torch.float32).to(ctx["device"])
     freeze_for_ild(model)

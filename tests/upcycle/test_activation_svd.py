@@ -107,18 +107,25 @@ def test_the_real_teacher_upcycles_with_a_smaller_kv_error_on_its_own_inputs(
 @pytest.mark.parametrize(
     ("args", "needles"),
     [
-        (["--svd", "activation"], ["--svd activation needs --calibration DATA"]),
-        (["--calibration", "@sample"], ["--calibration without --compose is for --svd activation"]),
-        (["--svd", "exact"], ["--svd exact: unknown", "plain, activation"]),
-        (["--svd", "activation", "--calibration", "CALIBRATION"], ["tokenized with another tokenizer"]),
+        (["TEACHER", "--svd", "activation"], ["--svd activation needs --calibration DATA"]),
+        (
+            ["TEACHER", "--calibration", "@sample"],
+            ["--calibration without --compose is for --svd activation"],
+        ),
+        (["TEACHER", "--svd", "exact"], ["--svd exact: unknown", "plain, activation"]),
+        (
+            ["TEACHER", "--svd", "activation", "--calibration", "SMOL_TEXT"],
+            ["tokenized with another tokenizer"],
+        ),
+        (["--compose", "a", "b", "--svd", "activation"], ["--svd applies to a TEACHER's upcycle"]),
     ],
 )
 def test_bad_activation_svd_options_get_one_line_errors(
     tmp_path, smollm2_4layer_dir, python_docs_tokens, args, needles
 ):
-    """The last case: text in SmolLM2's tokenizer against a byte-tokenizer teacher."""
+    """TEACHER is a tiny byte-tokenizer Llama; SMOL_TEXT is text in SmolLM2's tokenizer."""
     teacher = tiny_llama(tmp_path / "teacher")
-    args = [str(python_docs_tokens) if a == "CALIBRATION" else a for a in args]
-    result = zebra("upcycle", teacher, "--mla", "1", *args, "-o", tmp_path / "x")
+    args = [{"TEACHER": teacher, "SMOL_TEXT": python_docs_tokens}.get(a, a) for a in args]
+    result = zebra("upcycle", *args, "--mla", "1", "-o", tmp_path / "x")
     assert_one_line_error(result, *needles)
     assert not (tmp_path / "x").exists()

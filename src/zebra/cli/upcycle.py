@@ -113,6 +113,9 @@ def upcycle_command(
             )
         force = True
     if compose is not None:
+        if svd != "plain":
+            raise ZebraError("--svd applies to a TEACHER's upcycle: --compose takes its students' MLA layers as they are",
+                             fix="pass --svd activation when upcycling the students from the teacher")  # fmt: skip
         from zebra.upcycle.compose import compose as compose_students
 
         with out.progress("composing", unit="B", enabled=not json_) as bar:
