@@ -91,10 +91,8 @@ def test_the_real_teacher_upcycles_with_a_smaller_kv_error_on_its_own_inputs(
         t = f"model.layers.{layer}.self_attn."
         k = teacher.tensors.get(t + "k_proj.weight").double().view(3, 64, 576)[:, order]  # [Hkv, Dh, D]
         v = teacher.tensors.get(t + "v_proj.weight").double()  # [Hkv*Dh, D]
-        kept = torch.cat(
-            [k[:, :32].reshape(96, 576), v]
-        )  # the K rows without RoPE, and V: what kv_up rebuilds
-
+        # what kv_up rebuilds: each KV head's K rows without RoPE, then V
+        kept = torch.cat([k[:, :32].reshape(96, 576), v])  # [288, D]
         errors = {name: kv_output_error(w, layer, kept, moments[layer]) for name, w in weights.items()}
         assert errors["activation"] < 0.8 * errors["plain"], (layer, errors)
     teacher.tensors.close()

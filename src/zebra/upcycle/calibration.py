@@ -62,11 +62,15 @@ def attention_input_moments(
     sums = {i: torch.zeros(teacher.shape.hidden_size, teacher.shape.hidden_size, dtype=torch.float64)
             for i in layers}  # fmt: skip
 
+    last = max(layers)
+
     def add(layer: int):
         def hook(module: Any, args: tuple, kwargs: dict) -> None:
             hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]  # [b, T, D]
             x = hidden.flatten(0, 1).float()  # [b*T, D]
             sums[layer] += (x.T @ x).double().cpu()
+            if layer == last:
+                raise _Reached  # the layers after it are not needed
 
         return hook
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from zebra.errors import ZebraError
-from zebra.upcycle.calibration import Calibration
+from zebra.upcycle.calibration import Calibration, attention_input_moments
 from zebra.upcycle.readers import open_teacher
 from zebra.upcycle.report import TensorOrigin, UpcycleReport
 from zebra.upcycle.student import StudentOptions, StudentPlan, plan_student
@@ -89,8 +89,6 @@ def upcycle_teacher(
     svd: dict[str, Any] = {"method": "plain"}
     moments = None
     if calibration is not None and plan.mla_layers:
-        from zebra.upcycle.calibration import attention_input_moments
-
         moments, tokens = attention_input_moments(teacher, calibration, plan.mla_layers)
         svd = {"method": "activation", "calibration": calibration.data, "tokens": tokens}
     source = UpcycledSource(teacher, config, student_dtype, seed, moments)
