@@ -20,6 +20,8 @@
 #                  DECODE_CHECKS picks the parts (default "tests ab compile fla warm"); one 10-minute call fits
 #                  about "tests ab", a second "compile fla warm". ab compares with .base when carried:
 #                  git archive BASE_COMMIT src kernels recipes | (mkdir -p .base && tar -x -C .base)
+#   figures        scripts/upcycle-figure.py then pipeline-figure.py (FIG_SCRIPTS, FIG_ARGS, FIG_DATA, FIG_TEACHER)
+#                  upcycle-figure.json/png, pipeline-pipeline.json/png, figures.txt
 #   parity         zebra bench parity (fp32 5 steps, bf16 250) on PARITY_DATA (scripts/build-parity-data.sh)
 #   perf18         issue 18 items 3-4 in one call of about 6 minutes (DEADLINE=360), one table  perf.jsonl
 #   ssd levers     Mamba2 scan backends; 1b-gdn-pure vs FLA with each lever (LEVERS: names in scripts/gpu-perf.py)
@@ -175,6 +177,16 @@ print('first step', round(r['first_step_s'], 1), 's after build,', round(r['firs
         tests/models/test_gpu.py::test_tiny_mamba_on_mamba_ssm_matches_torch_backend_with_gradients \
         tests/train/test_levers.py 2>&1 | tee -a "$OUT/pytest_gpu.log" | tail -30
       note "tests-perf: $(grep -E 'passed|failed|error' "$OUT/pytest_gpu.log" | tail -1)";;
+    figures)  # issues 13/14: upcycle-figure.py then pipeline-figure.py on FIG_DATA (python-docs-data.py's train,
+      # heldout, tokenizer) and FIG_TEACHER (the GGUF); FIG_ARGS go to both; figure.json/png come back renamed
+      data=${FIG_DATA:-data/pydocs-smol} teacher=${FIG_TEACHER:-SmolLM2-135M-Instruct.Q4_1.gguf}
+      for script in ${FIG_SCRIPTS:-upcycle pipeline}; do
+        left=$(( ${DEADLINE:-570} - SECONDS )); [ "$left" -lt 90 ] && { note "figure $script: not run ($left s left)"; continue; }
+        timeout "$left" python3 scripts/$script-figure.py "$teacher" --train "$data/train" --heldout "$data/heldout" \
+          --output /tmp/fig-$script ${FIG_ARGS:-} 2>> "$log" | tee -a "$OUT/figures.txt"
+        note "figure $script rc=${PIPESTATUS[0]}"
+        for f in /tmp/fig-$script/*.json /tmp/fig-$script/*.png; do [ -f "$f" ] && cp "$f" "$OUT/$script-$(basename "$f")"; done
+      done;;
     *) note "unknown phase $phase";;
   esac
   note "phase $phase: $((SECONDS - t0)) s"
