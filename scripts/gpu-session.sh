@@ -21,7 +21,10 @@
 #                  about "tests ab", a second "compile fla warm". ab compares with .base when carried:
 #                  git archive BASE_COMMIT src kernels recipes | (mkdir -p .base && tar -x -C .base)
 #   figures        scripts/upcycle-figure.py then pipeline-figure.py (FIG_SCRIPTS, FIG_ARGS, FIG_DATA, FIG_TEACHER)
-#                  upcycle-figure.json/png, pipeline-pipeline.json/png, figures.txt
+#                  upcycle-figure.json/png, pipeline-pipeline.json/png, figures.txt. The GPU machine lacks gguf:
+#                  pip download --no-deps gguf -d .gpuwheels-extra. The teacher (98 MB) and the data (9 MB) travel
+#                  as a tar split beside the Triton parts (64 MiB a call with the tree); keep the teacher under /tmp
+#                  there (an untracked file in the tree is removed by the next call). One student takes 6-10 min.
 #   parity         zebra bench parity (fp32 5 steps, bf16 250) on PARITY_DATA (scripts/build-parity-data.sh)
 #   perf18         issue 18 items 3-4 in one call of about 6 minutes (DEADLINE=360), one table  perf.jsonl
 #   ssd levers     Mamba2 scan backends; 1b-gdn-pure vs FLA with each lever (LEVERS: names in scripts/gpu-perf.py)
