@@ -1,5 +1,6 @@
 """On a GPU: the 1.2B pure-GDN recipe trains (bf16, one GPU), and its tokens/s is printed next to
-`zebra bench train` at the same micro batch and next to FLA's own model (run with `pytest -m gpu -s`)."""
+`zebra bench train` at the same micro batch and next to FLA's own model (run with `pytest -m gpu -s`); an upcycled
+student distils from its teacher on one GPU."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import json
 import math
 
 import pytest
+from tests.upcycle.teachers import tiny_llama
+
+from .helpers import distil, records, upcycled_student
 
 pytestmark = pytest.mark.gpu
 
@@ -42,3 +46,17 @@ def test_bench_train_1b_gdn_pure_against_fla(cli):
     print(f"\nzebra bench train 1b-gdn-pure batch 8 x 2048: zebra {zebra['tokens_per_s']:,.0f} tok/s "
           f"({zebra['peak_memory_gb']:.1f} GB), FLA {fla['tokens_per_s']:,.0f} tok/s ({fla['peak_memory_gb']:.1f} GB), "
           f"ratio {report['ratio']:.2f}")  # fmt: skip
+
+
+def test_distillation_runs_on_one_gpu(cli, tmp_path, sample_prefix):
+    """`zebra train --init DIR --teacher T --gpus 1` in bf16: the teacher (bf16 on the GPU) and the student share the
+    device, every step logs the KL and both CEs, and the KL falls."""
+    teacher = tiny_llama(tmp_path / "llama", seed=3)
+    student = upcycled_student(tmp_path / "gdn", teacher, mla=1)
+    result = distil(cli, sample_prefix, tmp_path, "gpu", teacher, student, "--gpus", "1",
+                    "--set", "train.precision=bf16", steps=8)  # fmt: skip
+    assert "1 rank(s) on cuda" in result.output
+    train = [r for r in records(tmp_path / "gpu") if "loss" in r]
+    assert [r["step"] for r in train] == list(range(1, 9))
+    assert all(math.isfinite(r["kl"]) and r["ce"] > 0 and r["teacher_ce"] > 0 for r in train)
+    assert train[-1]["kl"] < 0.7 * train[0]["kl"]
