@@ -12,10 +12,12 @@ and OUT/pipeline.png and prints a table. The step, loss and held-out CE are the 
 
     python3 scripts/python-docs-data.py SmolLM2-135M-Instruct.Q4_1.gguf data/   # once, on any CPU machine
     python3 scripts/pipeline-figure.py SmolLM2-135M-Instruct.Q4_1.gguf --train data/train \
-        --heldout data/heldout --output pipeline/                           # about 6 minutes on one H200
+        --heldout data/heldout --output pipeline/                           # over 10 minutes on one H200
 
 Defaults: 192 steps of 8 x 1024 tokens (1.6M tokens per pipeline), ILD 20% of them (10% per student), Mamba2,
-6 MLA layers. On a CPU pass tiny numbers, as tests/train/test_pipeline_figure.py does.
+6 MLA layers. `--pipelines kd` and then `--pipelines ild,smart` split the run over two GPU calls (one student of
+upcycle-figure.py took 6-10 minutes on an H200); merge the two pipeline.json by hand. On a CPU pass tiny numbers, as
+tests/train/test_pipeline_figure.py does.
 """
 
 from __future__ import annotations
@@ -117,21 +119,35 @@ def kd_pipeline(name: str, init: Path, report, args, ctx, steps: int, offset: in
     }
 
 
+PIPELINES = {
+    "kd": ("upcycle+KD", None),
+    "ild": ("upcycle+ILD+KD", "even"),
+    "smart": ("upcycle+ILD+SMART+KD", "smart"),
+}
+
+
 def run(args, ctx, done) -> list[dict]:
-    """The three pipelines at the same total steps; `done(results)` after each one."""
+    """The pipelines of `args.pipelines` (`kd`, `ild`, `smart`) at the same total steps; `done(results)` after each
+    one. `ild` and `smart` share the two ILD students, so a GPU call too short for all three can run `kd` alone and
+    then `ild,smart`."""
     from zebra.upcycle import StudentOptions, upcycle
     from zebra.upcycle.compose import compose
 
     ild_steps = max(1, round(args.steps * args.ild_fraction / 2))  # per student
     kd_steps = args.steps - 2 * ild_steps
-    plain = args.output / "upcycled-hybrid"
-    report = upcycle(args.teacher, plain, StudentOptions(mixer=args.mixer, mla=args.mla), dtype="fp32", force=True,
-                     calibration=ctx["helpers"].svd_calibration(args))  # fmt: skip
-    results = [kd_pipeline("upcycle+KD", plain, report, args, ctx, args.steps, 0)]
-    done(results)
+    results = []
+    if "kd" in args.pipelines:
+        plain = args.output / "upcycled-hybrid"
+        report = upcycle(args.teacher, plain, StudentOptions(mixer=args.mixer, mla=args.mla), dtype="fp32",
+                         force=True, calibration=ctx["helpers"].svd_calibration(args))  # fmt: skip
+        results.append(kd_pipeline(PIPELINES["kd"][0], plain, report, args, ctx, args.steps, 0))
+        done(results)
+    composed_pipelines = [PIPELINES[key] for key in ("ild", "smart") if key in args.pipelines]
+    if not composed_pipelines:
+        return results
     mla = ild_student("mla", args, ctx, ild_steps, 0)
     rec = ild_student("rec", args, ctx, ild_steps, ild_steps)
-    for name, placement in (("upcycle+ILD+KD", "even"), ("upcycle+ILD+SMART+KD", "smart")):
+    for name, placement in composed_pipelines:
         out = args.output / f"composed-{placement}"
         composed = compose(mla, rec, out, mla=args.mla, placement=placement, calibration=args.train,
                            samples=args.calibration, seq_len=args.seq, device=str(ctx["device"]), force=True)  # fmt: skip
@@ -148,7 +164,11 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, bars) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=120, gridspec_kw={"width_ratios": [3, 2]})
+    smart = result["smart"]
+    if smart:
+        fig, (ax, bars) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=120, gridspec_kw={"width_ratios": [3, 2]})
+    else:  # no SMART pipeline in this run: the curves alone
+        fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
     ax.axhline(result["teacher"]["heldout_ce"], color="black", linestyle=":", label="teacher")
     for i, p in enumerate(result["pipelines"]):
         points = [(q["tokens"] / 1e6, q["heldout_ce"]) for q in p["curve"]]
@@ -158,13 +178,13 @@ def plot(result: dict, path: Path) -> None:
     ax.set_ylabel("held-out CE (nats/token)")
     ax.grid(alpha=0.3)
     ax.legend()
-    smart = result["smart"]
-    chosen = set(smart["selected"])
-    bars.bar(range(len(smart["scores"])), smart["scores"],
-             color=["tab:orange" if i in chosen else "tab:blue" for i in range(len(smart["scores"]))])  # fmt: skip
-    bars.set_xlabel("layer (orange: MLA by SMART)")
-    bars.set_ylabel("KL lowered")
-    bars.set_title("SMART scores")
+    if smart:
+        chosen = set(smart["selected"])
+        bars.bar(range(len(smart["scores"])), smart["scores"],
+                 color=["tab:orange" if i in chosen else "tab:blue" for i in range(len(smart["scores"]))])  # fmt: skip
+        bars.set_xlabel("layer (orange: MLA by SMART)")
+        bars.set_ylabel("KL lowered")
+        bars.set_title("SMART scores")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -177,8 +197,9 @@ def table(result: dict) -> str:
     for p in result["pipelines"]:
         lines.append(f"{p['pipeline']:<22} {p['tokens']:>10,} {p['heldout_ce']:>8.4f} {p['heldout_ce'] / t:>10.3f} "
                      f"{p['kv_cache_percent']:>6.2f}  {p['mla_layers']}")  # fmt: skip
-    scores = result["smart"]["scores"]
-    lines.append("SMART scores: " + " ".join(f"{i}:{s:+.4f}" for i, s in enumerate(scores)))
+    if result["smart"]:
+        scores = result["smart"]["scores"]
+        lines.append("SMART scores: " + " ".join(f"{i}:{s:+.4f}" for i, s in enumerate(scores)))
     return "\n".join(lines)
 
 
@@ -199,7 +220,15 @@ def main() -> None:
     p.add_argument(
         "--calibration", type=int, default=64, help="SMART's calibration sequences of --seq tokens"
     )
+    p.add_argument(
+        "--pipelines",
+        default="kd,ild,smart",
+        help="which pipelines: kd (upcycle+KD), ild (+ILD), smart (+ILD+SMART)",
+    )
     args = p.parse_args()
+    args.pipelines = args.pipelines.split(",")
+    if unknown := sorted(set(args.pipelines) - set(PIPELINES)):
+        p.error(f"--pipelines: unknown {', '.join(unknown)}; choose from kd, ild, smart")
     args.output.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
     heldout, teacher = helpers.open_inputs(args, device)
@@ -218,8 +247,7 @@ def main() -> None:
 
         result.update(pipelines=pipelines, smart=ctx.get("smart"))
         write_atomic(args.output / "pipeline.json", json.dumps(result, indent=2) + "\n")
-        if result["smart"]:
-            plot(result, args.output / "pipeline.png")
+        plot(result, args.output / "pipeline.png")
 
     run(args, ctx, save)
     print(table(result))
