@@ -26,7 +26,7 @@
 #                  as a tar split beside the Triton parts (64 MiB a call with the tree); keep the teacher under /tmp
 #                  there (an untracked file in the tree is removed by the next call). One student takes 6-10 min.
 #   parity         zebra bench parity (fp32 5 steps, bf16 250) on PARITY_DATA (scripts/build-parity-data.sh)
-#   perf18         issue 18 items 3-4 in one call of about 6 minutes (DEADLINE=360), one table  perf.jsonl
+#   perf18         issue 18 items 3-4 in one call of about 8 minutes (DEADLINE=480), one table  perf.jsonl
 #   ssd levers     Mamba2 scan backends; 1b-gdn-pure vs FLA with each lever (LEVERS: names in scripts/gpu-perf.py)
 #   hybrids tests-perf   hybrids vs Llama-3.2-1B's shape; the GPU tests of issue 18 items 3-4
 # DEADLINE=S (seconds since start) caps the test and perf phases so that the call ends in time;
@@ -161,9 +161,9 @@ print('first step', round(r['first_step_s'], 1), 's after build,', round(r['firs
         note "parity $precision rc=$? $(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: r[k] for k in ('step1_diff', 'max_rel_diff', 'final_rel_diff')}, r['zebra_loss'][-1], r['fla_loss'][-1])" "$OUT/parity_$precision.json" 2>&1 | tail -1)"
       done
       cp /tmp/parity-bf16/parity.png "$OUT/parity_bf16.png" 2>/dev/null;;
-    perf18)  # issue 18 items 3-4 in one call of about 6 minutes (DEADLINE=360), most wanted first: 1b-gdn-pure vs
+    perf18)  # issue 18 items 3-4 in one call of about 8 minutes (DEADLINE=480), most wanted first: 1b-gdn-pure vs
       # FLA at batch 8 and 16 (the goals) and two levers, 1b-mamba-mla vs Llama and on mamba-ssm's scan, the scan alone
-      perf 150 train 1b-gdn-pure base-b8 base-b16 fuse optgraph
+      perf 270 train 1b-gdn-pure base-b8 base-b16 fuse optgraph  # 150 s left no row on a cold Triton cache
       perf 130 train 1b-mamba-mla vs-llama mamba-ssm
       perf 70 ssd 1b-mamba-mla 256;;
     ssd)  # Mamba2 scan: FLA's simple-GLA path vs mamba-ssm's chunked kernel, fwd and fwd+bwd at 1b-mamba-mla shapes
