@@ -85,21 +85,15 @@ def load_teacher(spec: str, env: DistEnv, *, mode: str) -> torch.nn.Module:
     import torch
 
     from zebra.upcycle import open_teacher
-    from zebra.upcycle.teacher_model import build_teacher_model
+    from zebra.upcycle.teacher_model import build_sharded_teacher_model, build_teacher_model
 
     dtype = torch.float32 if env.device.type == "cpu" else torch.bfloat16
     teacher = open_teacher(spec, tokenizer="none")
     try:
-        model = build_teacher_model(teacher, dtype)
+        if mode == "fsdp":
+            model = build_sharded_teacher_model(teacher, dtype, env.device)
+        else:
+            model = build_teacher_model(teacher, dtype).to(env.device)
     finally:
         teacher.tensors.close()
-    model.to(env.device).eval().requires_grad_(False)
-    if mode == "fsdp":
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
-
-        mesh = init_device_mesh(env.device.type, (env.world_size,))
-        for layer in model.model.layers:
-            fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh, reshard_after_forward=True)  # no backward: free everything after use
-    return model
+    return model.eval().requires_grad_(False)

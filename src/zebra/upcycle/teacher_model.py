@@ -2,6 +2,8 @@
 
 The model is rebuilt from the teacher's shape (an HF folder or hub id: from its own config.json, so RoPE scaling is
 kept) on the meta device and filled tensor by tensor from the teacher's reader, each cast as it is read.
+`build_sharded_teacher_model` does the same under FSDP2: the model is sharded on the meta device first, and each
+tensor is read, sharded and copied in before the next is read, so no rank ever holds the whole teacher.
 """
 
 from __future__ import annotations
@@ -19,27 +21,79 @@ if TYPE_CHECKING:
 def build_teacher_model(teacher: Teacher, dtype: torch.dtype) -> torch.nn.Module:
     """The HF causal LM of `teacher` in `dtype`, read tensor by tensor (each cast as it is read)."""
     import torch
+
+    model = _on_meta(teacher, dtype)
+    state = {name: teacher.tensors.get(name).to(dtype) for name in teacher.tensors.shapes()}
+    model.load_state_dict(state, strict=False, assign=True)
+    model.tie_weights()
+    _remake_buffers(model, torch.device("cpu"))
+    return model
+
+
+def build_sharded_teacher_model(
+    teacher: Teacher, dtype: torch.dtype, device: torch.device
+) -> torch.nn.Module:
+    """The HF causal LM of `teacher` in `dtype` on `device`, sharded with FSDP2 over every rank of the default
+    process group (each decoder layer, then the root; parameters freed after each forward). Each tensor is read,
+    cast, moved and sharded on its own: a rank's peak is its shard of the model plus one full tensor."""
+    import torch
+    from torch.distributed import get_world_size
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import distribute_tensor
+
+    model = _on_meta(teacher, dtype).requires_grad_(False)  # frozen before sharding: FSDP2 copies the flag
+    model.tie_weights()
+    mesh = init_device_mesh(device.type, (get_world_size(),))
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh, reshard_after_forward=True)  # no backward: free everything after use
+    model.to_empty(device=device)
+    with torch.no_grad():
+        for name, param in model.named_parameters():  # tied weights come once, under their first name
+            full = teacher.tensors.get(name).to(device=device, dtype=dtype)
+            param.copy_(distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None))
+            del full
+        for (
+            name,
+            buffer,
+        ) in model.named_buffers():  # persistent buffers (none in Llama or Qwen3) are not sharded
+            if name in teacher.tensors.shapes():
+                buffer.copy_(teacher.tensors.get(name).to(device=device, dtype=buffer.dtype))
+    _remake_buffers(model, device)
+    return model
+
+
+def _on_meta(teacher: Teacher, dtype: torch.dtype) -> torch.nn.Module:
+    """The teacher's HF model on the meta device, once its reader is known to hold exactly the model's tensors (a
+    tied head may be absent): else a one-line error naming the first tensor missing or left over."""
+    import torch
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(_hf_config(teacher), dtype=dtype)
-    names = teacher.tensors.shapes()
-    state = {name: teacher.tensors.get(name).to(dtype) for name in names}
-    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
-    missing = [k for k in missing if not (k == "lm_head.weight" and model.config.tie_word_embeddings)]
+    wanted = set(model.state_dict())
+    if model.config.tie_word_embeddings:
+        wanted.discard("lm_head.weight")
+    names = set(teacher.tensors.shapes())
+    missing, unexpected = sorted(wanted - names), sorted(names - wanted - {"lm_head.weight"})
     if missing or unexpected:
         raise ZebraError(
             f"distill.teacher {teacher.origin}: "
             + (f"no tensor for {missing[0]}" if missing else f"unexpected tensor {unexpected[0]}"),
             fix="point at a complete dense Llama-family checkpoint",
         )
-    model.tie_weights()
-    for name, buffer in list(model.named_buffers()):  # RoPE frequencies: made on the meta device, remake
-        if buffer.is_meta:
-            module, _, attr = name.rpartition(".")
-            owner = model.get_submodule(module)
-            owner.register_buffer(attr, _remade(owner, attr), persistent=False)
     return model
+
+
+def _remake_buffers(model: torch.nn.Module, device: torch.device) -> None:
+    """Every non-persistent buffer (the RoPE frequencies, made on the meta device or left empty by `to_empty`)
+    computed again."""
+    for name, _ in list(model.named_buffers()):
+        module, _, attr = name.rpartition(".")
+        owner = model.get_submodule(module)
+        if attr in owner._non_persistent_buffers_set:
+            owner.register_buffer(attr, _remade(owner, attr).to(device), persistent=False)
 
 
 def _remade(rotary: torch.nn.Module, attr: str) -> torch.Tensor:
