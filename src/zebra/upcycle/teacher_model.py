@@ -54,11 +54,9 @@ def build_sharded_teacher_model(
             full = teacher.tensors.get(name).to(device=device, dtype=dtype)
             param.copy_(distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None))
             del full
-        for (
-            name,
-            buffer,
-        ) in model.named_buffers():  # persistent buffers (none in Llama or Qwen3) are not sharded
-            if name in teacher.tensors.shapes():
+        stored = teacher.tensors.shapes()
+        for name, buffer in model.named_buffers():  # persistent buffers (none in Llama or Qwen3): not sharded
+            if name in stored:
                 buffer.copy_(teacher.tensors.get(name).to(device=device, dtype=buffer.dtype))
     _remake_buffers(model, device)
     return model
