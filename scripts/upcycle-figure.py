@@ -8,7 +8,7 @@ students at several budgets; plus the tokens used, the KV cache as % of the teac
 
     python3 scripts/python-docs-data.py SmolLM2-135M-Instruct.Q4_1.gguf data/   # once, on any CPU machine
     python3 scripts/upcycle-figure.py SmolLM2-135M-Instruct.Q4_1.gguf --train data/train \
-        --heldout data/heldout --output figure/         # 6-10 minutes per student on one H200 (--mixers gdn)
+        --heldout data/heldout --output figure/         # about 6 minutes per student on one H200
 
 The defaults (256 steps of 8 x 1024 tokens: 2.1M tokens per student, about one pass over the python-docs train
 split) are sized for one H200; on a CPU pass tiny numbers (`--steps 2 --batch 2 --seq 32`), as
