@@ -52,13 +52,12 @@ def attention_input_moments(
     import torch
 
     from zebra.device import resolve_device
-    from zebra.upcycle.teacher_model import build_teacher_model
+    from zebra.upcycle.teacher_model import build_teacher_model, teacher_dtype
 
     tokens = calibration_tokens(calibration.data, teacher.tokenizer, teacher.shape.vocab_size,
                                 calibration.samples, calibration.seq_len)  # fmt: skip  # [S, T]
     dev = torch.device(resolve_device(calibration.device))
-    model = build_teacher_model(teacher, torch.float32 if dev.type == "cpu" else torch.bfloat16)
-    model = model.to(dev).eval()
+    model = build_teacher_model(teacher, teacher_dtype(dev)).to(dev).eval()
     sums = {i: torch.zeros(teacher.shape.hidden_size, teacher.shape.hidden_size, dtype=torch.float64)
             for i in layers}  # fmt: skip
 

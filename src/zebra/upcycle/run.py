@@ -153,11 +153,9 @@ def _report(
 KV_ENERGY_WARNING = 0.9
 
 
-def notes(
-    teacher: Teacher, plan: StudentPlan, tensors: list[TensorOrigin], svd: dict[str, Any] | None = None
-) -> list[str]:
-    """What the report must say about approximations and unpublished parts."""
-    activation = (svd or {}).get("method") == "activation"
+def notes(teacher: Teacher, plan: StudentPlan, tensors: list[TensorOrigin], svd: dict[str, Any]) -> list[str]:
+    """What the report must say about approximations and unpublished parts (`svd`: the report's `svd` record)."""
+    activation = svd["method"] == "activation"
     s = teacher.shape
     out = list(teacher.notes)
     if plan.mla_layers:

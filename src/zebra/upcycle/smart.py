@@ -78,7 +78,7 @@ def smart_placement(
     from zebra.device import resolve_device
     from zebra.upcycle.calibration import calibration_tokens
     from zebra.upcycle.readers import open_teacher
-    from zebra.upcycle.teacher_model import build_teacher_model
+    from zebra.upcycle.teacher_model import build_teacher_model, teacher_dtype
 
     if calibration is None:
         raise ZebraError("--placement smart needs --calibration DATA",
@@ -86,7 +86,7 @@ def smart_placement(
     if count > recurrent.num_layers:
         smart_selection([0.0] * recurrent.num_layers, count)  # the one-line error
     dev = torch.device(resolve_device(device))
-    dtype = torch.float32 if dev.type == "cpu" else torch.bfloat16
+    dtype = teacher_dtype(dev)
     opened = open_teacher(recurrent.report.teacher)
     try:
         tokens = calibration_tokens(calibration, opened.tokenizer, opened.shape.vocab_size, samples, seq_len)

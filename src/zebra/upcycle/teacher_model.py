@@ -18,6 +18,13 @@ if TYPE_CHECKING:
     from zebra.upcycle.teacher import Teacher, TeacherShape
 
 
+def teacher_dtype(device: torch.device) -> torch.dtype:
+    """The dtype a teacher runs in on `device`: float32 on the CPU, bf16 on a GPU."""
+    import torch
+
+    return torch.float32 if device.type == "cpu" else torch.bfloat16
+
+
 def build_teacher_model(teacher: Teacher, dtype: torch.dtype) -> torch.nn.Module:
     """The HF causal LM of `teacher` in `dtype`, read tensor by tensor (each cast as it is read)."""
     import torch
