@@ -55,7 +55,7 @@ def test_distillation_runs_on_one_gpu(cli, tmp_path, sample_prefix):
     student = upcycled_student(tmp_path / "gdn", teacher, mla=1)
     result = distil(cli, sample_prefix, tmp_path, "gpu", teacher, student, "--gpus", "1",
                     "--set", "train.precision=bf16", steps=8)  # fmt: skip
-    assert "1 rank(s) on cuda" in result.output
+    assert "1 rank(s) on 1 x cuda" in result.output  # the describe() line: "{world} x {device}" on a GPU
     train = [r for r in records(tmp_path / "gpu") if "loss" in r]
     assert [r["step"] for r in train] == list(range(1, 9))
     assert all(math.isfinite(r["kl"]) and r["ce"] > 0 and r["teacher_ce"] > 0 for r in train)
