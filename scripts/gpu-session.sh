@@ -24,7 +24,8 @@
 #                  upcycle-figure.json/png, pipeline-pipeline.json/png, figures.txt. The GPU machine lacks gguf:
 #                  pip download --no-deps gguf -d .gpuwheels-extra. The teacher (98 MB) and the data (9 MB) travel
 #                  as a tar split beside the Triton parts (64 MiB a call with the tree); keep the teacher under /tmp
-#                  there (an untracked file in the tree is removed by the next call). One student takes about 6 min.
+#                  there (an untracked file in the tree is removed by the next call). One upcycle-figure student takes about 6 min;
+#                  pipeline-figure --pipelines kd 409 s, --pipelines ild,smart 571 s (cold Triton cache).
 #   parity         zebra bench parity (fp32 5 steps, bf16 250) on PARITY_DATA (scripts/build-parity-data.sh)
 #   perf18         issue 18 items 3-4 in one call of about 8 minutes (DEADLINE=480), one table  perf.jsonl
 #   ssd levers     Mamba2 scan backends; 1b-gdn-pure vs FLA with each lever (LEVERS: names in scripts/gpu-perf.py)

@@ -12,11 +12,11 @@ and OUT/pipeline.png and prints a table. The step, loss and held-out CE are the 
 
     python3 scripts/python-docs-data.py SmolLM2-135M-Instruct.Q4_1.gguf data/   # once, on any CPU machine
     python3 scripts/pipeline-figure.py SmolLM2-135M-Instruct.Q4_1.gguf --train data/train \
-        --heldout data/heldout --output pipeline/                           # about 10 minutes on one H200
+        --heldout data/heldout --output pipeline/                           # about 16 minutes on one H200
 
 Defaults: 192 steps of 8 x 1024 tokens (1.6M tokens per pipeline), ILD 20% of them (10% per student), Mamba2,
-6 MLA layers. `--pipelines kd` and then `--pipelines ild,smart` split the run over two GPU calls (a student of
-upcycle-figure.py took about 6 minutes on an H200); merge the two pipeline.json by hand. On a CPU pass tiny numbers, as
+6 MLA layers. `--pipelines kd` and then `--pipelines ild,smart` split the run over two GPU calls (409 s and 571 s on an
+H200 with a cold Triton cache, 2026-12-03); merge the two pipeline.json by hand. On a CPU pass tiny numbers, as
 tests/train/test_pipeline_figure.py does.
 """
 
