@@ -82,7 +82,6 @@ def _check_same_tokenizer(recipe: Recipe, spec: str, tokenizer: Any) -> None:
 def load_teacher(spec: str, env: DistEnv, *, mode: str) -> torch.nn.Module:
     """The teacher for one rank: frozen, eval mode, bf16 on a GPU (float32 on CPU), on `env.device`;
     `mode` "fsdp" shards it over the ranks (every decoder layer, then the root), else it is replicated."""
-
     from zebra.upcycle import open_teacher
     from zebra.upcycle.teacher_model import build_sharded_teacher_model, build_teacher_model, teacher_dtype
 
