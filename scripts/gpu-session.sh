@@ -114,7 +114,7 @@ print('first step', round(r['first_step_s'], 1), 's after build,', round(r['firs
       timeout 300 python3 scripts/profile-train.py 1b-gdn-pure --batch 8 --against fla > "$OUT/profile.txt" 2>> "$log"
       note "profile rc=$? (profile.txt)";;
     tests)
-      left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -gt 570 ] && left=570
+      left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -gt ${TESTS_LIMIT:-570} ] && left=${TESTS_LIMIT:-570}
       timeout "$left" python3 -m pytest -m gpu -p no:cacheprovider -v -rA -n ${WORKERS:-6} --timeout 400 \
         ${TESTS:-tests/kernels tests/models tests/convert tests/generation tests/doctor} 2>&1 | tee "$OUT/pytest_gpu.log" | tail -30
       note "tests: $(grep -E 'passed|failed|error' "$OUT/pytest_gpu.log" | tail -1)";;
@@ -143,9 +143,10 @@ print('first step', round(r['first_step_s'], 1), 's after build,', round(r['firs
           fla) fits 150 fla && { timeout 300 python3 -m zebra.cli.main bench decode 1b-gdn-pure --batch 1 --prompt 2048 \
               --new 256 --json > "$OUT/decode_fla.json" 2>> "$log"; note "decode-checks fla rc=$?"; };;
           warm) r=${WARM_RECIPES:-1b-kda-mla}; cache=/tmp/zebra-kernels-$r; rm -rf "$cache"
-            for run in cold warm; do
-              fits 60 "warm $run" && { env -u TRITON_CACHE_DIR -u TORCHINDUCTOR_CACHE_DIR ZEBRA_KERNEL_CACHE="$cache" \
-                timeout $(( deadline - SECONDS )) python3 -m zebra.cli.main bench train "$r" --steps 2 --warmup 1 --batch 8 \
+            for run in cold warm; do  # WARM_COLD_ARGS: the cold run can be a comparison too (--against llama)
+              args="--steps 2 --warmup 1"; need=60; [ $run = cold ] && args=${WARM_COLD_ARGS:-$args} need=${WARM_COLD_S:-60}
+              fits "$need" "warm $run" && { env -u TRITON_CACHE_DIR -u TORCHINDUCTOR_CACHE_DIR ZEBRA_KERNEL_CACHE="$cache" \
+                timeout $(( deadline - SECONDS )) python3 -m zebra.cli.main bench train "$r" $args --batch 8 \
                 --json > "$OUT/warm_$run.json" 2>> "$log"; note "decode-checks warm $run rc=$?"; }
             done;;
           *) note "decode-checks: unknown part $part";;
