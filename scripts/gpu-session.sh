@@ -5,10 +5,13 @@
 #   pip install wheel && MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE pip wheel --no-deps --no-build-isolation \
 #   mamba-ssm==2.2.6.post3 -w .gpuwheels-extra).
 #
-#   bash scripts/gpu-session.sh PHASE...          (default: bench decode tests)
+#   bash scripts/gpu-session.sh PHASE...          (default: bench trainer decode tests)
 #
 # Phases (each appends a line to $OUT/summary.txt; at most 8 files come back from $OUT):
-#   bench          zebra bench train 1b-gdn-pure vs FLA, then a 20-step trainer run   bench_train.json
+#   bench          zebra bench train 1b-gdn-pure vs FLA                               bench_train.json
+#   trainer        a 20-step `zebra train 1b-gdn-pure --mock-data` run (tokens/s, time to the first step)
+#   fp8-curve      1b-gdn-pure FP8 vs bf16 over 1,000 steps of python3.11-doc text (FP8_DATA, FP8_BATCH,
+#                  FP8_STEPS; scripts/fp8-curve.py)                                  fp8_curve.json/png
 #   decode         zebra bench decode on DECODE_RECIPES                               decode_<recipe>.json
 #   profile        scripts/profile-train.py                                          profile.txt
 #   tests          the `gpu`-marked tests (TESTS, WORKERS xdist workers)               pytest_gpu.log
@@ -30,8 +33,7 @@
 #   perf18         issue 18 items 3-4 in one call of about 8 minutes (DEADLINE=480), one table  perf.jsonl
 #   ssd levers     Mamba2 scan backends; 1b-gdn-pure vs FLA with each lever (LEVERS: names in scripts/gpu-perf.py)
 #   hybrids tests-perf   hybrids vs Llama-3.2-1B's shape; the GPU tests of issue 18 items 3-4
-# DEADLINE=S (seconds since start) caps the test and perf phases so that the call ends in time;
-# BENCH_TRAINER=0 skips the trainer run of `bench`.
+# DEADLINE=S (seconds since start) caps the test and perf phases so that the call ends in time.
 set -uo pipefail
 OUT=${OUT:-/tmp/zebra-gpu}; mkdir -p "$OUT"
 export PYTHONPATH=/tmp/site:$PWD/src:$PWD/kernels:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
@@ -52,7 +54,7 @@ perf() {
     2>> "$log" | tee -a "$log"
   note "perf $* rc=${PIPESTATUS[0]}"
 }
-phases=("$@"); [ ${#phases[@]} -eq 0 ] && phases=(bench decode tests)
+phases=("$@"); [ ${#phases[@]} -eq 0 ] && phases=(bench trainer decode tests)
 note "== $(date -u +%FT%TZ) $(python3 -c 'import torch,triton;print("torch",torch.__version__,"triton",triton.__version__,torch.cuda.get_device_name(0))')"
 for phase in "${phases[@]}"; do
   t0=$SECONDS
@@ -60,13 +62,28 @@ for phase in "${phases[@]}"; do
     bench)
       timeout 300 python3 -m zebra.cli.main bench train 1b-gdn-pure --steps 10 --warmup 3 --batch 8 --against fla --json \
         > "$OUT/bench_train.json" 2>> "$log"
-      note "bench train rc=$? $(tr -s ' \n' ' ' < "$OUT/bench_train.json" | head -c 1500)"
-      if [ "${BENCH_TRAINER:-1}" != 0 ]; then
-        timeout 240 python3 -m zebra.cli.main train 1b-gdn-pure --mock-data --max-steps 20 --output /tmp/runs --run gpu20 \
-          --yes --resume never --set train.micro_batch_size=8 --set train.global_batch_size=8 --set train.save_interval=0 \
-          --set train.eval_interval=0 --set train.export=false --set train.log_interval=5 >> "$log" 2>&1
-        note "train 20 steps rc=$? $(tail -2 /tmp/runs/gpu20/metrics.jsonl 2>/dev/null | tr -s '\n' ' ')"
-      fi;;
+      note "bench train rc=$? $(tr -s ' \n' ' ' < "$OUT/bench_train.json" | head -c 1500)";;
+    trainer)
+      timeout 240 python3 -m zebra.cli.main train 1b-gdn-pure --mock-data --max-steps 20 --output /tmp/runs --run gpu20 \
+        --yes --resume never --set train.micro_batch_size=8 --set train.global_batch_size=8 --set train.save_interval=0 \
+        --set train.eval_interval=0 --set train.export=false --set train.log_interval=5 >> "$log" 2>&1
+      note "train 20 steps rc=$? $(grep time_to_first /tmp/runs/gpu20/metrics.jsonl; tail -2 /tmp/runs/gpu20/metrics.jsonl 2>/dev/null | tr -s '\n' ' ')";;
+    fp8-curve)  # FP8 against bf16, FP8_STEPS (1000) steps of FP8_BATCH x 2048 tokens of real text each, same seed and
+      # data order: FP8_DATA is scripts/build-parity-data.sh's output (chunks/ and tokenizer/, vocab 16384)
+      data=${FP8_DATA:-data/parity-python-docs} batch=${FP8_BATCH:-2}
+      for run in bf16 fp8; do
+        levers=(); [ $run = fp8 ] && levers=(--set train.fp8=true --set train.compile=true --set train.compile_sublayers=-)
+        left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -lt 60 ] && { note "fp8-curve $run: not run ($left s left)"; continue; }
+        timeout "$left" python3 -m zebra.cli.main train 1b-gdn-pure --data "$data/chunks" --run $run --output /tmp/fp8runs \
+          --max-steps ${FP8_STEPS:-1000} --yes --resume never --set data.tokenizer="$data/tokenizer" \
+          --set model.vocab_size=16384 --set train.micro_batch_size=$batch --set train.global_batch_size=$batch \
+          --set train.save_interval=0 --set train.eval_interval=0 --set train.export=false --set train.log_interval=1 \
+          "${levers[@]}" >> "$log" 2>&1
+        note "fp8-curve $run rc=$? $(tail -1 /tmp/fp8runs/$run/metrics.jsonl 2>/dev/null)"
+        rm -rf /tmp/fp8runs/$run/checkpoints  # tens of GB each; the curve is what counts
+      done
+      python3 scripts/fp8-curve.py /tmp/fp8runs/bf16 /tmp/fp8runs/fp8 --out "$OUT/fp8_curve.json" --png "$OUT/fp8_curve.png" \
+        2>&1 | tee -a "$OUT/summary.txt";;
     decode)
       for r in ${DECODE_RECIPES:-1b-gdn-pure 1b-mamba-mla}; do
         timeout ${DECODE_TIMEOUT:-420} python3 -m zebra.cli.main bench decode "$r" --batch 1,8 --prompt 2048 --new 256 --json \
