@@ -19,7 +19,9 @@ WINDOW = 50  # steps per window: one step's loss moves with its batch, a window'
 
 
 def step_losses(run: Path) -> dict[int, float]:
-    return {r["step"]: r["loss"] for r in read_metrics(run / "metrics.jsonl") if isinstance(r.get("loss"), float)}
+    return {
+        r["step"]: r["loss"] for r in read_metrics(run / "metrics.jsonl") if isinstance(r.get("loss"), float)
+    }
 
 
 def median_tokens_per_s(run: Path) -> float:
@@ -36,9 +38,18 @@ def compare(reference: dict[int, float], candidate: dict[int, float], window: in
         chunk = steps[start : start + window]
         ref = sum(reference[s] for s in chunk) / window
         cand = sum(candidate[s] for s in chunk) / window
-        gaps.append({"steps": f"{chunk[0]}-{chunk[-1]}", "reference": ref, "candidate": cand, "rel": (cand - ref) / ref})
+        gaps.append(
+            {
+                "steps": f"{chunk[0]}-{chunk[-1]}",
+                "reference": ref,
+                "candidate": cand,
+                "rel": (cand - ref) / ref,
+            }
+        )
     if not gaps:
-        raise SystemExit(f"error: fewer than {window} steps logged by both runs; log every step (train.log_interval=1)")
+        raise SystemExit(
+            f"error: fewer than {window} steps logged by both runs; log every step (train.log_interval=1)"
+        )
     worst = max(gaps, key=lambda g: abs(g["rel"]))
     return {
         "steps": len(steps),
