@@ -191,7 +191,7 @@ print('first step', round(r['first_step_s'], 1), 's after build,', round(r['firs
       perf 540 train 1b-gdn-pure ${LEVERS:-base-b8 base-b16 fuse optgraph ac-b16 compile-mlp fp8};;
     hybrids)  # 1b-mamba-mla (also on mamba-ssm's scan) and 1b-kda-mla vs Llama-3.2-1B's shape (HF SDPA)
       perf 240 train 1b-mamba-mla vs-llama mamba-ssm
-      perf 400 train 1b-kda-mla vs-llama;;
+      perf 400 train 1b-kda-mla vs-llama-2k;;
     tests-perf)  # the GPU tests of issue 18 items 3-4: mamba-ssm vs float64, its model path, the levers
       left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -gt 400 ] && left=400
       timeout "$left" python3 -m pytest -m gpu -p no:cacheprovider -v -rA -n ${WORKERS:-4} --timeout 300 \

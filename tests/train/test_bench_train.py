@@ -61,3 +61,28 @@ def test_against_llama_runs_transformers_llama_with_its_own_loss_and_flops(monke
     assert zebra.flops_per_token == report.flops_per_token != llama.flops_per_token
     assert 4.0 < llama.loss < 7.0  # random tokens: near ln(272)
     assert report.levers["fuse_projections"] is True and report.measured_peak_flops is None
+
+
+def test_a_comparison_model_out_of_memory_keeps_zebras_row(cli, monkeypatch):
+    """Llama's full logits do not fit at 1b-kda-mla's 8 x 8192 on one H200 (2026-12-04): the zebra row, measured
+    first, is still reported, with the reason the comparison is missing and what to change. The GPU's
+    out-of-memory error is raised by the comparison's build here (a CPU has none to run into)."""
+    import torch
+
+    from zebra.bench import train as bench
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 502.00 MiB.")
+
+    monkeypatch.setattr(bench, "llama_model", out_of_memory)
+    result = cli("bench", "train", "tiny", "--steps", "1", "--warmup", "0", "--batch", "2", "--seq-len", "32",
+                 "--against", "llama", "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert [row["model"] for row in report["rows"]] == ["zebra"] and report["ratio"] is None
+    assert report["against_error"] == (
+        "llama ran out of memory at batch 2 x 32; compare at a smaller --batch or --seq-len"
+    )
+    table = cli("bench", "train", "tiny", "--steps", "1", "--warmup", "0", "--batch", "2", "--seq-len", "32",
+                "--against", "llama")  # fmt: skip
+    assert table.exit_code == 0 and "llama ran out of memory at batch 2 x 32" in table.output

@@ -130,6 +130,7 @@ class TrainBenchReport:
     torch_version: str
     rows: list[TrainBenchRow]
     kernel_cache: str | None = None  # where compiled kernels and autotuning results persist
+    against_error: str | None = None  # why the comparison model has no row (it ran out of memory)
 
     @property
     def ratio(self) -> float | None:
@@ -404,10 +405,18 @@ def run_train_bench(
     progress(0, models, f"zebra: {cfg.warmup} warm-up + {cfg.steps} timed steps")
     build = lambda: build_model(recipe, device)  # noqa: E731
     rows = [_measure("zebra", build, lambda _model: flops, recipe, cfg, device, peaks)]
+    against_error = None
     if cfg.against:
         _free(device)
         progress(1, models, f"{cfg.against}: {cfg.warmup} warm-up + {cfg.steps} timed steps")
-        rows.append(_against_row(cfg, recipe, device, peaks))
+        try:
+            rows.append(_against_row(cfg, recipe, device, peaks))
+        except torch.OutOfMemoryError:  # Llama's full logits at a long sequence: zebra's row still stands
+            _free(device)
+            against_error = (
+                f"{cfg.against} ran out of memory at batch {cfg.batch} x {cfg.seq_len}; compare at a smaller "
+                "--batch or --seq-len"
+            )
     return TrainBenchReport(
         recipe=recipe.name,
         device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -426,4 +435,5 @@ def run_train_bench(
         torch_version=torch.__version__,
         rows=rows,
         kernel_cache=cache["TRITON_CACHE_DIR"],
+        against_error=against_error,
     )

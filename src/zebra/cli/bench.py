@@ -335,6 +335,8 @@ def _train_table(report) -> None:
     )
     if report.ratio is not None:
         out.text(f"zebra / {report.rows[1].model.split()[0]} tokens/s: {report.ratio:.2f}x")
+    if report.against_error:
+        out.warn(report.against_error)
     datasheet = f"{report.peak_flops / 1e12:,.0f}" if report.peak_flops else "unknown"
     measured = f"{report.measured_peak_flops / 1e12:,.0f}" if report.measured_peak_flops else "not measured"
     start = report.rows[0].first_step_process_s
