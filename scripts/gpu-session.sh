@@ -33,6 +33,10 @@
 #   perf18         issue 18 items 3-4 in one call of about 8 minutes (DEADLINE=480), one table  perf.jsonl
 #   ssd levers     Mamba2 scan backends; 1b-gdn-pure vs FLA with each lever (LEVERS: names in scripts/gpu-perf.py)
 #   hybrids tests-perf   hybrids vs Llama-3.2-1B's shape; the GPU tests of issue 18 items 3-4
+#   save-kernels   the warm Triton + inductor caches as kernels.tgz.NN parts of 12 MB (at most 5) in $OUT, so that
+#                  the next session skips the minutes of compiling and autotuning on its fresh machine: keep the
+#                  parts under .gpucache/ here (git-ignored), carry one beside each Triton part, copy each to
+#                  /tmp/gcache there; this script restores them (KERNEL_PARTS) before its first phase.
 # DEADLINE=S (seconds since start) caps the test and perf phases so that the call ends in time.
 set -uo pipefail
 OUT=${OUT:-/tmp/zebra-gpu}; mkdir -p "$OUT"
@@ -44,6 +48,11 @@ log=$OUT/bench.log
 if compgen -G ".gpuwheels-extra/*.whl" > /dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .gpuwheels-extra/*.whl >> "$log" 2>&1 || note "warning: .gpuwheels-extra did not install (see bench.log)"
+fi
+parts=${KERNEL_PARTS:-/tmp/gcache}
+if compgen -G "$parts/kernels.tgz.*" > /dev/null && [ ! -d /tmp/triton-cache ]; then
+  cat "$parts"/kernels.tgz.* | tar -xzP -f - && echo "kernel cache restored from $parts ($(du -sh /tmp/triton-cache | cut -f1))" \
+    | tee -a "$OUT/summary.txt" || echo "warning: the kernel cache in $parts did not unpack" | tee -a "$OUT/summary.txt"
 fi
 # perf PHASE_SECONDS ARGS...: scripts/gpu-perf.py with the time left (DEADLINE) as its deadline, output to perf.jsonl
 perf() {
@@ -209,6 +218,12 @@ print('first step', round(r['first_step_s'], 1), 's after build,', round(r['firs
         note "figure $script rc=${PIPESTATUS[0]}"
         for f in /tmp/fig-$script/*.json /tmp/fig-$script/*.png; do [ -f "$f" ] && cp "$f" "$OUT/$script-$(basename "$f")"; done
       done;;
+    save-kernels)
+      rm -f "$OUT"/kernels.tgz.*
+      tar -czP -f - /tmp/triton-cache "$HOME/.cache/zebra/kernels" 2>> "$log" | split -b 12000000 -d -a 2 - "$OUT/kernels.tgz."
+      n=$(ls "$OUT"/kernels.tgz.* | wc -l)
+      [ "$n" -gt 5 ] && { rm -f "$OUT"/kernels.tgz.*; note "save-kernels: $n parts of 12 MB, more than come back (5): dropped"; }
+      note "save-kernels: $n part(s), $(du -sh /tmp/triton-cache "$HOME/.cache/zebra/kernels" 2>/dev/null | cut -f1 | tr '\n' ' ')unpacked";;
     *) note "unknown phase $phase";;
   esac
   note "phase $phase: $((SECONDS - t0)) s"
