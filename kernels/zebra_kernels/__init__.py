@@ -11,7 +11,7 @@ from zebra_kernels.conv import causal_conv1d
 from zebra_kernels.gdn import gated_delta_rule, gdn_gate
 from zebra_kernels.kda import kda_gate, kimi_delta_rule
 from zebra_kernels.loss import linear_cross_entropy
-from zebra_kernels.mamba2 import mamba2_ssd
+from zebra_kernels.mamba2 import mamba2_ssd, mamba2_ssd_step
 from zebra_kernels.norm import rms_norm, rms_norm_gated
 from zebra_kernels.swiglu import swiglu_linear
 
@@ -23,6 +23,7 @@ __all__ = [
     "kimi_delta_rule",
     "linear_cross_entropy",
     "mamba2_ssd",
+    "mamba2_ssd_step",
     "resolve_backend",
     "rms_norm",
     "rms_norm_gated",

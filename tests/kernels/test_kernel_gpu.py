@@ -444,3 +444,33 @@ def test_recurrent_decode_with_the_gate_and_beta_in_the_kernel(record, name, neg
         err = relative_error(a, b) if torch.isfinite(a).all() else math.inf
         record(f"{name}-recurrent-in-kernel-{'2beta' if neg else 'beta'}", quantity, err)
         assert err < TOL, f"{name} {quantity}: {err:.3e}"
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_mamba2_decode_step_kernel_matches_reference(record, batch):
+    """`mamba2_ssd_step`'s Triton kernel (the Mamba2 decode step of 1b-mamba-mla: H=32, P=64, G=8, N=64) on bf16
+    x/B/C from the input projection's strided views, a raw dt, a carried float32 state and a pad row, against the
+    float64 torch step on the same values."""
+    H, P, G, N = 32, 64, 8, 64
+    gen = torch.Generator(device="cuda").manual_seed(batch)
+    proj = torch.randn(batch, H * P + 2 * G * N + H, generator=gen, device="cuda").to(BF16)
+    x, Bm, C, dt = proj.split([H * P, G * N, G * N, H], dim=-1)
+    x, Bm, C = x.view(batch, H, P), Bm.view(batch, G, N), C.view(batch, G, N)
+    A = -torch.rand(H, generator=gen, device="cuda").mul(4).exp()
+    dt_bias, D = (torch.randn(H, generator=gen, device="cuda") for _ in range(2))
+    state = torch.randn(batch, H, N, P, generator=gen, device="cuda") * 0.5
+    mask = torch.ones(batch, dtype=torch.bool, device="cuda")
+    mask[0] = batch == 1  # a pad row at batch 8
+    with torch.no_grad():
+        y, s = zk.mamba2_ssd_step(x, dt, A, Bm, C, dt_bias=dt_bias, D=D, state=state, mask=mask)
+        ry, rs = zk.mamba2_ssd_step(
+            *(t.double() for t in (x, dt, A, Bm, C)), dt_bias=dt_bias.double(), D=D.double(),
+            state=state.double(), mask=mask, backend="torch",
+        )  # fmt: skip
+    assert y.dtype == BF16 and s.dtype == F32
+    for quantity, a, b in (("out", y, ry), ("state", s, rs)):
+        err = relative_error(a, b) if torch.isfinite(a).all() else math.inf
+        record(f"mamba2-step-B{batch}", quantity, err)
+        assert err < TOL, f"{quantity}: {err:.3e}"
+    if batch > 1:
+        assert torch.equal(s[0], state[0])  # the pad row keeps its state

@@ -9,8 +9,9 @@ from zebra_kernels._torch_driver import run_varlen
 from zebra_kernels.backend import resolve_ssd_backend
 from zebra_kernels.mamba2.chunk import chunk_ssd
 from zebra_kernels.mamba2.naive import naive_recurrent_ssd
+from zebra_kernels.mamba2.step import mamba2_ssd_step
 
-__all__ = ["chunk_ssd", "mamba2_ssd", "naive_recurrent_ssd"]
+__all__ = ["chunk_ssd", "mamba2_ssd", "mamba2_ssd_step", "naive_recurrent_ssd"]
 
 
 def mamba2_ssd(

@@ -20,7 +20,7 @@ from zebra.models.layers.recurrent import (
     log_uniform_a,
     zero_padding,
 )
-from zebra_kernels import mamba2_ssd
+from zebra_kernels import mamba2_ssd, mamba2_ssd_step
 
 # Megatron's MambaMixer builds its gated norm with eps=1e-5 whatever the model's norm epsilon.
 MAMBA_NORM_EPS = 1e-5
@@ -122,21 +122,40 @@ class Mamba2(RecurrentMixer):
             xbc, self.conv1d.weight.squeeze(1), self.conv1d.bias, conv_state, context
         )  # [B, T, Di + 2*G*N]
         x, b, c = xbc.split([self.d_inner, G * N, G * N], dim=-1)
-        dt = zero_padding(F.softplus(float32_or_64(dt) + self.dt_bias), context.mask)  # [B, T, Hm]
         A = derived(
             self, "A", [self.A_log], lambda t: -torch.exp(float32_or_64(t[0]))
         )  # [Hm], once per version
-        y, state = mamba2_ssd(
-            x.view(B, T, Hm, P),
-            dt,
-            A,
-            b.view(B, T, G, N),
-            c.view(B, T, G, N),
-            D=self.D,
-            initial_state=state,
-            output_final_state=context.output_final_state,
-            cu_seqlens=context.cu_seqlens,
-            backend=self.backend,
-        )  # [B, T, Hm, P]
+        decode = (
+            T == 1
+            and context.output_final_state
+            and context.cu_seqlens is None
+            and not torch.is_grad_enabled()
+        )
+        if decode:  # one fused step (one launch on a GPU)
+            y, state = mamba2_ssd_step(
+                x.view(B, Hm, P),
+                dt.view(B, Hm),
+                A,
+                b.view(B, G, N),
+                c.view(B, G, N),
+                dt_bias=self.dt_bias,
+                D=self.D,
+                state=state,
+                mask=None if context.mask is None else context.mask[:, 0],
+                backend=self.backend,
+            )  # [B, Hm, P]
+        else:
+            y, state = mamba2_ssd(
+                x.view(B, T, Hm, P),
+                zero_padding(F.softplus(float32_or_64(dt) + self.dt_bias), context.mask),  # [B, T, Hm]
+                A,
+                b.view(B, T, G, N),
+                c.view(B, T, G, N),
+                D=self.D,
+                initial_state=state,
+                output_final_state=context.output_final_state,
+                cu_seqlens=context.cu_seqlens,
+                backend=self.backend,
+            )  # [B, T, Hm, P]
         y = self.norm(y.reshape(B, T, self.d_inner), z)
         return self.out_proj(y), state, conv_state
