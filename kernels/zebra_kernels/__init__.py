@@ -7,7 +7,7 @@ takes `initial_state`, `output_final_state`, packed sequences through `cu_seqlen
 """
 
 from zebra_kernels.backend import resolve_backend
-from zebra_kernels.conv import causal_conv1d
+from zebra_kernels.conv import causal_conv1d, causal_conv1d_step_
 from zebra_kernels.gdn import gated_delta_rule, gdn_gate
 from zebra_kernels.kda import kda_gate, kimi_delta_rule
 from zebra_kernels.loss import linear_cross_entropy
@@ -17,6 +17,7 @@ from zebra_kernels.swiglu import swiglu_linear
 
 __all__ = [
     "causal_conv1d",
+    "causal_conv1d_step_",
     "gated_delta_rule",
     "gdn_gate",
     "kda_gate",

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from zebra_kernels import causal_conv1d, rms_norm, rms_norm_gated, swiglu_linear
+from zebra_kernels import causal_conv1d, causal_conv1d_step_, rms_norm, rms_norm_gated, swiglu_linear
 from zebra_kernels.testing import relative_error
 
 
@@ -218,3 +218,25 @@ def test_the_final_state_keeps_the_initial_states_dtype():
     y16, s16 = causal_conv1d(x[:, 2:], weight, initial_state=state.bfloat16(), output_final_state=True)
     assert s32.dtype == torch.float32 and s16.dtype == torch.bfloat16
     assert torch.equal(s16.float(), s32) and torch.equal(y16, y32)
+
+
+def test_in_place_step_equals_the_scan_step_and_feed_false_keeps_the_state():
+    """`causal_conv1d_step_` (a static cache's decode token) == `causal_conv1d` for one token with a state; the
+    state buffer itself is rolled, and not at all when `feed` is False."""
+    gen = torch.Generator().manual_seed(3)
+    x, weight, bias = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in ((3, 1, 6), (6, 4), (6,)))
+    state = torch.randn(3, 6, 4, generator=gen, dtype=torch.float64)
+    y_ref, state_ref = causal_conv1d(
+        x, weight, bias, initial_state=state, output_final_state=True, backend="torch"
+    )
+    buffer = state.clone()
+    y = causal_conv1d_step_(x[:, 0], weight, bias, state=buffer, backend="torch")
+    assert relative_error(y, y_ref[:, 0]) < 1e-12 and torch.equal(buffer, state_ref)
+    for feed, want in ((torch.tensor(False), state), (torch.tensor(True), state_ref)):
+        buffer = state.clone()
+        y = causal_conv1d_step_(
+            x[:, 0], weight, bias, state=buffer, feed=feed, activation=None, backend="torch"
+        )
+        assert torch.equal(buffer, want) and y.shape == (3, 6)
+    with pytest.raises(ValueError, match=r"state must have shape \[3, 6, 4\]"):
+        causal_conv1d_step_(x[:, 0], weight, bias, state=state[:, :, :3], backend="torch")

@@ -474,3 +474,25 @@ def test_mamba2_decode_step_kernel_matches_reference(record, batch):
         assert err < TOL, f"{quantity}: {err:.3e}"
     if batch > 1:
         assert torch.equal(s[0], state[0])  # the pad row keeps its state
+
+
+@pytest.mark.parametrize("feed", [True, False])
+def test_conv_decode_step_kernel_matches_reference(record, feed):
+    """`causal_conv1d_step_`'s Triton kernel (a static cache's decode token, rolling its bf16 state in place) on a
+    strided bf16 view, at 1b-gdn-pure's 2,048 conv channels and batch 8, against the float64 conv step."""
+    B, C, W = 8, 2048, 4
+    gen = torch.Generator(device="cuda").manual_seed(int(feed))
+    x = torch.randn(B, C + 64, generator=gen, device="cuda").to(BF16)[:, 32 : 32 + C]
+    weight, bias = torch.randn(C, W, generator=gen, device="cuda").to(BF16), None
+    state = torch.randn(B, C, W, generator=gen, device="cuda").to(BF16)
+    buffer = state.clone()
+    with torch.no_grad():
+        y = zk.causal_conv1d_step_(x, weight, bias, state=buffer, feed=torch.tensor(feed, device="cuda"))
+        ry, rs = zk.causal_conv1d(
+            x.double()[:, None], weight.double(), initial_state=state.double(), output_final_state=True,
+            backend="torch",
+        )  # fmt: skip
+    err = relative_error(y, ry[:, 0]) if torch.isfinite(y).all() else math.inf
+    record(f"conv-step-feed{feed}", "out", err)
+    assert err < TOL and y.dtype == BF16
+    assert torch.equal(buffer, rs.to(BF16) if feed else state)  # raw inputs: rolled exactly, or kept

@@ -1,16 +1,9 @@
 """Mamba2 SSD torch reference: chunk == naive, both == an independent recurrence written here and FLA's
 simple-GLA naive reference (SSD == simple GLA with q=C, k=B, v=x*dt, g=dt*A), packed == separate sequences,
-gradcheck of the chunk form; the fused decode step (`mamba2_ssd_step`) == one token of it, in torch and, under
-Triton's interpreter, its Triton kernel. float64 on CPU."""
+gradcheck of the chunk form; the fused decode step (`mamba2_ssd_step`) == one token of it (its Triton kernel:
+test_triton_steps.py). float64 on CPU."""
 
 from __future__ import annotations
-
-import importlib.util
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,7 +12,6 @@ from zebra_kernels import mamba2_ssd, mamba2_ssd_step
 from zebra_kernels.testing import relative_error, ssd_inputs
 
 TIGHT = 1e-10
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def ssd_by_hand(x, dt, A, B, C, D, h0):
@@ -165,53 +157,3 @@ def test_step_is_one_token_of_the_scan_and_pads_keep_the_state():
         mamba2_ssd_step(x, dt_raw[:, :2], A, B, C, dt_bias=dt_bias)
     with pytest.raises(ValueError, match=r"state must have shape \[3, 8, 20, 24\]"):
         mamba2_ssd_step(x, dt_raw, A, B, C, dt_bias=dt_bias, state=h0.transpose(-1, -2))
-
-
-# The Triton kernel under Triton's interpreter (numpy on the CPU), in a process of its own: TRITON_INTERPRET must be
-# set before the kernel is defined. Each case against the float64 torch step on the same values.
-INTERPRETED_STEP = """
-import json, torch
-from tests.kernels.test_kernel_mamba2 import step_inputs
-from zebra_kernels.mamba2.step import torch_ssd_step
-from zebra_kernels.mamba2.triton_step import triton_ssd_step
-from zebra_kernels.testing import relative_error
-
-x, dt, A, B, C, dt_bias, D, h0 = step_inputs(Bt=3, H=8, P=40, G=2, N=20)  # P spans 3 blocks, N a padded block
-mask = torch.tensor([True, False, True])
-proj = torch.cat([x.flatten(1), B.flatten(1), C.flatten(1), dt], dim=-1).float()  # the model's strided views
-xv, bv, cv, dv = proj.split([8 * 40, 2 * 20, 2 * 20, 8], dim=-1)
-cases = {
-    "no state, no D": (x, dt, B, C, dict()),
-    "state, D, mask": (x, dt, B, C, dict(D=D, state=h0, mask=mask)),
-    "strided views": (xv.view(3, 8, 40), dv, bv.view(3, 2, 20), cv.view(3, 2, 20), dict(D=D, state=h0)),
-    "bf16 x, B, C": (x.bfloat16(), dt, B.bfloat16(), C.bfloat16(), dict(D=D, state=h0)),
-}
-out = {}
-for name, (xi, dti, Bi, Ci, kw) in cases.items():
-    xi, Bi, Ci = (t if t.dtype == torch.bfloat16 else t.float() for t in (xi, Bi, Ci))
-    f32 = {k: v.float() if v.is_floating_point() else v for k, v in kw.items()}
-    y, s = triton_ssd_step(xi, dti.float(), A.float(), Bi, Ci, dt_bias=dt_bias.float(), **f32)
-    up = {k: v.double() if v.is_floating_point() else v for k, v in f32.items()}
-    y_ref, s_ref = torch_ssd_step(xi.double(), dti.double(), A.float().double(), Bi.double(), Ci.double(),
-                                  dt_bias=dt_bias.float().double(), **up)
-    kept = bool(torch.equal(s[1], h0[1].float())) if "mask" in kw else None
-    out[name] = [relative_error(y.double(), y_ref), relative_error(s.double(), s_ref), str(y.dtype), kept]
-print(json.dumps(out))
-"""
-
-
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton (zebra-llama[fla])")
-def test_triton_step_kernel_matches_the_torch_step_under_the_interpreter():
-    """The decode-step kernel's indexing and math (blocks over P, a padded N, the group of each head, pads, strided
-    views of the input projection, bf16 inputs) on the CPU; the GPU compile is tests/kernels/test_kernel_gpu.py's."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
-    run_ = subprocess.run(
-        [sys.executable, "-c", INTERPRETED_STEP], env=env, capture_output=True, text=True, cwd=ROOT
-    )
-    assert run_.returncode == 0, run_.stderr[-3000:]
-    results = json.loads(run_.stdout.strip().splitlines()[-1])
-    for name, (y_err, s_err, dtype, _kept) in results.items():
-        limit = 2e-2 if name.startswith("bf16") else 1e-5  # float32 math; bf16 outputs round to 8 bits
-        assert y_err < limit and s_err < 1e-5, (name, y_err, s_err)
-        assert dtype == ("torch.bfloat16" if name.startswith("bf16") else "torch.float32"), name
-    assert results["state, D, mask"][3] is True  # the pad row's state is written back unchanged

@@ -6,9 +6,10 @@ import torch
 
 from zebra_kernels._common import check_state, compute_dtype, num_sequences, pack, unpack
 from zebra_kernels.backend import resolve_backend
+from zebra_kernels.conv.step import causal_conv1d_step_
 from zebra_kernels.conv.torch_ref import torch_causal_conv1d
 
-__all__ = ["causal_conv1d", "torch_causal_conv1d"]
+__all__ = ["causal_conv1d", "causal_conv1d_step_", "torch_causal_conv1d"]
 
 ACTIVATIONS = ("silu", "swish", None)
 

@@ -27,6 +27,8 @@ def mamba2_ssd_step(
     D: torch.Tensor | None = None,
     state: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
+    inplace: bool = False,
+    feed: torch.Tensor | None = None,
     backend: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""One token of Mamba2: `mamba2_ssd` at T = 1 with the step size computed inside.
@@ -38,8 +40,10 @@ def mamba2_ssd_step(
         dt: `[B, H]`, the raw step projection (before `dt_bias` and softplus).
         A: `[H]`, negative. B, C: `[B, G, N]` (head h reads group `h // (H // G)`).
         dt_bias: `[H]`. D: `[H]` or None.
-        state: `[B, H, N, P]` or None (zeros); not modified.
+        state: `[B, H, N, P]` or None (zeros); not modified unless `inplace`.
         mask: `[B]` bool, False for a pad token (its state passes through unchanged), or None.
+        inplace: write the new state into `state` (a static cache's float32 buffer) and return it.
+        feed: with `inplace`, a 0-d bool tensor: False leaves `state` as it was (a static `ZebraCache`'s flag).
         backend: "torch", or "auto" / "fla" / "mamba_ssm": one Triton launch on a GPU (the torch form elsewhere
             for "auto").
 
@@ -61,12 +65,23 @@ def mamba2_ssd_step(
             f"multiple of G; got dt {list(dt.shape)}, B {list(B.shape)}, C {list(C.shape)}"
         )
     check_state(state, (Bt, H, N, P), name="state")
+    if inplace and (state is None or state.dtype not in (torch.float32, torch.float64)):
+        raise ValueError("mamba2_ssd_step: inplace needs a float32 (or float64) state to write into")
     dtype = compute_dtype(x, dt, A, B, C, D, dt_bias, state)
     if dtype == torch.float32 and resolve_backend(backend, x.device) != "torch":
         from zebra_kernels.mamba2.triton_step import triton_ssd_step
 
-        return triton_ssd_step(x, dt, A, B, C, dt_bias=dt_bias, D=D, state=state, mask=mask)
-    return torch_ssd_step(x, dt, A, B, C, dt_bias=dt_bias, D=D, state=state, mask=mask)
+        return triton_ssd_step(
+            x, dt, A, B, C, dt_bias=dt_bias, D=D, state=state, mask=mask, inplace=inplace, feed=feed
+        )
+    y, new_state = torch_ssd_step(x, dt, A, B, C, dt_bias=dt_bias, D=D, state=state, mask=mask)
+    if not inplace:
+        return y, new_state
+    if feed is None:
+        state.copy_(new_state)
+    else:
+        torch.where(feed, new_state, state, out=state)
+    return y, state
 
 
 def torch_ssd_step(x, dt, A, B, C, *, dt_bias, D=None, state=None, mask=None):

@@ -27,8 +27,9 @@ def _ssd_step_kernel(
     C_ptr,  # [B, G, N], B's strides
     D_ptr,  # [H] (unused without HAS_D)
     mask_ptr,  # [B] bool (unused without HAS_MASK)
+    feed_ptr,  # 0-d bool (unused without HAS_FEED)
     state_ptr,  # [B, H, N, P] float32, contiguous (unused without HAS_STATE)
-    new_state_ptr,  # [B, H, N, P] float32, contiguous
+    new_state_ptr,  # [B, H, N, P] float32, contiguous: a new buffer, or state_ptr itself (in place)
     y_ptr,  # [B, H, P], contiguous
     H,
     N,
@@ -42,6 +43,7 @@ def _ssd_step_kernel(
     HAS_D: tl.constexpr,
     HAS_MASK: tl.constexpr,
     HAS_STATE: tl.constexpr,
+    HAS_FEED: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_P: tl.constexpr,
     THRESHOLD: tl.constexpr,
@@ -70,7 +72,13 @@ def _ssd_step_kernel(
     S = (step * B_row)[:, None] * x[None, :]  # [BLOCK_N, BLOCK_P]
     if HAS_STATE:
         S += decay * tl.load(state_ptr + tile, mask=in_tile, other=0.0)
-    tl.store(new_state_ptr + tile, S, mask=in_tile)
+    if HAS_FEED:  # the tile was read above: writing it in place is safe
+        feed = (
+            tl.load(feed_ptr + offs_p * 0) != 0
+        )  # [BLOCK_P], the flag broadcast (a block mask, not a scalar)
+        tl.store(new_state_ptr + tile, S, mask=in_tile & feed[None, :])
+    else:
+        tl.store(new_state_ptr + tile, S, mask=in_tile)
 
     y = tl.sum(S * C_row[:, None], axis=0)  # [BLOCK_P]
     if HAS_D:
@@ -78,7 +86,7 @@ def _ssd_step_kernel(
     tl.store(y_ptr + (b * H + h) * P + offs_p, y.to(y_ptr.dtype.element_ty), mask=in_p)
 
 
-def triton_ssd_step(x, dt, A, B, C, *, dt_bias, D=None, state=None, mask=None):
+def triton_ssd_step(x, dt, A, B, C, *, dt_bias, D=None, state=None, mask=None, inplace=False, feed=None):
     """`zebra_kernels.mamba2_ssd_step` (float32 math; shapes checked there) in one launch."""
     Bt, H, P = x.shape
     G, N = B.shape[1], B.shape[2]
@@ -87,15 +95,20 @@ def triton_ssd_step(x, dt, A, B, C, *, dt_bias, D=None, state=None, mask=None):
     dt = dt if dt.stride(-1) == 1 else dt.contiguous()
     if B.stride(-1) != 1 or B.stride() != C.stride():
         B, C = B.contiguous(), C.contiguous()
-    if state is not None:
-        state = state.float().contiguous()  # a no-op for the float32 cache
-    new_state = torch.empty(Bt, H, N, P, dtype=torch.float32, device=x.device)
+    if inplace:
+        if state.dtype != torch.float32 or not state.is_contiguous():
+            raise ValueError("mamba2_ssd_step: inplace needs a contiguous float32 state")
+        new_state = state
+    else:
+        state = None if state is None else state.float().contiguous()  # a no-op for a float32 cache
+        new_state = torch.empty(Bt, H, N, P, dtype=torch.float32, device=x.device)
     y = torch.empty(Bt, H, P, dtype=x.dtype, device=x.device)
     grid = (Bt, H, triton.cdiv(P, BLOCK_P))
     _ssd_step_kernel[grid](
         x, dt, dt_bias, A, B, C,
         D if D is not None else dt_bias,  # a valid pointer the kernel never reads without HAS_D
         mask if mask is not None else dt,
+        feed if feed is not None else dt,
         state if state is not None else new_state,
         new_state, y,
         H, N, P, H // G,
@@ -103,6 +116,7 @@ def triton_ssd_step(x, dt, A, B, C, *, dt_bias, D=None, state=None, mask=None):
         HAS_D=D is not None,
         HAS_MASK=mask is not None,
         HAS_STATE=state is not None,
+        HAS_FEED=inplace and feed is not None,
         BLOCK_N=triton.next_power_of_2(N),
         BLOCK_P=BLOCK_P,
         THRESHOLD=SOFTPLUS_THRESHOLD,

@@ -119,11 +119,11 @@ class ZebraCache(Cache):
 
     def update_recurrent(self, layer_idx: int, recurrent: torch.Tensor, conv: torch.Tensor | None) -> None:
         """Store the new states (in place in a static cache, where `feed` False keeps the old ones); `conv` is None
-        for a mixer without a convolution."""
+        for a mixer without a convolution. A state that is the cache's own buffer was written by its kernel."""
         layer = self.layers[layer_idx]
         if self.static:
             for old, new in ((layer.recurrent, recurrent), (layer.conv, conv)):
-                if new is not None:
+                if new is not None and new is not old:
                     torch.where(self.feed, new.to(old.dtype), old, out=old)
         else:
             layer.recurrent, layer.conv = recurrent, conv

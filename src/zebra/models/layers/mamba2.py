@@ -125,13 +125,9 @@ class Mamba2(RecurrentMixer):
         A = derived(
             self, "A", [self.A_log], lambda t: -torch.exp(float32_or_64(t[0]))
         )  # [Hm], once per version
-        decode = (
-            T == 1
-            and context.output_final_state
-            and context.cu_seqlens is None
-            and not torch.is_grad_enabled()
-        )
-        if decode:  # one fused step (one launch on a GPU)
+        # a decode token: one fused step (one launch on a GPU), written in place into a static cache
+        decode = T == 1 and context.output_final_state and context.cu_seqlens is None
+        if decode and not torch.is_grad_enabled():
             y, state = mamba2_ssd_step(
                 x.view(B, Hm, P),
                 dt.view(B, Hm),
@@ -142,6 +138,8 @@ class Mamba2(RecurrentMixer):
                 D=self.D,
                 state=state,
                 mask=None if context.mask is None else context.mask[:, 0],
+                inplace=context.in_place_step(T),
+                feed=context.feed,
                 backend=self.backend,
             )  # [B, Hm, P]
         else:

@@ -23,7 +23,7 @@ from torch import nn
 from transformers import initialization as init
 
 from zebra.models.layers.packed import derived, project
-from zebra_kernels import causal_conv1d
+from zebra_kernels import causal_conv1d, causal_conv1d_step_
 
 if TYPE_CHECKING:
     from zebra.models.cache_zebra import ZebraCache
@@ -76,11 +76,18 @@ class MixerContext:
         mask: `[B, T]` bool, False at pad tokens, or None (no padding).
         cu_seqlens: `[N + 1]` packed-sequence offsets (B == 1), or None.
         output_final_state: a cache is attached, so the kernels return their final states.
+        feed: a static cache's `feed` flag (0-d bool): a one-token step without gradient then updates the
+            cache's state buffers in place where it is True (`in_place_step`); None otherwise.
     """
 
     mask: torch.Tensor | None
     cu_seqlens: torch.Tensor | None
     output_final_state: bool
+    feed: torch.Tensor | None = None
+
+    def in_place_step(self, T: int) -> bool:
+        """A decode token into a static cache: the step kernels write its state buffers themselves."""
+        return self.feed is not None and T == 1 and self.cu_seqlens is None and not torch.is_grad_enabled()
 
 
 class RecurrentMixer(nn.Module):
@@ -114,7 +121,8 @@ class RecurrentMixer(nn.Module):
             cu_seqlens: `[N + 1]` packed-sequence offsets (B == 1).
         """
         mask = current_token_mask(attention_mask, hidden_states.shape[1])  # [B, T] or None
-        context = MixerContext(mask, cu_seqlens, output_final_state=cache is not None)
+        feed = cache.feed if cache is not None and cache.static else None
+        context = MixerContext(mask, cu_seqlens, output_final_state=cache is not None, feed=feed)
         state, conv_state = cache.recurrent_state(self.layer_idx) if cache is not None else (None, None)
         out, state, conv_state = self.mix(hidden_states, state, conv_state, context)
         if cache is not None:
@@ -141,7 +149,19 @@ class RecurrentMixer(nn.Module):
         context: MixerContext,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`SiLU(causal depthwise conv(x) + bias)` of `x [B, T, C]` (weight `[C, W]`) with pad tokens zeroed
-        first; returns `[B, T, C]` and the conv state `[B, C, W]` (None unless `context.output_final_state`)."""
+        first; returns `[B, T, C]` and the conv state `[B, C, W]` (None unless `context.output_final_state`;
+        a static cache's own buffer, rolled in place, for a decode token)."""
+        if context.in_place_step(x.shape[1]):
+            y = causal_conv1d_step_(
+                zero_padding(x, context.mask)[:, 0],
+                weight,
+                bias,
+                state=conv_state,
+                feed=context.feed,
+                activation="silu",
+                backend=self.backend,
+            )  # [B, C]
+            return y[:, None], conv_state
         return causal_conv1d(
             zero_padding(x, context.mask),
             weight,

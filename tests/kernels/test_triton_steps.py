@@ -1,0 +1,131 @@
+"""The decode-step Triton kernels (`zebra_kernels.mamba2.triton_step`, `zebra_kernels.conv.triton_step`) run by
+Triton's interpreter on the CPU (numpy), against the float64 torch forms on the same values: their indexing
+(blocks over P and C, padded N and W, the group of each head), pads, strided views of the input projection,
+bf16 inputs, and writing a static cache's buffer in place with its `feed` flag. The GPU compile and numerics are
+tests/kernels/test_kernel_gpu.py's. TRITON_INTERPRET must be set before a kernel is defined, so the kernels run in
+a process of their own."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None, reason="needs triton (zebra-llama[fla] installs it)"
+)
+
+MAMBA2_STEP = """
+import torch
+from tests.kernels.test_kernel_mamba2 import step_inputs
+from zebra_kernels.mamba2.step import torch_ssd_step
+from zebra_kernels.mamba2.triton_step import triton_ssd_step
+from zebra_kernels.testing import relative_error
+
+x, dt, A, B, C, dt_bias, D, h0 = step_inputs(Bt=3, H=8, P=40, G=2, N=20)  # P spans 3 blocks, N a padded block
+mask = torch.tensor([True, False, True])
+proj = torch.cat([x.flatten(1), B.flatten(1), C.flatten(1), dt], dim=-1).float()  # the model's strided views
+xv, bv, cv, dv = proj.split([8 * 40, 2 * 20, 2 * 20, 8], dim=-1)
+cases = {
+    "no state, no D": (x, dt, B, C, dict()),
+    "state, D, mask": (x, dt, B, C, dict(D=D, state=h0, mask=mask)),
+    "strided views": (xv.view(3, 8, 40), dv, bv.view(3, 2, 20), cv.view(3, 2, 20), dict(D=D, state=h0)),
+    "bf16 x, B, C": (x.bfloat16(), dt, B.bfloat16(), C.bfloat16(), dict(D=D, state=h0)),
+    "in place, feed": (x, dt, B, C, dict(D=D, state=h0, inplace=True, feed=torch.tensor(True))),
+    "in place, no feed": (x, dt, B, C, dict(D=D, state=h0, inplace=True, feed=torch.tensor(False))),
+}
+for name, (xi, dti, Bi, Ci, kw) in cases.items():
+    xi, Bi, Ci = (t if t.dtype == torch.bfloat16 else t.float() for t in (xi, Bi, Ci))
+    f32 = {k: v.float() if torch.is_tensor(v) and v.is_floating_point() else v for k, v in kw.items()}
+    y, s = triton_ssd_step(xi, dti.float(), A.float(), Bi, Ci, dt_bias=dt_bias.float(), **f32)
+    up = {k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v for k, v in kw.items()
+          if k not in ("inplace", "feed")}
+    y_ref, s_ref = torch_ssd_step(xi.double(), dti.double(), A.float().double(), Bi.double(), Ci.double(),
+                                  dt_bias=dt_bias.float().double(), **up)
+    if kw.get("feed") is not None and not kw["feed"]:
+        s_ref = h0  # feed False: the buffer keeps the old state
+    report(name, y, y_ref, s, s_ref, same_buffer=s is f32.get("state") if kw.get("inplace") else None,
+           pad_row_kept=bool(torch.equal(s[1], h0[1].float())) if "mask" in kw else None)
+"""
+
+CONV_STEP = """
+import torch
+from zebra_kernels import causal_conv1d
+from zebra_kernels.conv.triton_step import triton_conv_step_
+
+gen = torch.Generator().manual_seed(0)
+B, C, W = 3, 300, 4  # C spans 3 blocks of 128
+x = torch.randn(B, C + 20, generator=gen)[:, 7 : 7 + C]  # a strided view, as the projection's
+weight, bias = torch.randn(C, W, generator=gen), torch.randn(C, generator=gen)
+state = torch.randn(B, C, W, generator=gen)
+cases = {
+    "silu, bias, fp32 state": (x, bias, state, "silu", None),
+    "no activation, no bias": (x, None, state, None, None),
+    "bf16 x and state": (x.bfloat16(), bias, state.bfloat16(), "silu", None),
+    "feed true": (x, bias, state, "silu", torch.tensor(True)),
+    "feed false": (x, bias, state, "silu", torch.tensor(False)),
+    "width 3": (x, bias, state[..., :3].contiguous(), "silu", None),
+}
+for name, (xi, bi, si, act, feed) in cases.items():
+    wi = weight[:, : si.shape[-1]].contiguous()
+    y_ref, s_ref = causal_conv1d(xi.double()[:, None], wi.double(), None if bi is None else bi.double(),
+                                 activation=act, initial_state=si.double(), output_final_state=True,
+                                 backend="torch")
+    buffer = si.clone()
+    y = triton_conv_step_(xi, wi, bi, state=buffer, feed=feed, activation=act)
+    if feed is not None and not feed:
+        s_ref = si.double()
+    report(name, y, y_ref[:, 0], buffer, s_ref, same_buffer=None, pad_row_kept=None)
+"""
+
+REPORT = """
+import json
+import torch
+from zebra_kernels.testing import relative_error
+results = {}
+def report(name, y, y_ref, s, s_ref, same_buffer, pad_row_kept):
+    results[name] = dict(y_err=relative_error(y.double(), y_ref), s_err=relative_error(s.double(), s_ref.double()),
+                         y_dtype=str(y.dtype), s_dtype=str(s.dtype), same_buffer=same_buffer,
+                         pad_row_kept=pad_row_kept)
+"""
+
+
+def interpreted(script: str) -> dict[str, dict]:
+    """Run `script` under TRITON_INTERPRET=1; the `report(...)` results of each case."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    code = REPORT + script + "\nprint(json.dumps(results))\n"
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_mamba2_step_kernel():
+    results = interpreted(MAMBA2_STEP)
+    for name, r in results.items():
+        bf16 = name.startswith("bf16")
+        assert r["y_err"] < (2e-2 if bf16 else 1e-5) and r["s_err"] < 1e-5, (name, r)
+        assert (r["y_dtype"], r["s_dtype"]) == (
+            "torch.bfloat16" if bf16 else "torch.float32",
+            "torch.float32",
+        )
+    assert results["state, D, mask"]["pad_row_kept"] is True  # the pad row's state is written back unchanged
+    assert (
+        results["in place, feed"]["same_buffer"] is True
+        and results["in place, no feed"]["same_buffer"] is True
+    )
+
+
+def test_conv_step_kernel():
+    results = interpreted(CONV_STEP)
+    for name, r in results.items():
+        bf16 = name.startswith("bf16")
+        assert r["y_err"] < (1e-2 if bf16 else 1e-6), (name, r)
+        assert r["s_err"] == 0.0, (name, r)  # the state holds raw inputs: rolled exactly, bf16 too
+        assert r["s_dtype"] == ("torch.bfloat16" if bf16 else "torch.float32"), name
