@@ -58,13 +58,20 @@ class ZebraSublayer(GradientCheckpointingLayer):
         position_ids: torch.Tensor | None = None,
         cache: ZebraCache | None = None,
         cu_seqlens: torch.Tensor | None = None,
+        memo: dict | None = None,
         **unused: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`hidden_states` `[B, T, D]`: the previous mixer's output (the embeddings for the first sublayer, with
-        `residual=None`); `residual` `[B, T, D]`: the stream before it. Returns (mixer output, stream)."""
+        `residual=None`); `residual` `[B, T, D]`: the stream before it; `memo`: the model forward's dict of what
+        its sublayers share (MLA's RoPE and mask). Returns (mixer output, stream)."""
         h, residual = self.norm(hidden_states, residual, prenorm=True)  # stream x = hidden_states + residual
         h = self.mixer(
-            h, attention_mask=attention_mask, position_ids=position_ids, cache=cache, cu_seqlens=cu_seqlens
+            h,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            cu_seqlens=cu_seqlens,
+            memo=memo,
         )
         return h, residual
 
@@ -163,6 +170,7 @@ class ZebraModel(ZebraPreTrainedModel):
 
         all_hidden = [] if output_hidden_states else None
         residual = None  # the stream before the last mixer output (hidden_states); None: only the embeddings
+        memo = {}  # what the sublayers of this forward share (MLA's RoPE cos/sin and mask)
         for layer in self.layers:
             if all_hidden is not None:  # each sublayer's input x: the stream with the last output added
                 all_hidden.append(hidden_states if residual is None else hidden_states + residual)
@@ -173,6 +181,7 @@ class ZebraModel(ZebraPreTrainedModel):
                 position_ids=position_ids,
                 cache=cache,
                 cu_seqlens=cu_seqlens,
+                memo=memo,
             )
         if cache is not None:
             cache.advance(T)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -119,6 +120,7 @@ class MultiLatentAttention(nn.Module):
         cache: ZebraCache | None = None,
         cu_seqlens: torch.Tensor | None = None,
         absorb: bool | None = None,
+        memo: dict | None = None,
         **unused: Any,
     ) -> torch.Tensor:
         """Attend causally over the cached and the new tokens.
@@ -131,6 +133,8 @@ class MultiLatentAttention(nn.Module):
             cu_seqlens: `[N + 1]` packed-sequence offsets (B == 1, no cache): attention stays inside each sequence.
             absorb: force the absorbed (True) or expanded (False) form; None picks absorbed for <= 64 new tokens
                 with a cache.
+            memo: the model forward's dict for what every MLA sublayer computes alike (RoPE's cos/sin, the
+                attention mask): the first computes it, the others reuse it (fewer kernels per decode step).
 
         Returns:
             `[B, T, D]`.
@@ -145,7 +149,7 @@ class MultiLatentAttention(nn.Module):
         q_nope, q_rope = q.split([dn, dr], dim=-1)  # [B, T, H, dn], [B, T, H, dr]
         latent, k_rope = kv.split([self.kv_lora_rank, dr], dim=-1)
         latent = self.kv_norm(latent)  # [B, T, Rkv]
-        cos, sin = self.rotary(position_ids, q.dtype)  # [B, T, dr / 2]
+        cos, sin = once(memo, ("rope", q.dtype), lambda: self.rotary(position_ids, q.dtype))  # [B, T, dr / 2]
         q_rope = apply_rotary(q_rope, cos[:, :, None], sin[:, :, None])  # [B, T, H, dr]
         k_rope = apply_rotary(k_rope, cos, sin)  # [B, T, dr]
 
@@ -155,7 +159,12 @@ class MultiLatentAttention(nn.Module):
                 raise ValueError("MLA: packed sequences (cu_seqlens) cannot be combined with a decode cache")
             offset = cache.offset
             latent, k_rope = cache.update_latents(self.layer_idx, latent, k_rope)  # [B, L, Rkv], [B, L, dr]
-        mask = attention_allowed(T, latent.shape[1], offset, attention_mask, cu_seqlens, hidden_states.device)
+        L = latent.shape[1]
+        mask = once(
+            memo,
+            ("mask", L),
+            lambda: attention_allowed(T, L, offset, attention_mask, cu_seqlens, hidden_states.device),
+        )
         if absorb is None:
             absorb = cache is not None and T <= ABSORB_MAX_T
         if absorb:
@@ -196,6 +205,16 @@ class MultiLatentAttention(nn.Module):
         probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1).to(latent.dtype)
         o_latent = torch.einsum("bhtl,blr->bthr", probs, latent)  # [B, T, H, Rkv]
         return torch.einsum("bthr,hvr->bthv", o_latent, w_uv)  # [B, T, H, dv]
+
+
+def once(memo: dict | None, key: Any, make: Callable[[], Any]) -> Any:
+    """`make()`, computed once per `memo` (the model forward's): every MLA sublayer shares the same rotary
+    embedding and positions, so their cos/sin and mask are equal; without a memo, computed each time."""
+    if memo is None:
+        return make()
+    if key not in memo:
+        memo[key] = make()
+    return memo[key]
 
 
 def attention_allowed(
