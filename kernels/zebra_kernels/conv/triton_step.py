@@ -11,7 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK_C = 128  # channels per program: 16 (24) per row for the 2,048 (3,072) conv channels of 1b-gdn-pure (1b-mamba-mla)
+# channels per program: 16 (24) per row for the 2,048 (3,072) conv channels of 1b-gdn-pure (1b-mamba-mla)
+BLOCK_C = 128
 
 
 @triton.jit
@@ -51,9 +52,8 @@ def _conv_step_kernel(
         y = y * tl.sigmoid(y)
     tl.store(y_ptr + b * C + offs_c, y.to(y_ptr.dtype.element_ty), mask=in_c)
     if HAS_FEED:
-        feed = (
-            tl.load(feed_ptr + offs_c * 0) != 0
-        )  # [BLOCK_C], the flag broadcast (a block mask, not a scalar)
+        # the flag broadcast to [BLOCK_C] (a block mask: Triton's interpreter takes no scalar one)
+        feed = tl.load(feed_ptr + offs_c * 0) != 0
         in_tile = in_tile & feed[:, None]
     tl.store(state_ptr + rows + offs_w[None, :], window, mask=in_tile)
 

@@ -11,9 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK_P = (
-    16  # head channels per program: 4 programs per 64-channel head keep a batch-1 step spread over the SMs
-)
+# head channels per program: 4 programs per 64-channel head keep a batch-1 step spread over the SMs
+BLOCK_P = 16
 SOFTPLUS_THRESHOLD = 20.0  # F.softplus's: above it softplus(x) == x in float32
 
 
@@ -73,9 +72,8 @@ def _ssd_step_kernel(
     if HAS_STATE:
         S += decay * tl.load(state_ptr + tile, mask=in_tile, other=0.0)
     if HAS_FEED:  # the tile was read above: writing it in place is safe
-        feed = (
-            tl.load(feed_ptr + offs_p * 0) != 0
-        )  # [BLOCK_P], the flag broadcast (a block mask, not a scalar)
+        # the flag broadcast to [BLOCK_P] (a block mask: Triton's interpreter takes no scalar one)
+        feed = tl.load(feed_ptr + offs_p * 0) != 0
         tl.store(new_state_ptr + tile, S, mask=in_tile & feed[None, :])
     else:
         tl.store(new_state_ptr + tile, S, mask=in_tile)
@@ -95,6 +93,7 @@ def triton_ssd_step(x, dt, A, B, C, *, dt_bias, D=None, state=None, mask=None, i
     dt = dt if dt.stride(-1) == 1 else dt.contiguous()
     if B.stride(-1) != 1 or B.stride() != C.stride():
         B, C = B.contiguous(), C.contiguous()
+    mask = None if mask is None else mask.contiguous()  # one flag per row, read at row b
     if inplace:
         if state.dtype != torch.float32 or not state.is_contiguous():
             raise ValueError("mamba2_ssd_step: inplace needs a contiguous float32 state")
