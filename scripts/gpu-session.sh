@@ -154,7 +154,9 @@ print('first step', round(r['first_step_s'], 1), 's after build,', round(r['firs
       for part in ${DECODE_CHECKS:-tests ab compile fla warm}; do
         case $part in
           tests) fits 120 tests && { timeout $(( deadline - SECONDS )) python3 -m pytest -m gpu -p no:cacheprovider -v -rA \
-              -n ${WORKERS:-4} --timeout 400 tests/generation/test_gpu.py > "$OUT/pytest_decode.log" 2>&1
+              -n ${WORKERS:-4} --timeout 400 tests/generation/test_gpu.py \
+              tests/kernels/test_kernel_gpu.py::test_mamba2_decode_step_kernel_matches_reference \
+              tests/kernels/test_kernel_gpu.py::test_conv_decode_step_kernel_matches_reference > "$OUT/pytest_decode.log" 2>&1
             note "decode-checks tests: $(grep -E 'passed|failed|error' "$OUT/pytest_decode.log" | tail -1)"; };;
           ab) for r in 1b-gdn-pure 1b-mamba-mla; do
               [ -d "${BASE:-.base}/src" ] && fits 90 "ab $r before" && PYTHONPATH=/tmp/site:${BASE:-.base}/src:${BASE:-.base}/kernels \
