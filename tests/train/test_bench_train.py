@@ -18,6 +18,11 @@ def test_bench_train_reports_the_trainers_step(cli):
     assert report["flops_per_token"] == 6 * row["params"] and report["ratio"] is None
     # the time to first step from the model's build, and from the process start (earlier)
     assert 0 < row["first_step_s"] < row["first_step_process_s"]
+    assert (
+        row["build_s"] > 0
+        and row["step_setup_s"] > 0
+        and row["build_s"] + row["step_setup_s"] < row["first_step_s"]
+    )
     assert report["kernel_cache"]
 
 
@@ -26,6 +31,7 @@ def test_bench_train_table_states_the_mfu_formula(cli):
     assert result.exit_code == 0, result.output
     assert "6N + causal attention" in result.stdout and "tokens/s" in result.stdout
     assert "zebra levers: activation_checkpointing=False, compile=False" in result.stdout
+    assert "s: build " in result.stdout and ", step set-up " in result.stdout
 
 
 def test_against_fla_needs_a_gpu_and_a_pure_recipe(cli):

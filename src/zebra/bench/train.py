@@ -112,6 +112,10 @@ class TrainBenchRow:
     loss: float  # of the last timed step
     first_step_s: float  # from the start of this model's build to the end of its first step
     first_step_process_s: float | None  # from the start of the process to the end of its first step (Linux)
+    # the first step's parts: the model's build, then the step's set-up (optimizer, levers such as compile
+    # wrappers); the rest of first_step_s is the first step itself (kernel loading or compiling, autotuning)
+    build_s: float | None = None
+    step_setup_s: float | None = None
 
 
 @dataclass
@@ -297,9 +301,11 @@ def _measure(
     (`step_kwargs` as there)."""
     first = _FirstStep()
     model = build()
+    built = time.perf_counter()
     flops_per_token = flops_of(model)
     params = sum(p.numel() for p in model.parameters())  # tied weights once
     step, batch = training_step(model, recipe, cfg, device, **step_kwargs)
+    set_up = time.perf_counter()
     for _ in range(cfg.warmup):
         step([batch])
         first.done()
@@ -329,6 +335,8 @@ def _measure(
         loss=result.loss,
         first_step_s=first.seconds,
         first_step_process_s=first.process_seconds,
+        build_s=built - first.started,
+        step_setup_s=set_up - built,
     )
 
 

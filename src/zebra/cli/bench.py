@@ -339,10 +339,13 @@ def _train_table(report) -> None:
         out.warn(report.against_error)
     datasheet = f"{report.peak_flops / 1e12:,.0f}" if report.peak_flops else "unknown"
     measured = f"{report.measured_peak_flops / 1e12:,.0f}" if report.measured_peak_flops else "not measured"
-    start = report.rows[0].first_step_process_s
+    zebra = report.rows[0]
+    start = zebra.first_step_process_s
     out.text(
         "first step s: from the start of the model's build (compile, kernel compilation, autotuning); "
         + ("" if start is None else f"zebra's first step ended {start:.1f} s after the process started; ")
+        + f"of its {zebra.first_step_s:.1f} s: build {zebra.build_s:.1f} s, step set-up {zebra.step_setup_s:.1f} s, "
+        f"first step {zebra.first_step_s - zebra.build_s - zebra.step_setup_s:.1f} s; "
         + f"kernel cache: {report.kernel_cache}"
     )
     out.text(
