@@ -2,7 +2,8 @@
 
 Only the engine API that every version has is used (Engine, new_state, prefill, step, generate), on a recipe with
 random weights (bf16, static cache, CUDA graph), prompt P, N new tokens, per batch size:
-- kernels: CUDA kernels one decode step launches, counted by the profiler on an eager step (no graph);
+- kernels: CUDA kernels one decode step launches, counted by the profiler on an eager step (no graph), and the
+  TOP_KERNELS of them by device time (top_kernels: name, launches, microseconds);
 - step_ms: N `Engine.step` calls, each fed the argmax of the last logits on the device, one sync at the end;
 - generate_ms: the `Engine.generate` loop (greedy, no stop ids), first to last column / (N - 1).
 With --compile the step is `torch.compile`d inside the CUDA graph (kernels are still counted on the eager step).
@@ -18,8 +19,10 @@ import argparse
 import json
 import time
 
+TOP_KERNELS = 15  # the kernels of one eager step listed by device time (where a decode step's time goes)
 
-def kernels_per_step(model, prompt) -> int:
+
+def kernels_per_step(model, prompt) -> tuple[int, list[list]]:
     import torch
     from torch.profiler import ProfilerActivity
 
@@ -34,7 +37,9 @@ def kernels_per_step(model, prompt) -> int:
     with torch.profiler.profile(activities=[ProfilerActivity.CUDA]) as prof:
         engine.step(state, tokens)
         torch.cuda.synchronize()
-    return sum(e.count for e in prof.key_averages() if e.device_time_total > 0)
+    kernels = [e for e in prof.key_averages() if e.device_time_total > 0]
+    top = sorted(kernels, key=lambda e: -e.device_time_total)[:TOP_KERNELS]
+    return sum(e.count for e in kernels), [[e.key[:80], e.count, round(e.device_time_total, 1)] for e in top]
 
 
 def step_and_generate_ms(engine, prompt, new: int) -> tuple[float, float]:
@@ -78,7 +83,7 @@ def main() -> None:
         gen = torch.Generator().manual_seed(batch)
         prompt = torch.randint(0, model.config.vocab_size, (batch, args.prompt), generator=gen).cuda()
         with torch.inference_mode():
-            kernels = kernels_per_step(model, prompt)
+            kernels, top = kernels_per_step(model, prompt)
             step_and_generate_ms(engine, prompt, 8)  # warm-up: graph captures
             step_ms, generate_ms = step_and_generate_ms(engine, prompt, args.new)
         row = {
@@ -91,6 +96,7 @@ def main() -> None:
             "step_ms": round(step_ms, 4),
             "generate_ms": round(generate_ms, 4),
             "generate_over_step": round(generate_ms / step_ms, 3),
+            "top_kernels": top,  # [name, launches, device us] of the eager step, most time first
         }
         print(json.dumps(row), flush=True)
 
