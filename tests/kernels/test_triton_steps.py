@@ -1,9 +1,9 @@
 """The decode-step Triton kernels (`zebra_kernels.mamba2.triton_step`, `zebra_kernels.conv.triton_step`) run by
 Triton's interpreter on the CPU (numpy), against the float64 torch forms on the same values: their indexing
 (blocks over P and C, padded N and W, the group of each head), pads, strided views of the input projection,
-bf16 inputs, and writing a static cache's buffer in place with its `feed` flag. The GPU compile and numerics are
-tests/kernels/test_kernel_gpu.py's. TRITON_INTERPRET must be set before a kernel is defined, so the kernels run in
-a process of their own."""
+bf16 inputs, and writing a static cache's buffer in place with its `feed` flag; then each kernel compiled by
+Triton's real compiler for Hopper (no GPU needed). Their numerics on a GPU are tests/kernels/test_kernel_gpu.py's.
+TRITON_INTERPRET must be set before a kernel is defined, so the interpreted kernels run in a process of their own."""
 
 from __future__ import annotations
 
@@ -129,3 +129,58 @@ def test_conv_step_kernel():
         assert r["y_err"] < (1e-2 if bf16 else 1e-6), (name, r)
         assert r["s_err"] == 0.0, (name, r)  # the state holds raw inputs: rolled exactly, bf16 too
         assert r["s_dtype"] == ("torch.bfloat16" if bf16 else "torch.float32"), name
+
+
+# (kernel, its argument types as the model calls it: bf16 activations, float32 states, bool flags; constexprs)
+HOPPER_SIGNATURES = {
+    "mamba2": (
+        "zebra_kernels.mamba2.triton_step:_ssd_step_kernel",
+        [
+            "*bf16",
+            "*bf16",
+            "*fp32",
+            "*fp32",
+            "*bf16",
+            "*bf16",
+            "*fp32",
+            "*i1",
+            "*i1",
+            "*fp32",
+            "*fp32",
+            "*bf16",
+        ]
+        + ["i32"] * 9,
+        dict(
+            HAS_D=True, HAS_MASK=True, HAS_STATE=True, HAS_FEED=True, BLOCK_N=64, BLOCK_P=16, THRESHOLD=20.0
+        ),
+    ),
+    "conv": (
+        "zebra_kernels.conv.triton_step:_conv_step_kernel",
+        ["*bf16", "*bf16", "*bf16", "*bf16", "*i1", "*bf16", "i32", "i32", "i32"],
+        dict(HAS_BIAS=True, HAS_FEED=True, SILU=True, BLOCK_C=128, BLOCK_W=4),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", HOPPER_SIGNATURES)
+def test_kernel_compiles_for_hopper(name):
+    """Each kernel through Triton's real compiler to an sm_90 (H100/H200) binary, on a machine without a GPU:
+    what the interpreter cannot catch (types, layouts, ptxas). Checked with Triton 3.7.1, the GPU machine's."""
+    import importlib
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    path, types, constexprs = HOPPER_SIGNATURES[name]
+    module, attr = path.split(":")
+    kernel = getattr(importlib.import_module(module), attr)
+    assert len(kernel.arg_names) == len(types) + len(constexprs)
+    signature = {
+        n: "constexpr" if n in constexprs else t
+        for n, t in zip(kernel.arg_names, types + [None] * len(constexprs), strict=True)
+    }
+    compiled = triton.compile(
+        ASTSource(fn=kernel, signature=signature, constexprs=constexprs), target=GPUTarget("cuda", 90, 32)
+    )
+    assert len(compiled.asm["cubin"]) > 1000
