@@ -39,7 +39,9 @@ class ToyDecay(nn.Module):
         with torch.no_grad():
             self.decay.uniform_(1.0, 3.0)
 
-    def forward(self, hidden_states, *, attention_mask=None, position_ids=None, cache=None, cu_seqlens=None):
+    def forward(
+        self, hidden_states, *, attention_mask=None, position_ids=None, cache=None, cu_seqlens=None, **unused
+    ):  # docs/models.md's contract: keywords a mixer does not use (the model's `memo`) land in **unused
         x = self.in_proj(hidden_states)  # [B, T, W]
         a = torch.sigmoid(self.decay)  # [W]
         state = cache.recurrent_state(self.layer_idx)[0] if cache is not None else None
