@@ -241,3 +241,27 @@ def test_terminal_asks_which_sample(tmp_path):
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 1
+
+
+def test_train_takes_the_preps_tokenizer_under_another_path_and_refuses_another(
+    cli, texts, bpe_dir, tmp_path
+):
+    """`zebra train --data` compares the data's tokenizer with `data.tokenizer` by vocabulary, not by the path it
+    was named by: a copied tokenizer folder is the same tokenizer; a different one is refused in one line."""
+    import shutil
+
+    from zebra.data.tokenizers import train_bpe
+
+    source = write_source("jsonl", tmp_path / "src", texts)
+    prep = cli("data", "prep", "--source", source, "-t", bpe_dir, "-o", tmp_path / "prep", "--yes")
+    assert prep.exit_code == 0, prep.output
+    moved = tmp_path / "moved-bpe"
+    shutil.copytree(bpe_dir, moved)
+    train = ("train", "tiny", "--data", tmp_path / "prep", "--dry-run", "--set", "model.vocab_size=600")
+    same = cli(*train, "--set", f"data.tokenizer={moved}")
+    assert same.exit_code == 0, same.output
+    other = tmp_path / "other-bpe"
+    train_bpe(texts[:40], 400).save_pretrained(other)
+    one_line_error(
+        cli(*train, "--set", f"data.tokenizer={other}"), f"tokenized with {bpe_dir}, but the recipe"
+    )

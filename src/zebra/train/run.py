@@ -173,17 +173,29 @@ def _check_vocab(recipe: Recipe) -> None:
 
 
 def _check_manifest_tokenizer(entry: str, recipe: Recipe) -> None:
-    """Data prepared with another tokenizer than the recipe's would train on meaningless ids: refuse it."""
+    """Data prepared with another tokenizer than the recipe's would train on meaningless ids: refuse it. The same
+    tokenizer under another name (a moved or copied folder, an absolute path) has the same vocabulary hash."""
     folder = prep_folder(parse_data_path(entry).target)
     if folder is None:
         return
-    name = read_manifest(folder).tokenizer.get("name")
-    if name and name != recipe.data.tokenizer:
+    record = read_manifest(folder).tokenizer
+    name = record.get("name")
+    if name and name != recipe.data.tokenizer and not _same_vocabulary(record, recipe.data.tokenizer):
         raise ZebraError(
             f"--data {entry}: tokenized with {name}, but the recipe trains with {recipe.data.tokenizer}",
             fix=f"--set data.tokenizer={name} (with a model.vocab_size that covers it), or prepare the data "
             f"again with --tokenizer {recipe.data.tokenizer}",
         )
+
+
+def _same_vocabulary(record: dict[str, Any], tokenizer: str) -> bool:
+    """Whether `tokenizer` has the vocabulary a manifest's tokenizer record names (size and hash)."""
+    if not record.get("vocab_hash"):
+        return False
+    from zebra.data.tokenizers import vocab_hash
+
+    tok = load_tokenizer(tokenizer)
+    return (len(tok), vocab_hash(tok)) == (int(record["vocab_size"]), record["vocab_hash"])
 
 
 def run_name(run: str | None, recipe: Recipe) -> str:
