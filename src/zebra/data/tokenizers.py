@@ -163,6 +163,16 @@ def vocab_hash(tokenizer) -> str:
     return hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()
 
 
+def vocabulary(tokenizer) -> tuple[int, str]:
+    """(ids, vocabulary hash): what tells two tokenizers apart, as a manifest's tokenizer record keeps it."""
+    return vocab_size(tokenizer), vocab_hash(tokenizer)
+
+
+def recorded_vocabulary(record: dict) -> tuple[int, str] | None:
+    """The (ids, vocabulary hash) a manifest's tokenizer record names, or None for a record without a hash."""
+    return (int(record["vocab_size"]), record["vocab_hash"]) if record.get("vocab_hash") else None
+
+
 def tokenizer_record(name: str, tokenizer: PreTrainedTokenizerFast, *, eod: bool = True) -> dict:
     """The manifest's `tokenizer` entry: `name` as given, `vocab_size`, `vocab_hash` and `eod_id` (None when
     the data has no EOD between documents, as in FLA's chunks)."""

@@ -190,12 +190,10 @@ def _check_manifest_tokenizer(entry: str, recipe: Recipe) -> None:
 
 def _same_vocabulary(record: dict[str, Any], tokenizer: str) -> bool:
     """Whether `tokenizer` has the vocabulary a manifest's tokenizer record names (size and hash)."""
-    if not record.get("vocab_hash"):
-        return False
-    from zebra.data.tokenizers import vocab_hash
+    from zebra.data.tokenizers import recorded_vocabulary, vocabulary
 
-    tok = load_tokenizer(tokenizer)
-    return (len(tok), vocab_hash(tok)) == (int(record["vocab_size"]), record["vocab_hash"])
+    recorded = recorded_vocabulary(record)
+    return recorded is not None and vocabulary(load_tokenizer(tokenizer)) == recorded
 
 
 def run_name(run: str | None, recipe: Recipe) -> str:

@@ -49,18 +49,19 @@ def _check_same_tokenizer(recipe: Recipe, spec: str, tokenizer: Any) -> None:
     """The teacher's tokenizer (size + vocabulary hash) against the data's and the init export's."""
     from zebra.data import load_tokenizer, read_manifest
     from zebra.data.paths import parse_data_path, prep_folder
-    from zebra.data.tokenizers import vocab_hash
+    from zebra.data.tokenizers import recorded_vocabulary, vocabulary
 
-    want = (len(tokenizer), vocab_hash(tokenizer))
+    want = vocabulary(tokenizer)
     others: list[tuple[str, tuple[int, str]]] = []
     if not recipe.data.mock:
-        data_tok = load_tokenizer(recipe.data.tokenizer)
-        others.append((f"data.tokenizer {recipe.data.tokenizer}", (len(data_tok), vocab_hash(data_tok))))
+        others.append(
+            (f"data.tokenizer {recipe.data.tokenizer}", vocabulary(load_tokenizer(recipe.data.tokenizer)))
+        )
         for entry in recipe.data.paths:
             folder = prep_folder(parse_data_path(entry).target)
-            record = read_manifest(folder).tokenizer if folder is not None else {}
-            if record.get("vocab_hash"):
-                others.append((f"--data {entry}", (int(record["vocab_size"]), record["vocab_hash"])))
+            recorded = recorded_vocabulary(read_manifest(folder).tokenizer) if folder is not None else None
+            if recorded is not None:
+                others.append((f"--data {entry}", recorded))
     init = Path(recipe.train.init) if recipe.train.init else None
     if init is not None and (init / "tokenizer.json").is_file():
         from transformers import (
@@ -68,7 +69,7 @@ def _check_same_tokenizer(recipe: Recipe, spec: str, tokenizer: Any) -> None:
         )  # not AutoTokenizer: an export's config is remote code
 
         init_tok = PreTrainedTokenizerFast.from_pretrained(str(init))
-        others.append((f"train.init {init}", (len(init_tok), vocab_hash(init_tok))))
+        others.append((f"train.init {init}", vocabulary(init_tok)))
     for what, found in others:
         if found != want:
             raise ZebraError(

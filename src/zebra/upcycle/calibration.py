@@ -131,16 +131,14 @@ def _check_tokenizer(spec: str, target: str, tokenizer: Any) -> None:
         return
     from zebra.data import load_tokenizer, read_manifest
     from zebra.data.paths import BUNDLED, prep_folder
-    from zebra.data.tokenizers import vocab_hash
+    from zebra.data.tokenizers import recorded_vocabulary, vocabulary
 
     if target == BUNDLED:
-        byte = load_tokenizer("byte")
-        found: tuple[int, str] | None = (len(byte), vocab_hash(byte))
+        found: tuple[int, str] | None = vocabulary(load_tokenizer("byte"))
     else:
         folder = prep_folder(target) or prep_folder(Path(target).expanduser().parent)
-        record = read_manifest(folder).tokenizer if folder is not None else {}
-        found = (int(record["vocab_size"]), record["vocab_hash"]) if record.get("vocab_hash") else None
-    want = (len(tokenizer), vocab_hash(tokenizer))
+        found = recorded_vocabulary(read_manifest(folder).tokenizer) if folder is not None else None
+    want = vocabulary(tokenizer)
     if found is not None and found != want:
         raise ZebraError(
             f"--calibration {spec}: tokenized with another tokenizer ({found[0]} ids, vocabulary "
