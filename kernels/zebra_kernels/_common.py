@@ -26,6 +26,14 @@ def l2norm(x: torch.Tensor, eps: float = L2NORM_EPS) -> torch.Tensor:
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
 
 
+def store_state_(state: torch.Tensor, new: torch.Tensor, feed: torch.Tensor | None) -> torch.Tensor:
+    """Write `new` into the state buffer `state` in place where the 0-d bool `feed` is True (always when None):
+    the torch form of the decode-step kernels that update a static cache's buffer. Returns `state`."""
+    if feed is None:
+        return state.copy_(new)
+    return torch.where(feed, new.to(state.dtype), state, out=state)
+
+
 def needs_grad(*tensors: torch.Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 

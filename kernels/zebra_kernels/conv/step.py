@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from zebra_kernels._common import check_state, compute_dtype
+from zebra_kernels._common import check_state, compute_dtype, store_state_
 from zebra_kernels.backend import resolve_backend
 from zebra_kernels.conv.torch_ref import torch_causal_conv1d
 
@@ -45,8 +45,5 @@ def causal_conv1d_step_(
 
         return triton_conv_step_(x, weight, bias, state=state, feed=feed, activation=activation)
     y, window = torch_causal_conv1d(x.to(dtype)[:, None], weight, bias, activation, state)  # [B, 1, C]
-    if feed is None:
-        state.copy_(window)
-    else:
-        torch.where(feed, window.to(state.dtype), state, out=state)
+    store_state_(state, window, feed)
     return y[:, 0].to(x.dtype)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from zebra_kernels._common import check_state, compute_dtype
+from zebra_kernels._common import check_state, compute_dtype, store_state_
 from zebra_kernels.backend import resolve_backend
 from zebra_kernels.mamba2.naive import naive_recurrent_ssd
 
@@ -75,13 +75,7 @@ def mamba2_ssd_step(
             x, dt, A, B, C, dt_bias=dt_bias, D=D, state=state, mask=mask, inplace=inplace, feed=feed
         )
     y, new_state = torch_ssd_step(x, dt, A, B, C, dt_bias=dt_bias, D=D, state=state, mask=mask)
-    if not inplace:
-        return y, new_state
-    if feed is None:
-        state.copy_(new_state)
-    else:
-        torch.where(feed, new_state, state, out=state)
-    return y, state
+    return y, store_state_(state, new_state, feed) if inplace else new_state
 
 
 def torch_ssd_step(x, dt, A, B, C, *, dt_bias, D=None, state=None, mask=None):

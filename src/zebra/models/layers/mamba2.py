@@ -125,9 +125,7 @@ class Mamba2(RecurrentMixer):
         A = derived(
             self, "A", [self.A_log], lambda t: -torch.exp(float32_or_64(t[0]))
         )  # [Hm], once per version
-        # a decode token: one fused step (one launch on a GPU), written in place into a static cache
-        decode = T == 1 and context.output_final_state and context.cu_seqlens is None
-        if decode and not torch.is_grad_enabled():
+        if context.decode_step(T):  # one fused step (one launch on a GPU), in place into a static cache
             y, state = mamba2_ssd_step(
                 x.view(B, Hm, P),
                 dt.view(B, Hm),

@@ -85,9 +85,13 @@ class MixerContext:
     output_final_state: bool
     feed: torch.Tensor | None = None
 
+    def decode_step(self, T: int) -> bool:
+        """One token per row into a cache, without gradient: the fused one-token step kernels apply."""
+        return T == 1 and self.output_final_state and self.cu_seqlens is None and not torch.is_grad_enabled()
+
     def in_place_step(self, T: int) -> bool:
-        """A decode token into a static cache: the step kernels write its state buffers themselves."""
-        return self.feed is not None and T == 1 and self.cu_seqlens is None and not torch.is_grad_enabled()
+        """A decode step into a static cache: the step kernels write its state buffers themselves."""
+        return self.feed is not None and self.decode_step(T)
 
 
 class RecurrentMixer(nn.Module):
