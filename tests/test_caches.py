@@ -25,3 +25,44 @@ def test_use_kernel_cache_sets_only_what_is_unset():
         "TRITON_CACHE_AUTOTUNING": "1",
         "TORCHINDUCTOR_CACHE_DIR": "/mine",
     }
+
+
+def test_bytecode_goes_to_zebras_cache_only_where_python_was_told_to_write_none():
+    from types import SimpleNamespace
+
+    from zebra.caches import use_bytecode_cache
+
+    env = {"ZEBRA_CACHE": "/data/zc"}
+    told_not_to = SimpleNamespace(dont_write_bytecode=True, pycache_prefix=None)
+    assert use_bytecode_cache(told_not_to, env) == Path("/data/zc/pycache")
+    assert told_not_to.pycache_prefix == "/data/zc/pycache" and told_not_to.dont_write_bytecode is False
+    for state, env in (
+        (SimpleNamespace(dont_write_bytecode=False, pycache_prefix=None), {}),  # Python writes __pycache__
+        (SimpleNamespace(dont_write_bytecode=True, pycache_prefix="/mine"), {}),  # your prefix wins
+        (SimpleNamespace(dont_write_bytecode=True, pycache_prefix=None), {"ZEBRA_BYTECODE": "0"}),  # opted out
+    ):
+        before = vars(state).copy()
+        assert use_bytecode_cache(state, env) is None and vars(state) == before
+
+
+def test_a_zebra_process_under_python_B_caches_bytecode_outside_the_source_tree(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "probe.py").write_text("VALUE = 1\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    code = "import zebra.cli, probe; print(probe.__cached__)"
+
+    def run(**extra) -> str:
+        result = subprocess.run(
+            [sys.executable, "-B", "-c", code], env={**env, **extra}, capture_output=True, text=True, check=True
+        )
+        return result.stdout.strip()
+
+    cached = Path(run(ZEBRA_CACHE=str(tmp_path / "zc")))
+    assert cached.is_file() and cached.is_relative_to(tmp_path / "zc" / "pycache")
+    assert not (tmp_path / "src" / "__pycache__").exists()
+    run(ZEBRA_CACHE=str(tmp_path / "off"), ZEBRA_BYTECODE="0")  # Python's -B stands: nothing written anywhere
+    assert not (tmp_path / "off").exists() and not (tmp_path / "src" / "__pycache__").exists()

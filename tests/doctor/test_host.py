@@ -77,3 +77,20 @@ def test_kernel_cache_warns_about_a_cache_a_reboot_empties_or_autotuning_left_of
     (tmp_path / "tmp").mkdir()
     check = check_kernel_cache({"ZEBRA_KERNEL_CACHE": str(elsewhere), "TRITON_CACHE_AUTOTUNING": "0"})
     assert check.status == "warn" and "TRITON_CACHE_AUTOTUNING=0" in check.detail
+
+
+def test_bytecode_check_says_where_compiled_modules_persist(tmp_path):
+    from types import SimpleNamespace
+
+    from zebra.doctor.host import check_bytecode
+
+    assert check_bytecode(False).status == "ok"  # Python's own __pycache__
+    cache = tmp_path / "zc" / "pycache"
+    (cache / "x").mkdir(parents=True)
+    (cache / "x" / "m.cpython-311.pyc").write_bytes(b"x" * 3000)
+    zebras = SimpleNamespace(dont_write_bytecode=False, pycache_prefix=str(cache))
+    check = check_bytecode(True, zebras, {"ZEBRA_CACHE": str(tmp_path / "zc")})
+    assert check.status == "ok" and f"zebra's cache {cache} (1 files" in check.detail
+    off = SimpleNamespace(dont_write_bytecode=True, pycache_prefix=None)
+    check = check_bytecode(True, off, {"ZEBRA_BYTECODE": "0"})
+    assert check.status == "warn" and "ZEBRA_BYTECODE=0" in check.detail and "unset ZEBRA_BYTECODE" in check.fix

@@ -1,5 +1,5 @@
-"""Host checks: the Hugging Face token for gated tokenizers, the kernel cache (warm starts), and free disk for the
-data.
+"""Host checks: the Hugging Face token for gated tokenizers, the kernel and bytecode caches (warm starts), and free
+disk for the data.
 
 The token's value is never read into a message: only whether it is set.
 """
@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from zebra.caches import KERNEL_CACHE_ENV, cache_settings
+from zebra.caches import BYTECODE_ENV, KERNEL_CACHE_ENV, bytecode_cache_dir, cache_settings
 from zebra.doctor.check import Check, ok, warn
 
 # Disk a FineWeb-Edu sample needs, download plus tokenized Megatron files (int32 ids), rounded up.
@@ -74,6 +76,37 @@ def check_kernel_cache(env: Mapping[str, str] = os.environ) -> Check:
             "unset TRITON_CACHE_AUTOTUNING (zebra sets it to 1)",
         )
     return ok("kernel-cache", detail)
+
+
+def check_bytecode(
+    started_without: bool = bool(sys.flags.dont_write_bytecode),
+    state: Any = sys,
+    env: Mapping[str, str] = os.environ,
+) -> Check:
+    """Whether Python's compiled modules persist between runs. `started_without`: Python started with
+    PYTHONDONTWRITEBYTECODE or -B; `state` (the `sys` module) holds what zebra.caches made of it."""
+    if not started_without:
+        return ok("bytecode", "Python caches compiled modules next to their sources (__pycache__)")
+    if state.pycache_prefix and not state.dont_write_bytecode:
+        files, size = _folder_usage(Path(state.pycache_prefix))
+        whose = (
+            "zebra's"
+            if Path(state.pycache_prefix) == bytecode_cache_dir(dict(env))
+            else "PYTHONPYCACHEPREFIX's"
+        )
+        return ok(
+            "bytecode",
+            f"PYTHONDONTWRITEBYTECODE (or -B) is set; compiled modules go to {whose} cache {state.pycache_prefix} "
+            f"({files:,} files, {size / 1e6:,.0f} MB), so a second run skips recompiling torch, transformers and FLA",
+        )
+    return warn(
+        "bytecode",
+        "PYTHONDONTWRITEBYTECODE (or -B) is set"
+        + (f" and {BYTECODE_ENV}=0" if env.get(BYTECODE_ENV) == "0" else "")
+        + ": every zebra run compiles the modules of torch, transformers and FLA from source again (10 s of a 1B "
+        "recipe's 20 s warm start on the H200 machine)",
+        f"unset {BYTECODE_ENV} (zebra then keeps bytecode in {bytecode_cache_dir(dict(env))})",
+    )
 
 
 def _folder_usage(folder: Path) -> tuple[int, int]:

@@ -10,7 +10,13 @@ from pathlib import Path
 from zebra.doctor.check import Check, fail
 from zebra.doctor.collectives import check_collective_env
 from zebra.doctor.gpu import GpuInventory, check_fla_triton_hopper, check_gpus, gather_gpus, gpu_device_nodes
-from zebra.doctor.host import SAMPLE_DISK_BYTES, check_disk, check_hf_token, check_kernel_cache
+from zebra.doctor.host import (
+    SAMPLE_DISK_BYTES,
+    check_bytecode,
+    check_disk,
+    check_hf_token,
+    check_kernel_cache,
+)
 from zebra.doctor.packages import (
     PACKAGES,
     check_packages,
@@ -38,6 +44,7 @@ CHECK_NAMES = (
     "slurm",
     "hf-token",
     "kernel-cache",
+    "bytecode",
     "disk",
 )
 
@@ -132,6 +139,7 @@ def run_checks(data_dir: Path = Path("."), sample: str = "10BT", required: Itera
         *_guarded("slurm", check_slurm),
         *_guarded("hf-token", check_hf_token),
         *_guarded("kernel-cache", check_kernel_cache),
+        *_guarded("bytecode", check_bytecode),
         *_guarded("disk", lambda: check_disk(data_dir, SAMPLE_DISK_BYTES[sample], f"--sample {sample}")),
     ]
     return promote(checks, required)
