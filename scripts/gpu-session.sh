@@ -3,7 +3,7 @@
 # shared/gpu/setup.sh put FLA + Triton in /tmp/site; wheels in .gpuwheels-extra/ (git-ignored; carry it) are
 # installed there too (torchao for train.fp8; mamba-ssm 2.2.6.post3, what `[mamba]` installs, built without nvcc:
 #   pip install wheel && MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE pip wheel --no-deps --no-build-isolation \
-#   mamba-ssm==2.2.6.post3 -w .gpuwheels-extra).
+#   mamba-ssm==2.2.6.post3 -w .gpuwheels-extra; py-spy for warm-spy: pip download --no-deps --only-binary=:all: py-spy).
 #
 #   bash scripts/gpu-session.sh PHASE...          (default: bench trainer decode tests)
 #
@@ -15,8 +15,7 @@
 #                  (2026-12-04, batch 2: bf16 about 300 s with a cold Triton cache, FP8 12k tok/s: over 340 s)
 #   decode         zebra bench decode on DECODE_RECIPES                               decode_<recipe>.json
 #   profile        scripts/profile-train.py                                          profile.txt
-#   warm-spy       a warm `zebra bench train` (WARM_RECIPES) under py-spy, plain and with a bytecode cache   warm_spy.txt
-#   warm-profile   cProfile of a warm `zebra bench train` (WARM_RECIPES) after a phase filled its kernels   warm_profile.txt
+#   warm-spy       a warm `zebra bench train` (WARM_RECIPES) under py-spy, plain, and without zebra's bytecode cache   warm_spy.txt
 #   tests          the `gpu`-marked tests (TESTS, WORKERS xdist workers)               pytest_gpu.log
 #                  (68 tests; 6 workers ran 36 of them in 524 s on 2026-12-03: split them over two calls,
 #                  TESTS="tests/generation tests/convert tests/doctor tests/train", then "tests/kernels tests/models")
@@ -140,36 +139,28 @@ print('first step', round(r['first_step_s'], 1), 's after build,', round(r['firs
 's after process start')" "$OUT/warm_$run.json" 2>&1)"
         done
       done;;
-    warm-profile)  # where a warm start's seconds go: cProfile of `zebra bench train` on a kernel cache an earlier
-      # phase filled for WARM_RECIPES (levers/bench: 1b-gdn-pure), top functions by cumulative and own time
-      r=${WARM_RECIPES:-1b-gdn-pure}
-      timeout 240 python3 -m cProfile -o /tmp/warm.prof -m zebra.cli.main bench train "$r" --steps 2 --warmup 1 --batch 8 \
-        --json > "$OUT/warm_profile.json" 2>> "$log"
-      note "warm-profile $r rc=$? $(python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['rows'][0]; \
-print({k: round(r[k], 2) for k in ('first_step_s', 'first_step_process_s', 'build_s', 'step_setup_s')})" "$OUT/warm_profile.json" 2>&1 | tail -1)"
-      python3 -c "import pstats; s = pstats.Stats('/tmp/warm.prof'); s.sort_stats('cumulative').print_stats(70); \
-s.sort_stats('tottime').print_stats(30)" > "$OUT/warm_profile.txt" 2>&1;;
-    warm-spy)  # a warm start's seconds, sampled: is bytecode cached here, then WARM_RECIPES' `zebra bench train` on
-      # the kernel cache an earlier phase (or save-kernels' parts) filled, under py-spy (in .gpuwheels-extra), without
-      # it, and with PYTHONPYCACHEPREFIX (filled, then timed)
+    warm-spy)  # a warm start's seconds: WARM_RECIPES' `zebra bench train` on the kernel cache an earlier phase (or
+      # save-kernels' parts) filled: once (which fills zebra's bytecode cache where PYTHONDONTWRITEBYTECODE is set),
+      # under py-spy (in .gpuwheels-extra: where the seconds go; its own lines land around the JSON), plain (the
+      # figure), with ZEBRA_BYTECODE=0
       python3 -c "import importlib.util, os, sys
 print('dont_write_bytecode', sys.flags.dont_write_bytecode, 'pycache_prefix', sys.pycache_prefix)
 for name in ('torch', 'transformers', 'triton', 'fla', 'zebra'):
     d = os.path.dirname(importlib.util.find_spec(name).origin)
     print(name, d, '__pycache__:', os.path.isdir(os.path.join(d, '__pycache__')), 'writable:', os.access(d, os.W_OK))" \
         > "$OUT/warm_spy.txt" 2>&1
+      first() { python3 -c "import json,sys; t=open(sys.argv[1]).read(); r=json.loads(t[t.index('{'):t.rindex('}') + 1])['rows'][0]; \
+print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'build_s', 'step_setup_s')})" "$1" 2>&1 | tail -1; }
       for r in ${WARM_RECIPES:-1b-gdn-pure}; do
         bench=(-m zebra.cli.main bench train "$r" --steps 2 --warmup 1 --batch 8 --json)
-        first() { python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['rows'][0]; \
-print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'build_s', 'step_setup_s')})" "$1" 2>&1 | tail -1; }
+        timeout 200 python3 "${bench[@]}" > /tmp/warm-run.json 2>> "$log"; note "warm-spy $r first rc=$? $(first /tmp/warm-run.json)"
         timeout 200 /tmp/site/bin/py-spy record --idle --nonblocking -r 100 --format raw -o /tmp/warm-$r.txt -- \
           python3 "${bench[@]}" > /tmp/warm-spy.json 2>> "$log"
-        note "warm-spy $r py-spy rc=$? $(first /tmp/warm-spy.json)"
+        note "warm-spy $r under py-spy rc=$? $(first /tmp/warm-spy.json)"
         python3 scripts/stack-summary.py /tmp/warm-$r.txt --top 70 >> "$OUT/warm_spy.txt" 2>&1
-        timeout 200 python3 "${bench[@]}" > /tmp/warm-plain.json 2>> "$log"; note "warm-spy $r plain rc=$? $(first /tmp/warm-plain.json)"
-        for run in fill timed; do
-          PYTHONPYCACHEPREFIX=/tmp/pycache timeout 200 python3 "${bench[@]}" > /tmp/warm-pyc.json 2>> "$log"
-          note "warm-spy $r PYTHONPYCACHEPREFIX $run rc=$? $(first /tmp/warm-pyc.json)"
+        for run in plain ZEBRA_BYTECODE=0; do
+          env $([ $run = plain ] || echo $run) timeout 200 python3 "${bench[@]}" > /tmp/warm-run.json 2>> "$log"
+          note "warm-spy $r $run rc=$? $(first /tmp/warm-run.json)"
         done
       done;;
     profile)

@@ -36,7 +36,9 @@ def summarize(lines, rate: float) -> tuple[Counter, Counter, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("stacks", help="py-spy's raw output (collapsed stacks with counts)")
-    parser.add_argument("--rate", type=float, default=100.0, help="py-spy's sampling rate (-r), samples per second")
+    parser.add_argument(
+        "--rate", type=float, default=100.0, help="py-spy's sampling rate (-r), samples per second"
+    )
     parser.add_argument("--top", type=int, default=60)
     args = parser.parse_args()
     with open(args.stacks) as f:

@@ -39,7 +39,10 @@ def test_bytecode_goes_to_zebras_cache_only_where_python_was_told_to_write_none(
     for state, env in (
         (SimpleNamespace(dont_write_bytecode=False, pycache_prefix=None), {}),  # Python writes __pycache__
         (SimpleNamespace(dont_write_bytecode=True, pycache_prefix="/mine"), {}),  # your prefix wins
-        (SimpleNamespace(dont_write_bytecode=True, pycache_prefix=None), {"ZEBRA_BYTECODE": "0"}),  # opted out
+        (
+            SimpleNamespace(dont_write_bytecode=True, pycache_prefix=None),
+            {"ZEBRA_BYTECODE": "0"},
+        ),  # opted out
     ):
         before = vars(state).copy()
         assert use_bytecode_cache(state, env) is None and vars(state) == before
@@ -57,7 +60,11 @@ def test_a_zebra_process_under_python_B_caches_bytecode_outside_the_source_tree(
 
     def run(**extra) -> str:
         result = subprocess.run(
-            [sys.executable, "-B", "-c", code], env={**env, **extra}, capture_output=True, text=True, check=True
+            [sys.executable, "-B", "-c", code],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            check=True,
         )
         return result.stdout.strip()
 

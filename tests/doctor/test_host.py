@@ -93,4 +93,6 @@ def test_bytecode_check_says_where_compiled_modules_persist(tmp_path):
     assert check.status == "ok" and f"zebra's cache {cache} (1 files" in check.detail
     off = SimpleNamespace(dont_write_bytecode=True, pycache_prefix=None)
     check = check_bytecode(True, off, {"ZEBRA_BYTECODE": "0"})
-    assert check.status == "warn" and "ZEBRA_BYTECODE=0" in check.detail and "unset ZEBRA_BYTECODE" in check.fix
+    assert (
+        check.status == "warn" and "ZEBRA_BYTECODE=0" in check.detail and "unset ZEBRA_BYTECODE" in check.fix
+    )
