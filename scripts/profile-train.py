@@ -17,7 +17,7 @@ import argparse
 import gc
 
 
-def profile(name, model, recipe, cfg, top: int, trace_dir: str | None, **step_kwargs) -> None:
+def profile(name, model, recipe, cfg, device, top: int, trace_dir: str | None, **step_kwargs) -> None:
     import gzip
     import json
     import tempfile
@@ -30,14 +30,15 @@ def profile(name, model, recipe, cfg, top: int, trace_dir: str | None, **step_kw
     from zebra.bench.gpu_idle import idle_gaps
     from zebra.bench.train import training_step
 
-    step, micro = training_step(model, recipe, cfg, torch.device("cuda"), **step_kwargs)
+    step, micro = training_step(model, recipe, cfg, device, **step_kwargs)
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
     for _ in range(3):
         step([micro])
-    torch.cuda.synchronize()
+    sync()
     with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
         step([micro])
-        torch.cuda.synchronize()
+        sync()
         wall_ms = 1000 * (time.perf_counter() - start)
     with tempfile.TemporaryDirectory() as tmp:
         prof.export_chrome_trace(f"{tmp}/trace.json")
@@ -85,11 +86,14 @@ def main() -> None:
     a = p.parse_args()
     recipe = load_recipe(a.recipe, overrides=a.overrides)
     cfg = TrainBenchConfig(recipe=a.recipe, batch=a.batch, seq_len=recipe.data.seq_len)
-    device = torch.device("cuda")
-    profile("zebra", build_model(recipe, device), recipe, cfg, a.top, a.trace)
+    device = torch.device(
+        "cuda" if torch.cuda.is_available() else "cpu"
+    )  # CPU: no kernels, for trying it out
+    profile("zebra", build_model(recipe, device), recipe, cfg, device, a.top, a.trace)
     if a.against:
         gc.collect()
-        torch.cuda.empty_cache()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
         other = fla_model(recipe, device) if a.against == "fla" else llama_model(device, recipe.train.seed)
         profile(
             a.against,
