@@ -86,9 +86,8 @@ def main() -> None:
     a = p.parse_args()
     recipe = load_recipe(a.recipe, overrides=a.overrides)
     cfg = TrainBenchConfig(recipe=a.recipe, batch=a.batch, seq_len=recipe.data.seq_len)
-    device = torch.device(
-        "cuda" if torch.cuda.is_available() else "cpu"
-    )  # CPU: no kernels, for trying it out
+    # on a CPU there are no kernels to list: a dry run of the script before it spends GPU time
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     profile("zebra", build_model(recipe, device), recipe, cfg, device, a.top, a.trace)
     if a.against:
         gc.collect()
