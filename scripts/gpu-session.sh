@@ -14,7 +14,7 @@
 #                  FP8_STEPS, FP8_COMPILE; scripts/fp8-curve.py)                     fp8_curve.json/png
 #                  (2026-12-04, batch 2: bf16 about 300 s with a cold Triton cache, FP8 12k tok/s: over 340 s)
 #   decode         zebra bench decode on DECODE_RECIPES                               decode_<recipe>.json
-#   profile        scripts/profile-train.py                                          profile.txt
+#   profile        scripts/profile-train.py: top kernels and GPU idle gaps, zebra and FLA   profile.txt, trace_*.json.gz
 #   warm-spy       a warm `zebra bench train` (WARM_RECIPES) under py-spy, plain, and without zebra's bytecode cache   warm_spy.txt
 #   tests          the `gpu`-marked tests (TESTS, WORKERS xdist workers)               pytest_gpu.log
 #                  (68 tests; 6 workers ran 36 of them in 524 s on 2026-12-03: split them over two calls,
@@ -164,7 +164,7 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
         done
       done;;
     profile)
-      timeout 300 python3 scripts/profile-train.py 1b-gdn-pure --batch 8 --against fla > "$OUT/profile.txt" 2>> "$log"
+      timeout 300 python3 scripts/profile-train.py 1b-gdn-pure --batch 8 --against fla --trace "$OUT" > "$OUT/profile.txt" 2>> "$log"
       note "profile rc=$? (profile.txt)";;
     tests)
       left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -gt ${TESTS_LIMIT:-570} ] && left=${TESTS_LIMIT:-570}
