@@ -142,7 +142,7 @@ print('first step', round(r['first_step_s'], 1), 's after build,', round(r['firs
     warm-spy)  # a warm start's seconds: WARM_RECIPES' `zebra bench train` on the kernel cache an earlier phase (or
       # save-kernels' parts) filled: once (which fills zebra's bytecode cache where PYTHONDONTWRITEBYTECODE is set),
       # under py-spy (in .gpuwheels-extra: where the seconds go; its own lines land around the JSON), plain (the
-      # figure), with ZEBRA_BYTECODE=0
+      # figure), with ZEBRA_PYCACHE=0
       python3 -c "import importlib.util, os, sys
 print('dont_write_bytecode', sys.flags.dont_write_bytecode, 'pycache_prefix', sys.pycache_prefix)
 for name in ('torch', 'transformers', 'triton', 'fla', 'zebra'):
@@ -158,7 +158,7 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
           python3 "${bench[@]}" > /tmp/warm-spy.json 2>> "$log"
         note "warm-spy $r under py-spy rc=$? $(first /tmp/warm-spy.json)"
         python3 scripts/stack-summary.py /tmp/warm-$r.txt --top 70 >> "$OUT/warm_spy.txt" 2>&1
-        for run in plain ZEBRA_BYTECODE=0; do
+        for run in plain ZEBRA_PYCACHE=0; do
           env $([ $run = plain ] || echo $run) timeout 200 python3 "${bench[@]}" > /tmp/warm-run.json 2>> "$log"
           note "warm-spy $r $run rc=$? $(first /tmp/warm-run.json)"
         done

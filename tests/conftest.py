@@ -2,6 +2,8 @@
 
 - Tests run offline: HF_HUB_OFFLINE / HF_DATASETS_OFFLINE / TRANSFORMERS_OFFLINE are set before anything
   imports huggingface_hub.
+- Where Python writes no bytecode (PYTHONDONTWRITEBYTECODE), the zebra processes tests start keep theirs in the
+  user's one bytecode cache (ZEBRA_PYCACHE pinned before tests move ZEBRA_CACHE), not in a new one per test.
 - `@pytest.mark.gpu` tests are skipped when torch sees no CUDA/ROCm device (`python3 -m pytest -q -m gpu` on a
   GPU machine runs them).
 - GPU tests that measure a figure call `gpu_report(section, row)`: one JSON line appended to the file named by
@@ -24,6 +26,10 @@ import pytest
 
 for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ[_var] = "1"
+if os.environ.get("ZEBRA_PYCACHE") is None:
+    from zebra.caches import bytecode_cache_dir
+
+    os.environ["ZEBRA_PYCACHE"] = str(bytecode_cache_dir())
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOSTBIND_IMAGE = "zebra-test/hostbind"

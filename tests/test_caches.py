@@ -36,12 +36,15 @@ def test_bytecode_goes_to_zebras_cache_only_where_python_was_told_to_write_none(
     told_not_to = SimpleNamespace(dont_write_bytecode=True, pycache_prefix=None)
     assert use_bytecode_cache(told_not_to, env) == Path("/data/zc/pycache")
     assert told_not_to.pycache_prefix == "/data/zc/pycache" and told_not_to.dont_write_bytecode is False
+    moved = SimpleNamespace(dont_write_bytecode=True, pycache_prefix=None)
+    assert use_bytecode_cache(moved, {**env, "ZEBRA_PYCACHE": "/fast/pyc"}) == Path("/fast/pyc")
+    assert moved.pycache_prefix == "/fast/pyc"
     for state, env in (
         (SimpleNamespace(dont_write_bytecode=False, pycache_prefix=None), {}),  # Python writes __pycache__
         (SimpleNamespace(dont_write_bytecode=True, pycache_prefix="/mine"), {}),  # your prefix wins
         (
             SimpleNamespace(dont_write_bytecode=True, pycache_prefix=None),
-            {"ZEBRA_BYTECODE": "0"},
+            {"ZEBRA_PYCACHE": "0"},
         ),  # opted out
     ):
         before = vars(state).copy()
@@ -55,7 +58,8 @@ def test_a_zebra_process_under_python_B_caches_bytecode_outside_the_source_tree(
 
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "probe.py").write_text("VALUE = 1\n")
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = {k: v for k, v in os.environ.items() if k != "ZEBRA_PYCACHE"}  # tests/conftest.py pins it
+    env["PYTHONPATH"] = f"{tmp_path / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
     code = "import zebra.cli, probe; print(probe.__cached__)"
 
     def run(**extra) -> str:
@@ -71,5 +75,7 @@ def test_a_zebra_process_under_python_B_caches_bytecode_outside_the_source_tree(
     cached = Path(run(ZEBRA_CACHE=str(tmp_path / "zc")))
     assert cached.is_file() and cached.is_relative_to(tmp_path / "zc" / "pycache")
     assert not (tmp_path / "src" / "__pycache__").exists()
-    run(ZEBRA_CACHE=str(tmp_path / "off"), ZEBRA_BYTECODE="0")  # Python's -B stands: nothing written anywhere
+    cached = Path(run(ZEBRA_CACHE=str(tmp_path / "zc"), ZEBRA_PYCACHE=str(tmp_path / "own")))
+    assert cached.is_file() and cached.is_relative_to(tmp_path / "own")
+    run(ZEBRA_CACHE=str(tmp_path / "off"), ZEBRA_PYCACHE="0")  # Python's -B stands: nothing written anywhere
     assert not (tmp_path / "off").exists() and not (tmp_path / "src" / "__pycache__").exists()

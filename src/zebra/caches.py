@@ -1,5 +1,5 @@
 """zebra's cache folders: the root (`$ZEBRA_CACHE`, default ~/.cache/zebra: the tokenized sample corpus, the job
-registry, kernels) and the kernel cache that gives warm starts.
+registry, kernels, bytecode) and the kernel and bytecode caches that give warm starts.
 
 Warm starts: where compiled GPU kernels and autotuning results persist between runs.
 
@@ -14,17 +14,17 @@ on a fresh machine that is minutes before a 1B model's first step. Kept on disk,
 - torch.compile (inductor) artefacts: `TORCHINDUCTOR_CACHE_DIR` (default: under /tmp, which a reboot or a fresh
   container empties).
 
+`use_kernel_cache()` points these at `kernel_cache_dir()` unless they are set already (a value you set wins).
+Triton and inductor read them when they compile, so it works when called any time before the first kernel; the
+trainer, the benchmarks and the inference loaders call it.
+
 Python's own bytecode is the other half of a warm start: container images often set PYTHONDONTWRITEBYTECODE=1
 (or run `python -B`), and where the installed packages ship no `__pycache__` every process then compiles the
 ~3,000 modules of torch, transformers and FLA from source: 10.6 s of a 20.6 s warm start of 1b-gdn-pure's bench
 on the H200 machine (py-spy, docs/benchmarks.md). `use_bytecode_cache()`, run by every `zebra` process before it
-imports anything heavy (zebra.cli), then writes bytecode under `$ZEBRA_CACHE/pycache` instead: outside the
-install and the source tree, which is what that setting keeps clean. `ZEBRA_BYTECODE=0` leaves Python's setting
-alone; a PYTHONPYCACHEPREFIX you set wins.
-
-`use_kernel_cache()` points these at `kernel_cache_dir()` unless they are set already (a value you set wins).
-Triton and inductor read them when they compile, so it works when called any time before the first kernel; the
-trainer, the benchmarks and the inference loaders call it.
+imports anything heavy (zebra.cli), then writes bytecode to `bytecode_cache_dir()` instead: outside the install
+and the source tree, which is what that setting keeps clean. `ZEBRA_PYCACHE` moves that folder (default
+`$ZEBRA_CACHE/pycache`) or, set to 0, leaves Python's setting alone; a PYTHONPYCACHEPREFIX you set wins.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 KERNEL_CACHE_ENV = "ZEBRA_KERNEL_CACHE"
-BYTECODE_ENV = "ZEBRA_BYTECODE"
+PYCACHE_ENV = "ZEBRA_PYCACHE"
 
 
 def zebra_cache_dir(env: MutableMapping[str, str] = os.environ) -> Path:
@@ -69,18 +69,22 @@ def use_kernel_cache(env: MutableMapping[str, str] = os.environ) -> dict[str, st
     return {key: env[key] for key in cache_settings(env)}
 
 
-def bytecode_cache_dir(env: MutableMapping[str, str] = os.environ) -> Path:
-    """Where zebra keeps Python's bytecode when Python is told to write none: `$ZEBRA_CACHE/pycache`."""
-    return zebra_cache_dir(env) / "pycache"
+def bytecode_cache_dir(env: MutableMapping[str, str] = os.environ) -> Path | None:
+    """Where zebra keeps Python's bytecode when Python is told to write none: `$ZEBRA_PYCACHE`, else
+    `$ZEBRA_CACHE/pycache`; None when `ZEBRA_PYCACHE` is 0 (no such cache)."""
+    value = env.get(PYCACHE_ENV)
+    if value == "0":
+        return None
+    return Path(value).expanduser() if value else zebra_cache_dir(env) / "pycache"
 
 
 def use_bytecode_cache(state: Any = sys, env: MutableMapping[str, str] = os.environ) -> Path | None:
-    """If `state` (the `sys` module) writes no bytecode and has no `pycache_prefix`, and `ZEBRA_BYTECODE` is not 0:
-    write and read bytecode under `bytecode_cache_dir()` from now on (both settings are read at each import).
-    Returns that folder, or None where Python's own setting stands."""
-    if env.get(BYTECODE_ENV) == "0" or not state.dont_write_bytecode or state.pycache_prefix:
-        return None
+    """If `state` (the `sys` module) writes no bytecode and has no `pycache_prefix`, write and read bytecode in
+    `bytecode_cache_dir()` from now on (Python reads both settings at each import). Returns that folder, or None
+    where Python's own setting stands."""
     folder = bytecode_cache_dir(env)
+    if folder is None or not state.dont_write_bytecode or state.pycache_prefix:
+        return None
     state.pycache_prefix = str(folder)
     state.dont_write_bytecode = False
     return folder

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from zebra.caches import BYTECODE_ENV, KERNEL_CACHE_ENV, bytecode_cache_dir, cache_settings
+from zebra.caches import KERNEL_CACHE_ENV, PYCACHE_ENV, bytecode_cache_dir, cache_settings
 from zebra.doctor.check import Check, ok, warn
 
 # Disk a FineWeb-Edu sample needs, download plus tokenized Megatron files (int32 ids), rounded up.
@@ -102,10 +102,10 @@ def check_bytecode(
     return warn(
         "bytecode",
         "PYTHONDONTWRITEBYTECODE (or -B) is set"
-        + (f" and {BYTECODE_ENV}=0" if env.get(BYTECODE_ENV) == "0" else "")
+        + (f" and {PYCACHE_ENV}=0" if env.get(PYCACHE_ENV) == "0" else "")
         + ": every zebra run compiles the modules of torch, transformers and FLA from source again (10 s of a 1B "
-        "recipe's 20 s warm start on the H200 machine)",
-        f"unset {BYTECODE_ENV} (zebra then keeps bytecode in {bytecode_cache_dir(dict(env))})",
+        "recipe's 25 s warm start on the H200 machine)",
+        f"unset {PYCACHE_ENV} (zebra then keeps bytecode in {bytecode_cache_dir({**env, PYCACHE_ENV: ''})})",
     )
 
 
