@@ -75,7 +75,8 @@ def bytecode_cache_dir(env: MutableMapping[str, str] = os.environ) -> Path | Non
     value = env.get(PYCACHE_ENV)
     if value == "0":
         return None
-    return Path(value).expanduser() if value else zebra_cache_dir(env) / "pycache"
+    # absolute: Python resolves a relative prefix against the working directory of each import
+    return (Path(value).expanduser() if value else zebra_cache_dir(env) / "pycache").absolute()
 
 
 def use_bytecode_cache(state: Any = sys, env: MutableMapping[str, str] = os.environ) -> Path | None:
