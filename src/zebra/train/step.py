@@ -138,9 +138,13 @@ class TrainStep:
         import torch
 
         dev = self.env.device
-        local_tokens = sum(int(b["loss_mask"].sum()) for b in micro_batches)
-        total = all_reduce_sum(torch.tensor([float(local_tokens)], device=dev), self.env)
-        scale = self.env.world_size / max(total.item(), 1.0)
+        local_tokens = sum(int(b["loss_mask"].sum()) for b in micro_batches)  # host tensors: no device sync
+        total = float(local_tokens)
+        if (
+            self.env.distributed
+        ):  # one device needs no collective, and no sync that would wait for the last step
+            total = all_reduce_sum(torch.tensor([total], device=dev), self.env).item()
+        scale = self.env.world_size / max(total, 1.0)
         names = tuple(getattr(self.loss_fn, "metric_names", ()))
         loss_acc = torch.zeros(1 + len(names), device=dev)  # [loss, *metric sums]
         for i, batch in enumerate(micro_batches):
@@ -162,7 +166,7 @@ class TrainStep:
         if hasattr(norm, "full_tensor"):  # FSDP2: a replicated DTensor
             norm = norm.full_tensor()
         stats = torch.cat([stats, norm.reshape(1).float()]).tolist()  # one device -> host sync per step
-        count = max(total.item(), 1.0)
+        count = max(total, 1.0)
         loss, grad_norm = stats[0] / count, stats[-1]
         metrics = {name: v / count for name, v in zip(names, stats[1 : 1 + len(names)], strict=True)}
         applied = math.isfinite(loss) and math.isfinite(grad_norm)
@@ -174,7 +178,7 @@ class TrainStep:
         return StepResult(
             loss=loss,
             grad_norm=grad_norm,
-            tokens=int(total.item()),
+            tokens=int(total),
             applied=applied,
             flags=stats[1 + len(names) : -1],
             metrics=metrics,
