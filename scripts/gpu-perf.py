@@ -4,6 +4,7 @@ them with the issue-18 goals checked.
 
     python3 scripts/gpu-perf.py train 1b-gdn-pure base-b8 base-b16 fuse --out OUT/perf.jsonl
     python3 scripts/gpu-perf.py ssd 1b-mamba-mla [256 ...] --out OUT/perf.jsonl     # mamba-ssm's chunk sizes
+    python3 scripts/gpu-perf.py norm 1b-gdn-pure --out OUT/perf.jsonl   # the pre-norm: ours against FLA's
     python3 scripts/gpu-perf.py table OUT/perf.jsonl
 
 A variant that fails is recorded with its error and the next one runs (the risky ones, compile and fp8, come
@@ -97,6 +98,54 @@ def run_ssd(recipe: str, chunk_sizes: list[int], out: Path) -> None:
         write_line(out, "ssd", error=f"{type(error).__name__}: {error}"[:400])
 
 
+def run_norm(recipe: str, out: Path, repeats: int = 20) -> None:
+    """The sublayer pre-norm at the recipe's micro-batch (bf16 mixer output + float32 stream, D channels),
+    forward + backward: zebra's kernels (`rms_norm` on a GPU) against FLA's `rms_norm`, median of `repeats`
+    CUDA-event timings after 3 warm-ups, and the largest difference of the outputs and gradients."""
+    import torch
+    from fla.modules.norm.layernorm import rms_norm as fla_rms_norm
+
+    import zebra_kernels as zk
+    from zebra.recipes import load_recipe
+
+    r = load_recipe(recipe)
+    T, D = r.train.micro_batch_size * r.data.seq_len, r.model.hidden_size
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(T, D, device="cuda", generator=gen).bfloat16()
+    stream = torch.randn(T, D, device="cuda", generator=gen)
+    weight = torch.rand(D, device="cuda", generator=gen) + 0.5
+    dy, ds = torch.randn_like(x), torch.randn_like(stream)
+    impls = {
+        "zebra": lambda x, r, w: zk.rms_norm(x, w, eps=1e-6, residual=r, prenorm=True),
+        "fla": lambda x, r, w: fla_rms_norm(x, w, None, residual=r, eps=1e-6, prenorm=True),
+    }
+    rows, grads = [], {}
+    for name, fn in impls.items():
+        inputs = [t.detach().clone().requires_grad_() for t in (x, stream, weight)]
+
+        def step(fn=fn, inputs=inputs):
+            y, s = fn(*inputs)
+            torch.autograd.backward([y, s], [dy, ds.to(s.dtype)])
+
+        for _ in range(3):
+            step()
+        times = []
+        for _ in range(repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        grads[name] = [t.grad.float() for t in inputs]
+        rows.append({"impl": name, "forward_backward_ms": sorted(times)[len(times) // 2]})
+    diff = max(
+        float((a - b).abs().max() / b.abs().max()) for a, b in zip(grads["zebra"], grads["fla"], strict=True)
+    )
+    write_line(out, "norm", recipe=recipe, rows_x_channels=[T, D], impls=rows, max_rel_grad_diff=diff,
+               ratio=rows[1]["forward_backward_ms"] / rows[0]["forward_backward_ms"])  # fmt: skip
+
+
 def goal(record: dict) -> str:
     """The issue-18 goal this row answers, met or missed; empty when none applies."""
     ratio, rows = record.get("ratio"), record.get("rows", [])
@@ -173,6 +222,11 @@ def table(path: Path) -> str:
         record = json.loads(line)
         if "rows" in record and "recipe" in record and "steps" in record:
             train.append(train_line(record))
+        elif record["variant"] == "norm" and "impls" in record:
+            ms = {row["impl"]: row["forward_backward_ms"] for row in record["impls"]}
+            other.append(f"pre-norm {record['rows_x_channels']} forward+backward: zebra {ms['zebra']:.3f} ms, "
+                         f"fla {ms['fla']:.3f} ms ({record['ratio']:.2f}x), grads differ by "
+                         f"{record['max_rel_grad_diff']:.1e} of their largest")  # fmt: skip
         elif "rows" in record:
             other += ssd_lines(record)
         else:
@@ -182,7 +236,7 @@ def table(path: Path) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=["train", "ssd", "table"])
+    p.add_argument("what", choices=["train", "ssd", "norm", "table"])
     p.add_argument("target", help="recipe (train, ssd) or perf.jsonl (table)")
     p.add_argument(
         "variants", nargs="*", help=f"train: any of {', '.join(VARIANTS)}; ssd: mamba-ssm chunk sizes"
@@ -193,6 +247,8 @@ def main() -> None:
         print(table(Path(a.target)))
     elif a.what == "ssd":
         run_ssd(a.target, [int(c) for c in a.variants], a.out)
+    elif a.what == "norm":
+        run_norm(a.target, a.out)
     else:
         run_train(a.target, a.variants, a.out)
 

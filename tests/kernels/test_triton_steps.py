@@ -162,17 +162,16 @@ HOPPER_SIGNATURES = {
 }
 
 
-@pytest.mark.parametrize("name", HOPPER_SIGNATURES)
-def test_kernel_compiles_for_hopper(name):
-    """Each kernel through Triton's real compiler to an sm_90 (H100/H200) binary, on a machine without a GPU:
-    what the interpreter cannot catch (types, layouts, ptxas). Checked with Triton 3.7.1, the GPU machine's."""
+def compile_for_hopper(path: str, types: list[str], constexprs: dict) -> None:
+    """The kernel at `path` ("module:name") through Triton's real compiler to an sm_90 (H100/H200) binary, on a
+    machine without a GPU: what the interpreter cannot catch (types, layouts, ptxas). Checked with Triton 3.7.1,
+    the GPU machine's."""
     import importlib
 
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    path, types, constexprs = HOPPER_SIGNATURES[name]
     module, attr = path.split(":")
     kernel = getattr(importlib.import_module(module), attr)
     assert len(kernel.arg_names) == len(types) + len(constexprs)
@@ -184,3 +183,8 @@ def test_kernel_compiles_for_hopper(name):
         ASTSource(fn=kernel, signature=signature, constexprs=constexprs), target=GPUTarget("cuda", 90, 32)
     )
     assert len(compiled.asm["cubin"]) > 1000
+
+
+@pytest.mark.parametrize("name", HOPPER_SIGNATURES)
+def test_kernel_compiles_for_hopper(name):
+    compile_for_hopper(*HOPPER_SIGNATURES[name])

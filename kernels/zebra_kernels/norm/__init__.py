@@ -23,7 +23,7 @@ def rms_norm(
     prenorm: bool = False,
     backend: str = "auto",
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    r"""RMSNorm over the last dim, with an optional residual add fused in (FLA's `rms_norm`).
+    r"""RMSNorm over the last dim, with an optional residual add fused in (on a GPU, `norm.triton_rms`).
 
     `s = x + residual` (or `x`), `y = weight * s / sqrt(mean(s^2) + eps)`, computed in float32 (float64 for
     float64 inputs) and returned in x's dtype; the sum `s` is kept in residual's dtype. A pre-norm residual
@@ -52,10 +52,12 @@ def rms_norm(
         raise ValueError(f"weight must have shape [C] = [{C}], got {list(weight.shape)}")
     if residual is not None and residual.shape != x.shape:
         raise ValueError(f"residual must have x's shape {list(x.shape)}, got {list(residual.shape)}")
-    if resolve_backend(backend, x.device) == "fla":
-        from zebra_kernels.norm.fla import fla_rms_norm
+    if resolve_backend(backend, x.device) == "fla":  # our Triton kernels (FLA's backward idles the GPU)
+        from zebra_kernels.norm.triton_rms import triton_rms_norm
 
-        y, s = fla_rms_norm(as_fla_float(x), as_fla_float(weight), eps=eps, residual=as_fla_float(residual))
+        y, s = triton_rms_norm(
+            as_fla_float(x), as_fla_float(weight), eps=eps, residual=as_fla_float(residual)
+        )
         y = y.to(x.dtype)
         s = x if residual is None else s.to(residual.dtype)
     else:

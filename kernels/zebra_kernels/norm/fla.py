@@ -1,6 +1,5 @@
-"""RMSNorm and gated RMSNorm on FLA's Triton kernels, GPU only.
+"""Gated RMSNorm on FLA's Triton kernels, GPU only (the plain RMSNorm is ours: `norm.triton_rms`).
 
-- plain, with an optional residual add fused in: `fla.modules.norm.layernorm.rms_norm` (prenorm=True).
 - norm then gate (FLA's FusedRMSNormGated, swish or sigmoid): `fla.modules.norm.fused_norm_gate.rms_norm_gated`.
 - gate then a grouped norm (Mamba2's RMSNormGated, silu): `fla.modules.norm.layernorm_gated.rmsnorm_fn`.
 Other combinations reduce to these (a sigmoid gate before the norm is applied in torch; a grouped norm before
@@ -47,12 +46,3 @@ def fla_rms_norm_gated(
     if swish:
         return rmsnorm_fn(x, weight, None, z=gate, eps=eps, group_size=group_size, norm_before_gate=False)
     return rmsnorm_fn(x * torch.sigmoid(gate), weight, None, eps=eps, group_size=group_size)
-
-
-def fla_rms_norm(
-    x: torch.Tensor, weight: torch.Tensor | None, *, eps: float, residual: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Args/returns as `zebra_kernels.norm.torch_ref.torch_rms_norm` (FLA computes in float32)."""
-    from fla.modules.norm.layernorm import rms_norm
-
-    return rms_norm(x, weight, None, residual=residual, eps=eps, prenorm=True)
