@@ -93,6 +93,4 @@ def test_bytecode_check_says_where_compiled_modules_persist(tmp_path):
     assert check.status == "ok" and f"zebra's cache {cache} (1 files" in check.detail
     off = SimpleNamespace(dont_write_bytecode=True, pycache_prefix=None)
     check = check_bytecode(True, off, {"ZEBRA_PYCACHE": "0"})
-    assert (
-        check.status == "warn" and "ZEBRA_PYCACHE=0" in check.detail and "unset ZEBRA_PYCACHE" in check.fix
-    )
+    assert check.status == "warn" and "ZEBRA_PYCACHE=0" in check.detail and "unset ZEBRA_PYCACHE" in check.fix
