@@ -4,7 +4,7 @@ them with the issue-18 goals checked.
 
     python3 scripts/gpu-perf.py train 1b-gdn-pure base-b8 base-b16 fuse --out OUT/perf.jsonl
     python3 scripts/gpu-perf.py ssd 1b-mamba-mla [256 ...] --out OUT/perf.jsonl     # mamba-ssm's chunk sizes
-    python3 scripts/gpu-perf.py norm 1b-gdn-pure --out OUT/perf.jsonl   # the pre-norm: ours against FLA's
+    python3 scripts/gpu-perf.py kernels 1b-gdn-pure --out OUT/perf.jsonl   # pre-norm and SwiGLU: ours vs FLA's
     python3 scripts/gpu-perf.py table OUT/perf.jsonl
 
 A variant that fails is recorded with its error and the next one runs (the risky ones, compile and fp8, come
@@ -98,52 +98,91 @@ def run_ssd(recipe: str, chunk_sizes: list[int], out: Path) -> None:
         write_line(out, "ssd", error=f"{type(error).__name__}: {error}"[:400])
 
 
-def run_norm(recipe: str, out: Path, repeats: int = 20) -> None:
-    """The sublayer pre-norm at the recipe's micro-batch (bf16 mixer output + float32 stream, D channels),
-    forward + backward: zebra's kernels (`rms_norm` on a GPU) against FLA's `rms_norm`, median of `repeats`
-    CUDA-event timings after 3 warm-ups, and the largest difference of the outputs and gradients."""
+def _fwd_bwd_ms(fn, inputs, grads, repeats: int) -> tuple[float, list]:
+    """Median ms of `fn(*inputs)` forward + backward (outputs' gradients `grads`) over `repeats` CUDA-event
+    timings after 3 warm-ups, and the inputs' gradients."""
     import torch
+
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+
+    def step():
+        outputs = fn(*leaves)
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        torch.autograd.backward(outputs, [g.to(o.dtype) for o, g in zip(outputs, grads, strict=True)])
+
+    for _ in range(3):
+        step()
+    times = []
+    for _ in range(repeats):
+        for leaf in leaves:
+            leaf.grad = None
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2], [leaf.grad.float() for leaf in leaves]
+
+
+def run_kernels(recipe: str, out: Path, repeats: int = 20) -> None:
+    """Our training kernels against FLA's at the recipe's micro-batch, forward + backward, in one process: the
+    sublayer pre-norm (bf16 mixer output + float32 stream) and the MLP's SwiGLU + down projection (bf16
+    activations, float32 weight under bf16 autocast). One line each: both times and the largest relative
+    difference of the gradients."""
+    import torch
+    from fla.modules.activations import swiglu_linear as fla_swiglu_linear
     from fla.modules.norm.layernorm import rms_norm as fla_rms_norm
 
     import zebra_kernels as zk
     from zebra.recipes import load_recipe
 
     r = load_recipe(recipe)
-    T, D = r.train.micro_batch_size * r.data.seq_len, r.model.hidden_size
+    T, D, Fd = r.train.micro_batch_size * r.data.seq_len, r.model.hidden_size, r.model.intermediate_size
     gen = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(T, D, device="cuda", generator=gen).bfloat16()
-    stream = torch.randn(T, D, device="cuda", generator=gen)
-    weight = torch.rand(D, device="cuda", generator=gen) + 0.5
-    dy, ds = torch.randn_like(x), torch.randn_like(stream)
-    impls = {
-        "zebra": lambda x, r, w: zk.rms_norm(x, w, eps=1e-6, residual=r, prenorm=True),
-        "fla": lambda x, r, w: fla_rms_norm(x, w, None, residual=r, eps=1e-6, prenorm=True),
+
+    def randn(*shape, dtype=torch.float32):
+        return torch.randn(*shape, device="cuda", generator=gen).to(dtype)
+
+    def autocast(fn):
+        def run(*args):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return fn(*args)
+
+        return run
+
+    cases = {
+        "pre-norm": (
+            {
+                "zebra": lambda x, s, w: zk.rms_norm(x, w, eps=1e-6, residual=s, prenorm=True),
+                "fla": lambda x, s, w: fla_rms_norm(x, w, None, residual=s, eps=1e-6, prenorm=True),
+            },
+            [randn(T, D, dtype=torch.bfloat16), randn(T, D), randn(D).abs() + 0.5],
+            [randn(T, D), randn(T, D)],
+        ),
+        "swiglu+down": (
+            {
+                "zebra": autocast(lambda g, u, w: zk.swiglu_linear(g, u, w)),
+                "fla": autocast(lambda g, u, w: fla_swiglu_linear(g, u, w, None)),
+            },
+            [randn(T, Fd, dtype=torch.bfloat16), randn(T, Fd, dtype=torch.bfloat16), randn(D, Fd) / Fd**0.5],
+            [randn(T, D)],
+        ),
     }
-    rows, grads = [], {}
-    for name, fn in impls.items():
-        inputs = [t.detach().clone().requires_grad_() for t in (x, stream, weight)]
-
-        def step(fn=fn, inputs=inputs):
-            y, s = fn(*inputs)
-            torch.autograd.backward([y, s], [dy, ds.to(s.dtype)])
-
-        for _ in range(3):
-            step()
-        times = []
-        for _ in range(repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        grads[name] = [t.grad.float() for t in inputs]
-        rows.append({"impl": name, "forward_backward_ms": sorted(times)[len(times) // 2]})
-    diff = max(
-        float((a - b).abs().max() / b.abs().max()) for a, b in zip(grads["zebra"], grads["fla"], strict=True)
-    )
-    write_line(out, "norm", recipe=recipe, rows_x_channels=[T, D], impls=rows, max_rel_grad_diff=diff,
-               ratio=rows[1]["forward_backward_ms"] / rows[0]["forward_backward_ms"])  # fmt: skip
+    for case, (impls, inputs, grads) in cases.items():
+        try:
+            (ours, ours_grads), (theirs, their_grads) = (
+                _fwd_bwd_ms(fn, inputs, grads, repeats) for fn in impls.values()
+            )
+            diff = max(
+                float((a - b).abs().max() / b.abs().max())
+                for a, b in zip(ours_grads, their_grads, strict=True)
+            )
+            write_line(out, "kernels", case=case, recipe=recipe, zebra_ms=ours, fla_ms=theirs,
+                       max_rel_grad_diff=diff)  # fmt: skip
+        except Exception as error:
+            traceback.print_exc()
+            write_line(out, "kernels", case=case, error=f"{type(error).__name__}: {error}"[:400])
 
 
 def goal(record: dict) -> str:
@@ -222,10 +261,10 @@ def table(path: Path) -> str:
         record = json.loads(line)
         if "rows" in record and "recipe" in record and "steps" in record:
             train.append(train_line(record))
-        elif record["variant"] == "norm" and "impls" in record:
-            ms = {row["impl"]: row["forward_backward_ms"] for row in record["impls"]}
-            other.append(f"pre-norm {record['rows_x_channels']} forward+backward: zebra {ms['zebra']:.3f} ms, "
-                         f"fla {ms['fla']:.3f} ms ({record['ratio']:.2f}x), grads differ by "
+        elif record["variant"] == "kernels" and "zebra_ms" in record:
+            other.append(f"{record['case']} forward+backward at {record['recipe']}'s micro-batch: zebra "
+                         f"{record['zebra_ms']:.3f} ms, fla {record['fla_ms']:.3f} ms "
+                         f"({record['fla_ms'] / record['zebra_ms']:.2f}x), gradients differ by "
                          f"{record['max_rel_grad_diff']:.1e} of their largest")  # fmt: skip
         elif "rows" in record:
             other += ssd_lines(record)
@@ -236,7 +275,7 @@ def table(path: Path) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=["train", "ssd", "norm", "table"])
+    p.add_argument("what", choices=["train", "ssd", "kernels", "table"])
     p.add_argument("target", help="recipe (train, ssd) or perf.jsonl (table)")
     p.add_argument(
         "variants", nargs="*", help=f"train: any of {', '.join(VARIANTS)}; ssd: mamba-ssm chunk sizes"
@@ -247,8 +286,8 @@ def main() -> None:
         print(table(Path(a.target)))
     elif a.what == "ssd":
         run_ssd(a.target, [int(c) for c in a.variants], a.out)
-    elif a.what == "norm":
-        run_norm(a.target, a.out)
+    elif a.what == "kernels":
+        run_kernels(a.target, a.out)
     else:
         run_train(a.target, a.variants, a.out)
 

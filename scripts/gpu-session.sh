@@ -33,7 +33,7 @@
 #                  pipeline-figure --pipelines kd 409 s, --pipelines ild,smart 571 s (cold Triton cache).
 #   parity         zebra bench parity (fp32 5 steps, bf16 250) on PARITY_DATA (scripts/build-parity-data.sh)
 #   perf18         issue 18 items 3-4 in one call of about 8 minutes (DEADLINE=480), one table  perf.jsonl
-#   ssd levers     Mamba2 scan backends; the pre-norm kernels against FLA's, then 1b-gdn-pure vs FLA with each lever
+#   ssd levers     Mamba2 scan backends; our pre-norm and SwiGLU kernels against FLA's, then 1b-gdn-pure vs FLA with each lever
 #                  (LEVERS: names in scripts/gpu-perf.py)
 #   hybrids tests-perf   hybrids vs Llama-3.2-1B's shape; the GPU tests of issue 18 items 3-4
 #   save-kernels   the warm Triton + inductor caches as kernels.tgz.NN parts of 12 MB (at most 5) in $OUT, so that
@@ -227,7 +227,7 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
     ssd)  # Mamba2 scan: FLA's simple-GLA path vs mamba-ssm's chunked kernel, fwd and fwd+bwd at 1b-mamba-mla shapes
       perf 240 ssd 1b-mamba-mla;;
     levers)  # 1b-gdn-pure vs FLA at batch 8 and 16 (the goals), then each lever alone (zebra row only)
-      perf 60 norm 1b-gdn-pure  # the pre-norm alone, ours against FLA's (seconds)
+      perf 90 kernels 1b-gdn-pure  # the pre-norm and SwiGLU kernels alone, ours against FLA's (seconds)
       perf 540 train 1b-gdn-pure ${LEVERS:-base-b8 base-b16 fuse optgraph ac-b16 compile-mlp fp8};;
     hybrids)  # 1b-mamba-mla (also on mamba-ssm's scan) and 1b-kda-mla vs Llama-3.2-1B's shape (HF SDPA)
       perf 240 train 1b-mamba-mla vs-llama mamba-ssm

@@ -1,7 +1,8 @@
 """SwiGLU followed by the down projection: `swiglu_linear` (the `-` sublayer's MLP after its two up projections).
 
-The fla backend is FLA's `swiglu_linear`: one Triton kernel for `silu(gate) * up`, the matmul, and a backward
-that recomputes the product instead of keeping it (saves `[N, F]` of activations per MLP).
+On a GPU (every backend but torch) it is `zebra_kernels.triton_swiglu`, FLA's `swiglu_linear` with our own
+kernels: one Triton kernel for `silu(gate) * up`, the matmul, and a backward that recomputes the product
+instead of keeping it (saves `[N, F]` of activations per MLP).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def swiglu_linear(
     if weight.dim() != 2 or weight.shape[1] != gate.shape[-1]:
         raise ValueError(f"weight must have shape [D, {gate.shape[-1]}], got {list(weight.shape)}")
     if resolve_backend(backend, gate.device) == "fla" and gate.dtype != torch.float64:
-        from fla.modules.activations import swiglu_linear as fla_swiglu_linear
+        from zebra_kernels.triton_swiglu import triton_swiglu_linear
 
-        return fla_swiglu_linear(gate, up, weight, bias)
+        return triton_swiglu_linear(gate, up, weight, bias)
     return F.linear(F.silu(gate) * up, weight, bias)
