@@ -1,6 +1,6 @@
 """`zebra_kernels.norm.triton_rms` (RMSNorm with its residual add, the sublayer pre-norms on a GPU) run by
 Triton's interpreter on the CPU, forward and backward through autograd, against float64 autograd on the same
-values: residual or not, weight or not, the gradient of the returned sum used or not, bf16 x with a float32 or
+values: residual or not, weight or not, the gradient of the returned sum used or not (or only it), bf16 x with a float32 or
 bf16 residual stream, rows spread over fewer backward programs than rows, a padded channel block, no rows; then
 both kernels through Triton's real compiler for Hopper. Their numerics on a GPU are tests/kernels/
 test_kernel_gpu.py's (the `fla` backend's RMSNorm)."""
@@ -50,6 +50,11 @@ for name, (xi, wi, ri, gsi) in cases.items():
             for k, g, e in zip(("y", "s", "dx", "dr", "dw"), got, ref)}
     results[name] = dict(errs=errs, dtypes=[None if g is None else str(g.dtype) for g in got],
                          s_is_x=s is xg)
+xs, rs = x.clone().requires_grad_(), r.clone().requires_grad_()
+_, s_only = triton_rms_norm(xs, w, eps=1e-6, residual=rs)
+(s_only.double() * gs.double()).sum().backward()  # only the sum goes on: its gradient passes to x and residual
+results["sum only"] = dict(errs={"dx": relative_error(xs.grad.double(), gs.double()),
+                                 "dr": relative_error(rs.grad.double(), gs.double())}, dtypes=[])
 empty = torch.empty(0, D, requires_grad=True)
 y, _ = triton_rms_norm(empty, w.clone().requires_grad_(), eps=1e-6)
 results["empty"] = dict(shape=list(y.shape))
@@ -59,7 +64,7 @@ results["empty"] = dict(shape=list(y.shape))
 def test_rms_norm_kernels_forward_and_backward():
     results = interpreted(RMS_NORM)
     for name, r in results.items():
-        if name == "empty":
+        if name in ("empty", "sum only"):
             continue
         bf16 = name.startswith("bf16")
         for quantity, err in r["errs"].items():
@@ -71,6 +76,7 @@ def test_rms_norm_kernels_forward_and_backward():
     assert results["bf16 x, fp32 residual"]["dtypes"][1] == "torch.float32"
     assert results["no residual"]["s_is_x"] and results["no residual"]["errs"]["dr"] is None
     assert results["no weight"]["errs"]["dw"] is None and results["empty"]["shape"] == [0, 300]
+    assert all(err < 1e-6 for err in results["sum only"]["errs"].values())
 
 
 # the types the model calls them with: bf16 activations, a float32 residual stream and weight

@@ -129,7 +129,7 @@ class TritonRMSNorm(torch.autograd.Function):
                 HAS_RESIDUAL=r2 is not None, HAS_WEIGHT=weight is not None, BLOCK_D=block, num_warps=warps,
             )  # fmt: skip
         ctx.save_for_backward(s, weight, rstd)
-        ctx.x_dtype, ctx.has_residual = x.dtype, r2 is not None
+        ctx.x_dtype, ctx.x_shape, ctx.has_residual = x.dtype, x.shape, r2 is not None
         if r2 is None:
             out_s = x.new_empty(0)
             ctx.mark_non_differentiable(out_s)
@@ -140,6 +140,8 @@ class TritonRMSNorm(torch.autograd.Function):
     def backward(ctx, dy, ds):
         s, weight, rstd = ctx.saved_tensors
         T, D = s.shape
+        if dy is None:  # only the sum went on to the loss
+            dy = torch.zeros(T, D, dtype=ctx.x_dtype, device=s.device)
         dy2 = dy.reshape(T, D).contiguous()
         ds2 = ds.reshape(T, D).contiguous() if ctx.has_residual and ds is not None else None
         dx = torch.empty(T, D, dtype=ctx.x_dtype, device=s.device)
@@ -157,8 +159,8 @@ class TritonRMSNorm(torch.autograd.Function):
                 num_warps=warps,
             )  # fmt: skip
         d_weight = None if weight is None else dw.sum(0).to(weight.dtype)
-        d_residual = None if not ctx.has_residual else (dr if store_dr else dx).view(dy.shape)
-        return dx.view(dy.shape), d_weight, d_residual, None
+        d_residual = None if not ctx.has_residual else (dr if store_dr else dx).view(ctx.x_shape)
+        return dx.view(ctx.x_shape), d_weight, d_residual, None
 
 
 def triton_rms_norm(x, weight, *, eps, residual=None):
