@@ -99,30 +99,22 @@ def run_ssd(recipe: str, chunk_sizes: list[int], out: Path) -> None:
 
 
 def _fwd_bwd_ms(fn, inputs, grads, repeats: int) -> tuple[float, list]:
-    """Median ms of `fn(*inputs)` forward + backward (outputs' gradients `grads`) over `repeats` CUDA-event
-    timings after 3 warm-ups, and the inputs' gradients."""
+    """Median ms of `fn(*inputs)` forward + backward (outputs' gradients `grads`; `zebra.bench.ssd.median_ms`)
+    and the inputs' gradients."""
     import torch
+
+    from zebra.bench.ssd import median_ms
 
     leaves = [t.detach().clone().requires_grad_() for t in inputs]
 
     def step():
+        for leaf in leaves:
+            leaf.grad = None
         outputs = fn(*leaves)
         outputs = outputs if isinstance(outputs, tuple) else (outputs,)
         torch.autograd.backward(outputs, [g.to(o.dtype) for o, g in zip(outputs, grads, strict=True)])
 
-    for _ in range(3):
-        step()
-    times = []
-    for _ in range(repeats):
-        for leaf in leaves:
-            leaf.grad = None
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        step()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2], [leaf.grad.float() for leaf in leaves]
+    return median_ms(step, warmup=3, repeats=repeats), [leaf.grad.float() for leaf in leaves]
 
 
 def run_kernels(recipe: str, out: Path, repeats: int = 20) -> None:
