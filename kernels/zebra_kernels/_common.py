@@ -1,9 +1,12 @@
-"""Helpers shared by every op: compute dtype, L2 norm, mode choice, input checks and packed sequences.
+"""Helpers shared by every op: compute dtype, L2 norm, mode choice, input checks, packed sequences, and the device
+our Triton kernels launch on.
 
 Letters: B batch, T time, H heads, N sequences, C chunk size.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -12,6 +15,14 @@ L2NORM_EPS = 1e-6
 # FLA layers switch to the recurrent kernel for short inputs without grad (q_len <= 64).
 RECURRENT_MAX_T = 64
 MODES = ("auto", "chunk", "recurrent")
+
+
+def on_device(t: torch.Tensor) -> contextlib.AbstractContextManager:
+    """Where our Triton kernels launch: Triton takes the current CUDA device, so a tensor on another GPU (a model
+    on cuda:1 in a process whose current device is 0) gets its device made current around the launch."""
+    if t.device.type == "cuda" and t.device.index not in (None, torch.cuda.current_device()):
+        return torch.cuda.device(t.device)
+    return contextlib.nullcontext()
 
 
 def compute_dtype(*tensors: torch.Tensor | None) -> torch.dtype:

@@ -19,6 +19,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from zebra_kernels._common import on_device
+
 BLOCK_F = 1024  # columns per program: 8 per row of 1b-gdn-pure's 8,192
 
 
@@ -83,9 +85,10 @@ def _swiglu(gate2: torch.Tensor, up2: torch.Tensor) -> torch.Tensor:
     T, F_ = gate2.shape
     z = torch.empty(T, F_, dtype=gate2.dtype, device=gate2.device)
     if T:
-        _swiglu_fwd_kernel[(T, triton.cdiv(F_, BLOCK_F))](
-            gate2, up2, z, F_, gate2.stride(0), up2.stride(0), BLOCK_F=BLOCK_F
-        )
+        with on_device(gate2):
+            _swiglu_fwd_kernel[(T, triton.cdiv(F_, BLOCK_F))](
+                gate2, up2, z, F_, gate2.stride(0), up2.stride(0), BLOCK_F=BLOCK_F
+            )
     return z
 
 
@@ -117,10 +120,11 @@ class TritonSwiGLULinear(torch.autograd.Function):
             d_up = torch.empty(T, F_, dtype=ctx.up_dtype, device=gate2.device)
             z = torch.empty(T, F_, dtype=gate2.dtype, device=gate2.device) if need_weight else None
             if T:
-                _swiglu_bwd_kernel[(T, triton.cdiv(F_, BLOCK_F))](
-                    gate2, up2, dz, d_gate, d_up, d_gate if z is None else z, F_, gate2.stride(0), up2.stride(0),
-                    STORE_Z=z is not None, BLOCK_F=BLOCK_F,
-                )  # fmt: skip
+                with on_device(gate2):
+                    _swiglu_bwd_kernel[(T, triton.cdiv(F_, BLOCK_F))](
+                        gate2, up2, dz, d_gate, d_up, d_gate if z is None else z, F_, gate2.stride(0), up2.stride(0),
+                        STORE_Z=z is not None, BLOCK_F=BLOCK_F,
+                    )  # fmt: skip
             d_gate, d_up = d_gate.view(ctx.gate_shape), d_up.view(ctx.gate_shape)
         elif need_weight:
             z = _swiglu(gate2, up2)

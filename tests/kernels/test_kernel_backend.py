@@ -172,3 +172,19 @@ def test_mamba_ssm_ssd_imports_without_its_cuda_extensions():
         assert "mamba_ssm" not in sys.modules
         with pytest.raises(ImportError, match="selective_scan_cuda"):
             importlib.import_module("mamba_ssm")
+
+
+def test_triton_launches_move_to_the_tensors_gpu_only_when_it_is_not_current(monkeypatch):
+    """Triton launches on the current CUDA device; our kernels make the tensor's device current around the launch
+    (a model on cuda:1 with device 0 current), and change nothing otherwise (CPU, the current GPU, a CUDA graph
+    capture on it)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from zebra_kernels._common import on_device
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    other = on_device(SimpleNamespace(device=torch.device("cuda", 1)))
+    assert isinstance(other, torch.cuda.device) and other.idx == 1
+    for device in (torch.device("cuda", 0), torch.device("cpu")):
+        assert isinstance(on_device(SimpleNamespace(device=device)), contextlib.nullcontext)

@@ -11,6 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
+from zebra_kernels._common import on_device
+
 # channels per program: 16 (24) per row for the 2,048 (3,072) conv channels of 1b-gdn-pure (1b-mamba-mla)
 BLOCK_C = 128
 
@@ -67,13 +69,14 @@ def triton_conv_step_(x, weight, bias, *, state, feed=None, activation="silu"):
     x = x if x.stride(-1) == 1 else x.contiguous()
     weight = weight.contiguous()
     y = torch.empty(B, C, dtype=x.dtype, device=x.device)
-    _conv_step_kernel[(B, triton.cdiv(C, BLOCK_C))](
-        x, weight, bias if bias is not None else weight, state, feed if feed is not None else state, y,
-        C, W, x.stride(0),
-        HAS_BIAS=bias is not None,
-        HAS_FEED=feed is not None,
-        SILU=activation in ("silu", "swish"),
-        BLOCK_C=BLOCK_C,
-        BLOCK_W=triton.next_power_of_2(W),
-    )  # fmt: skip
+    with on_device(x):
+        _conv_step_kernel[(B, triton.cdiv(C, BLOCK_C))](
+            x, weight, bias if bias is not None else weight, state, feed if feed is not None else state, y,
+            C, W, x.stride(0),
+            HAS_BIAS=bias is not None,
+            HAS_FEED=feed is not None,
+            SILU=activation in ("silu", "swish"),
+            BLOCK_C=BLOCK_C,
+            BLOCK_W=triton.next_power_of_2(W),
+        )  # fmt: skip
     return y

@@ -11,6 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
+from zebra_kernels._common import on_device
+
 # head channels per program: 4 programs per 64-channel head keep a batch-1 step spread over the SMs
 BLOCK_P = 16
 SOFTPLUS_THRESHOLD = 20.0  # F.softplus's: above it softplus(x) == x in float32
@@ -103,21 +105,22 @@ def triton_ssd_step(x, dt, A, B, C, *, dt_bias, D=None, state=None, mask=None, i
         new_state = torch.empty(Bt, H, N, P, dtype=torch.float32, device=x.device)
     y = torch.empty(Bt, H, P, dtype=x.dtype, device=x.device)
     grid = (Bt, H, triton.cdiv(P, BLOCK_P))
-    _ssd_step_kernel[grid](
-        x, dt, dt_bias, A, B, C,
-        D if D is not None else dt_bias,  # a valid pointer the kernel never reads without HAS_D
-        mask if mask is not None else dt,
-        feed if feed is not None else dt,
-        state if state is not None else new_state,
-        new_state, y,
-        H, N, P, H // G,
-        x.stride(0), x.stride(1), dt.stride(0), B.stride(0), B.stride(1),
-        HAS_D=D is not None,
-        HAS_MASK=mask is not None,
-        HAS_STATE=state is not None,
-        HAS_FEED=inplace and feed is not None,
-        BLOCK_N=triton.next_power_of_2(N),
-        BLOCK_P=BLOCK_P,
-        THRESHOLD=SOFTPLUS_THRESHOLD,
-    )  # fmt: skip
+    with on_device(x):
+        _ssd_step_kernel[grid](
+            x, dt, dt_bias, A, B, C,
+            D if D is not None else dt_bias,  # a valid pointer the kernel never reads without HAS_D
+            mask if mask is not None else dt,
+            feed if feed is not None else dt,
+            state if state is not None else new_state,
+            new_state, y,
+            H, N, P, H // G,
+            x.stride(0), x.stride(1), dt.stride(0), B.stride(0), B.stride(1),
+            HAS_D=D is not None,
+            HAS_MASK=mask is not None,
+            HAS_STATE=state is not None,
+            HAS_FEED=inplace and feed is not None,
+            BLOCK_N=triton.next_power_of_2(N),
+            BLOCK_P=BLOCK_P,
+            THRESHOLD=SOFTPLUS_THRESHOLD,
+        )  # fmt: skip
     return y, new_state

@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from zebra_kernels._common import on_device
+
 PROGRAMS_PER_SM = 8  # backward programs per SM; each keeps one row of loads in flight at a time
 INTERPRETER_SMS = 2  # the "SM count" under Triton's interpreter (a CPU)
 
@@ -124,10 +126,11 @@ class TritonRMSNorm(torch.autograd.Function):
         rstd = torch.empty(T, dtype=torch.float32, device=x.device)
         block, warps = _launch_options(D)
         if T:
-            _rms_norm_fwd_kernel[(T,)](
-                x2, x2 if r2 is None else r2, x2 if weight is None else weight, y, s, rstd, D, eps,
-                HAS_RESIDUAL=r2 is not None, HAS_WEIGHT=weight is not None, BLOCK_D=block, num_warps=warps,
-            )  # fmt: skip
+            with on_device(x2):
+                _rms_norm_fwd_kernel[(T,)](
+                    x2, x2 if r2 is None else r2, x2 if weight is None else weight, y, s, rstd, D, eps,
+                    HAS_RESIDUAL=r2 is not None, HAS_WEIGHT=weight is not None, BLOCK_D=block, num_warps=warps,
+                )  # fmt: skip
         ctx.save_for_backward(s, weight, rstd)
         ctx.x_dtype, ctx.x_shape, ctx.has_residual = x.dtype, x.shape, r2 is not None
         if r2 is None:
@@ -152,12 +155,13 @@ class TritonRMSNorm(torch.autograd.Function):
         dw = new(programs, D, dtype=torch.float32, device=s.device) if weight is not None else None
         block, warps = _launch_options(D)
         if T:
-            _rms_norm_bwd_kernel[(programs,)](
-                dy2, dy2 if ds2 is None else ds2, s, s if weight is None else weight, rstd, dx,
-                dx if dr is None else dr, dx if dw is None else dw, T, D,
-                HAS_DS=ds2 is not None, HAS_WEIGHT=weight is not None, STORE_DR=store_dr, BLOCK_D=block,
-                num_warps=warps,
-            )  # fmt: skip
+            with on_device(s):
+                _rms_norm_bwd_kernel[(programs,)](
+                    dy2, dy2 if ds2 is None else ds2, s, s if weight is None else weight, rstd, dx,
+                    dx if dr is None else dr, dx if dw is None else dw, T, D,
+                    HAS_DS=ds2 is not None, HAS_WEIGHT=weight is not None, STORE_DR=store_dr, BLOCK_D=block,
+                    num_warps=warps,
+                )  # fmt: skip
         d_weight = None if weight is None else dw.sum(0).to(weight.dtype)
         d_residual = None if not ctx.has_residual else (dr if store_dr else dx).view(ctx.x_shape)
         return dx.view(ctx.x_shape), d_weight, d_residual, None
