@@ -99,6 +99,7 @@ def main() -> None:
             other,
             recipe,
             cfg,
+            device,
             a.top,
             a.trace,
             loss_fn=labels_loss_sum,
