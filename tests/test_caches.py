@@ -34,29 +34,45 @@ def test_bytecode_goes_to_zebras_cache_only_where_python_was_told_to_write_none(
 
     env = {"ZEBRA_CACHE": "/data/zc"}
     told_not_to = SimpleNamespace(dont_write_bytecode=True, pycache_prefix=None)
-    assert use_bytecode_cache(told_not_to, env) == Path("/data/zc/pycache")
+    assert use_bytecode_cache(told_not_to, env, shipped=False) == Path("/data/zc/pycache")
     assert told_not_to.pycache_prefix == "/data/zc/pycache" and told_not_to.dont_write_bytecode is False
     moved = SimpleNamespace(dont_write_bytecode=True, pycache_prefix=None)
-    assert use_bytecode_cache(moved, {**env, "ZEBRA_PYCACHE": "/fast/pyc"}) == Path("/fast/pyc")
+    assert use_bytecode_cache(moved, {**env, "ZEBRA_PYCACHE": "/fast/pyc"}, shipped=False) == Path(
+        "/fast/pyc"
+    )
     assert moved.pycache_prefix == "/fast/pyc"
-    for state, env in (
-        (SimpleNamespace(dont_write_bytecode=False, pycache_prefix=None), {}),  # Python writes __pycache__
-        (SimpleNamespace(dont_write_bytecode=True, pycache_prefix="/mine"), {}),  # your prefix wins
+    for state, env, shipped in (
+        (
+            SimpleNamespace(dont_write_bytecode=False, pycache_prefix=None),
+            {},
+            False,
+        ),  # Python writes __pycache__
+        (SimpleNamespace(dont_write_bytecode=True, pycache_prefix="/mine"), {}, False),  # your prefix wins
         (
             SimpleNamespace(dont_write_bytecode=True, pycache_prefix=None),
             {"ZEBRA_PYCACHE": "0"},
-        ),  # opted out
+            False,
+        ),  # off
+        (
+            SimpleNamespace(dont_write_bytecode=True, pycache_prefix=None),
+            {},
+            True,
+        ),  # the packages ship theirs
     ):
         before = vars(state).copy()
-        assert use_bytecode_cache(state, env) is None and vars(state) == before
+        assert use_bytecode_cache(state, env, shipped=shipped) is None and vars(state) == before
 
 
 def test_a_zebra_process_under_python_B_caches_bytecode_outside_the_source_tree(tmp_path):
     import os
+    import py_compile
     import subprocess
     import sys
 
-    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "torch").mkdir(
+        parents=True
+    )  # a torch installed without its bytecode, as on the GPU machine
+    (tmp_path / "src" / "torch" / "__init__.py").write_text("")
     (tmp_path / "src" / "probe.py").write_text("VALUE = 1\n")
     env = {k: v for k, v in os.environ.items() if k != "ZEBRA_PYCACHE"}  # tests/conftest.py pins it
     env["PYTHONPATH"] = f"{tmp_path / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
@@ -76,3 +92,6 @@ def test_a_zebra_process_under_python_B_caches_bytecode_outside_the_source_tree(
     assert cached.is_file() and cached.is_relative_to(tmp_path / "own")
     run(ZEBRA_CACHE=str(tmp_path / "off"), ZEBRA_PYCACHE="0")  # Python's -B stands: nothing written anywhere
     assert not (tmp_path / "off").exists() and not (tmp_path / "src" / "__pycache__").exists()
+    py_compile.compile(str(tmp_path / "src" / "torch" / "__init__.py"))  # now torch ships its bytecode
+    run(ZEBRA_CACHE=str(tmp_path / "shipped"))  # Python reads the shipped bytecode; no cache of ours
+    assert not (tmp_path / "shipped").exists()

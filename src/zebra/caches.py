@@ -23,7 +23,9 @@ Python's own bytecode is the other half of a warm start: container images often 
 ~3,000 modules of torch, transformers and FLA from source: 10.6 s of a 20.6 s warm start of 1b-gdn-pure's bench
 on the H200 machine (py-spy, docs/benchmarks.md). `use_bytecode_cache()`, run by every `zebra` process before it
 imports anything heavy (zebra.cli), then writes bytecode to `bytecode_cache_dir()` instead: outside the install
-and the source tree, which is what that setting keeps clean. `ZEBRA_PYCACHE` moves that folder (default
+and the source tree, which is what that setting keeps clean. Where the packages ship their bytecode (pip's
+default) it changes nothing: Python reads theirs, and a prefix would make every new cache (a fresh container)
+compile them all again, 11 s for torch and transformers on the CPU machine. `ZEBRA_PYCACHE` moves that folder (default
 `$ZEBRA_CACHE/pycache`) or, set to 0, leaves Python's setting alone; a PYTHONPYCACHEPREFIX you set wins.
 """
 
@@ -79,12 +81,29 @@ def bytecode_cache_dir(env: MutableMapping[str, str] = os.environ) -> Path | Non
     return (Path(value).expanduser() if value else zebra_cache_dir(env) / "pycache").absolute()
 
 
-def use_bytecode_cache(state: Any = sys, env: MutableMapping[str, str] = os.environ) -> Path | None:
-    """If `state` (the `sys` module) writes no bytecode and has no `pycache_prefix`, write and read bytecode in
-    `bytecode_cache_dir()` from now on (Python reads both settings at each import). Returns that folder, or None
-    where Python's own setting stands."""
+def torch_ships_bytecode() -> bool:
+    """Whether torch, the largest package a zebra run imports, is installed with its compiled modules (pip's default;
+    the GPU machine's image has none). Found without importing torch; False when torch is not installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return False
+    return Path(importlib.util.cache_from_source(spec.origin)).is_file()
+
+
+def use_bytecode_cache(
+    state: Any = sys, env: MutableMapping[str, str] = os.environ, shipped: bool | None = None
+) -> Path | None:
+    """If `state` (the `sys` module) writes no bytecode, has no `pycache_prefix`, and the installed packages ship
+    none either (`shipped`, default `torch_ships_bytecode()`), write and read bytecode in `bytecode_cache_dir()`
+    from now on (Python reads both settings at each import). Where the packages ship theirs, Python reads those:
+    a prefix would make it compile everything once more. Returns the folder, or None where Python's own setting
+    stands."""
     folder = bytecode_cache_dir(env)
     if folder is None or not state.dont_write_bytecode or state.pycache_prefix:
+        return None
+    if torch_ships_bytecode() if shipped is None else shipped:
         return None
     state.pycache_prefix = str(folder)
     state.dont_write_bytecode = False

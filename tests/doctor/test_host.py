@@ -92,5 +92,6 @@ def test_bytecode_check_says_where_compiled_modules_persist(tmp_path):
     check = check_bytecode(True, zebras, {"ZEBRA_CACHE": str(tmp_path / "zc")})
     assert check.status == "ok" and f"zebra's cache {cache} (1 files" in check.detail
     off = SimpleNamespace(dont_write_bytecode=True, pycache_prefix=None)
-    check = check_bytecode(True, off, {"ZEBRA_PYCACHE": "0"})
+    assert "ship their compiled modules" in check_bytecode(True, off, {}, shipped=True).detail
+    check = check_bytecode(True, off, {"ZEBRA_PYCACHE": "0"}, shipped=False)
     assert check.status == "warn" and "ZEBRA_PYCACHE=0" in check.detail and "unset ZEBRA_PYCACHE" in check.fix

@@ -14,7 +14,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from zebra.caches import KERNEL_CACHE_ENV, PYCACHE_ENV, bytecode_cache_dir, cache_settings
+from zebra.caches import (
+    KERNEL_CACHE_ENV,
+    PYCACHE_ENV,
+    bytecode_cache_dir,
+    cache_settings,
+    torch_ships_bytecode,
+)
 from zebra.doctor.check import Check, ok, warn
 
 # Disk a FineWeb-Edu sample needs, download plus tokenized Megatron files (int32 ids), rounded up.
@@ -82,11 +88,19 @@ def check_bytecode(
     started_without: bool = bool(sys.flags.dont_write_bytecode),
     state: Any = sys,
     env: Mapping[str, str] = os.environ,
+    shipped: bool | None = None,
 ) -> Check:
     """Whether Python's compiled modules persist between runs. `started_without`: Python started with
-    PYTHONDONTWRITEBYTECODE or -B; `state` (the `sys` module) holds what zebra.caches made of it."""
+    PYTHONDONTWRITEBYTECODE or -B; `state` (the `sys` module) holds what zebra.caches made of it; `shipped`:
+    torch is installed with its compiled modules (default: looked up)."""
     if not started_without:
         return ok("bytecode", "Python caches compiled modules next to their sources (__pycache__)")
+    if not state.pycache_prefix and (torch_ships_bytecode() if shipped is None else shipped):
+        return ok(
+            "bytecode",
+            "PYTHONDONTWRITEBYTECODE (or -B) is set, but the installed packages ship their compiled modules "
+            "(torch has them), which Python reads: only zebra's own are compiled at each start",
+        )
     if state.pycache_prefix and not state.dont_write_bytecode:
         files, size = _folder_usage(Path(state.pycache_prefix))
         whose = (
