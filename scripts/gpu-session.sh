@@ -16,7 +16,7 @@
 #   decode         zebra bench decode on DECODE_RECIPES                               decode_<recipe>.json
 #   profile        scripts/profile-train.py: top kernels and GPU idle gaps, zebra and FLA   profile.txt, trace_*.json.gz
 #   warm-spy       a warm `zebra bench train` (WARM_RECIPES) under py-spy, plain, and without zebra's bytecode cache   warm_spy.txt
-#   tests          the `gpu`-marked tests (TESTS, WORKERS xdist workers)               pytest_gpu.log
+#   tests          the `gpu`-marked tests (TESTS, TESTS_K a -k expression, WORKERS xdist workers)   pytest_gpu.log
 #                  (68 tests; 6 workers ran 36 of them in 524 s on 2026-12-03: split them over two calls,
 #                  TESTS="tests/generation tests/convert tests/doctor tests/train", then "tests/kernels tests/models")
 #   tests-train    the `gpu`-marked training tests, one process
@@ -170,7 +170,8 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
     tests)
       left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -gt ${TESTS_LIMIT:-570} ] && left=${TESTS_LIMIT:-570}
       timeout "$left" python3 -m pytest -m gpu -p no:cacheprovider -v -rA -n ${WORKERS:-6} --timeout 400 \
-        ${TESTS:-tests/kernels tests/models tests/convert tests/generation tests/doctor} 2>&1 | tee "$OUT/pytest_gpu.log" | tail -30
+        ${TESTS:-tests/kernels tests/models tests/convert tests/generation tests/doctor} -k "${TESTS_K:-}" 2>&1 \
+        | tee "$OUT/pytest_gpu.log" | tail -30
       note "tests: $(grep -E 'passed|failed|error' "$OUT/pytest_gpu.log" | tail -1)";;
     tests-train)
       timeout "${TEST_TIMEOUT:-420}" python3 -m pytest -q -m gpu -p no:cacheprovider -s --timeout 400 tests/train \

@@ -82,8 +82,22 @@ def _chunk_loss_and_grads(
         if d_hidden is not None:
             d_hidden[rows] = dlogits @ w  # [C, D]
         if d_weight is not None:
-            d_weight += dlogits.T @ h  # [V, D]: summed over chunks in float32 (float64)
+            add_product(d_weight, dlogits.T, h)  # [V, D]: summed over chunks in float32 (float64)
     return loss, d_hidden, d_weight
+
+
+def add_product(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """`acc += a @ b` for a float32 `acc` and half-precision `a`, `b`: on CUDA the GEMM adds into `acc` in its float32
+    epilogue (`out_dtype`), where elsewhere a half-precision `[V, D]` product is written, rounded, then added."""
+    if (
+        acc.is_cuda
+        and torch.version.hip is None
+        and acc.dtype == torch.float32
+        and a.dtype in (torch.bfloat16, torch.float16)
+    ):
+        torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+    else:
+        acc += a @ b
 
 
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
