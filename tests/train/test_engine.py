@@ -144,6 +144,60 @@ def test_non_finite_loss_skips_the_step_and_counts_it(cli, tmp_path, sample_pref
     assert records[2]["loss"] == "nan" and all(math.isfinite(r["loss"]) for r in records[3:])
 
 
+def test_a_step_read_one_step_late_is_still_counted_and_logged(cli, tmp_path, sample_prefix, monkeypatch):
+    """Steps that do not log are read once the next step is queued: the skip at step 3 (not a logging step with
+    log_interval 2) still shows at step 4, whose interval's mean loss leaves the skipped step out."""
+    from zebra.train import trainer
+
+    monkeypatch.setattr(trainer, "build_model", _nan_on_call({3}))
+    result = cli("train", "tiny-mamba", "--data", sample_prefix, "--max-steps", "5", "--output", str(tmp_path),
+                 *sets("train.log_interval=2"))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "non-finite loss or gradient at step 3" in " ".join(result.output.split())
+    lines = (tmp_path / "tiny-mamba" / "metrics.jsonl").read_text().splitlines()
+    records = [r for r in map(json.loads, lines) if "loss" in r]
+    assert [(r["step"], r["skipped_steps"]) for r in records] == [(2, 0), (4, 1), (5, 1)]
+    assert all(math.isfinite(r["loss"]) for r in records)
+
+
+def test_the_trainer_reads_a_step_after_queueing_the_next(cli, tmp_path, sample_prefix, monkeypatch):
+    """What keeps a GPU's queue from running dry between steps: the loop reads a step's figures only once the next
+    step is queued, except the first step and those that log (here 4) or end the run (6). Torch's fused AdamW, as
+    on a GPU (its CPU form here), lets the step itself run without reading them."""
+    import torch
+
+    from zebra.train import trainer
+    from zebra.train.optim import param_groups
+    from zebra.train.step import StepResult, TrainStep
+
+    def fused_adamw(model, spec, device):
+        return torch.optim.AdamW(param_groups(model, spec.weight_decay), lr=spec.lr, fused=True)
+
+    events, results = [], []
+    real_call, real_read = TrainStep.__call__, StepResult._read
+
+    def call(self, *args, **kwargs):
+        result = real_call(self, *args, **kwargs)
+        results.append(result)
+        events.append(("queued", len(results)))
+        return result
+
+    def read(self):
+        if self._values is None:
+            events.append(("read", results.index(self) + 1))
+        return real_read(self)
+
+    monkeypatch.setattr(trainer, "build_optimizer", fused_adamw)
+    monkeypatch.setattr(TrainStep, "__call__", call)
+    monkeypatch.setattr(StepResult, "_read", read)
+    result = cli("train", "tiny-mamba", "--data", sample_prefix, "--max-steps", "6", "--output", str(tmp_path),
+                 *sets("train.log_interval=4"))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    order = [("queued", 1), ("read", 1), ("queued", 2), ("queued", 3), ("read", 2), ("queued", 4), ("read", 3),
+             ("read", 4), ("queued", 5), ("queued", 6), ("read", 5), ("read", 6)]  # fmt: skip
+    assert events == order
+
+
 def test_non_finite_loss_stops_with_exit_code_3_when_asked(cli, tmp_path, sample_prefix, monkeypatch):
     from zebra.train import trainer
 

@@ -4,6 +4,8 @@ scores the same targets through FLA's own label shifting. float64 on CPU."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -95,3 +97,38 @@ def test_fla_strategy_scores_the_same_targets_except_the_last_position():
     keep = mask[:, :-1] > 0  # FLA leaves position T-1 without a target
     expected = F.cross_entropy(logits[:, :-1][keep], labels[:, :-1][keep], reduction="sum")
     torch.testing.assert_close(got.detach(), expected, atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "device",
+    ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                             reason="needs a CUDA/ROCm GPU")])],
+)  # fmt: skip
+def test_a_fused_adamw_skips_a_non_finite_step_itself(device):
+    """With torch's fused AdamW the step decides on the device (`found_inf`) whether to update, with no host read
+    before the update: a NaN loss leaves weights, moments and step counts as they were; the next finite step
+    updates. The figures are read afterwards (`StepResult`; on a GPU copied to the host behind the step)."""
+    model = tiny_model("tiny").train().float().to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+    env = DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device(device))
+    step = TrainStep(model, optimizer, None, env, autocast_bf16=False, clip_grad=1.0)
+    assert step.skip_on_device
+    batches = micro_batches(model.config.vocab_size)
+    assert step(batches).applied
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    moments = {n: optimizer.state[p]["exp_avg"].clone() for n, p in model.named_parameters()}
+
+    def nan_loss(model, tokens, labels, mask):
+        return zebra_loss_sum(model, tokens, labels, mask) * float("nan")
+
+    step.loss_fn = nan_loss
+    skipped = step(batches)
+    assert not skipped.applied and math.isnan(skipped.loss)
+    for n, p in model.named_parameters():
+        assert torch.equal(p.detach(), before[n]), n
+        assert torch.equal(optimizer.state[p]["exp_avg"], moments[n]), n
+        assert optimizer.state[p]["step"].item() == 1, n
+    step.loss_fn = zebra_loss_sum
+    assert step(batches).applied
+    assert any(not torch.equal(p.detach(), before[n]) for n, p in model.named_parameters())
+    assert all(optimizer.state[p]["step"].item() == 2 for p in model.parameters())

@@ -307,7 +307,7 @@ def _measure(
     step, batch = training_step(model, recipe, cfg, device, **step_kwargs)
     set_up = time.perf_counter()
     for _ in range(cfg.warmup):
-        step([batch])
+        step([batch]).wait()
         first.done()
     cuda = device.type == "cuda"
     if cuda:
@@ -315,9 +315,18 @@ def _measure(
         torch.cuda.reset_peak_memory_stats(device)
     resident = torch.cuda.memory_allocated(device) / 2**30 if cuda else None
     start = time.perf_counter()
+    previous = None
     for _ in range(cfg.steps):
-        result = step([batch])  # syncs (the loss and grad norm come to the host)
-        first.done()
+        result = step([batch])
+        if previous is not None:
+            previous.wait()  # as the trainer: each step's figures read once the next step is queued
+        if first.seconds is None:
+            result.wait()
+            first.done()
+        previous = result
+    loss = result.loss
+    if cuda:
+        torch.cuda.synchronize(device)  # the last optimizer update too
     seconds = time.perf_counter() - start
     tok_s = cfg.batch * cfg.seq_len * cfg.steps / seconds
     achieved = flops_per_token * tok_s
@@ -332,7 +341,7 @@ def _measure(
         mfu_measured=achieved / peaks.measured if peaks.measured else None,
         peak_memory_gb=torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None,
         resident_gb=resident,
-        loss=result.loss,
+        loss=loss,
         first_step_s=first.seconds,
         first_step_process_s=first.process_seconds,
         build_s=built - first.started,
@@ -349,7 +358,7 @@ class _FirstStep:
         self.process_seconds: float | None = None
 
     def done(self) -> None:
-        """A step just ended (and synchronised); the first call records the times."""
+        """A step's figures were just read (it ended); the first call records the times."""
         if self.seconds is None:
             self.seconds = time.perf_counter() - self.started
             self.process_seconds = process_seconds()

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from zebra.train.dist import DistEnv, all_reduce_sum
@@ -28,14 +27,70 @@ if TYPE_CHECKING:
     import torch
 
 
-@dataclass
 class StepResult:
-    loss: float  # mean CE over the global batch (every rank holds the same value)
-    grad_norm: float  # total gradient norm before clipping
-    tokens: int  # unmasked tokens in the global batch
-    applied: bool  # False when the step was skipped for a non-finite loss or gradient
-    flags: list[float]  # the `flags` passed to the step, summed over ranks
-    metrics: dict[str, float] = field(default_factory=dict)  # the loss's reported parts, mean per token
+    """One step's figures. On a GPU they come to the host while the next step runs (a copy queued behind the step,
+    `pending`): reading one waits for them, so a loop that reads each step's figures after queueing the next never
+    lets the GPU's queue run dry.
+
+    Attributes (read as floats): loss (mean CE over the global batch, the same on every rank), grad_norm (total
+    gradient norm before clipping), applied (False when the step was skipped for a non-finite loss or gradient),
+    flags (the `flags` passed to the step, summed over ranks), metrics (the loss's reported parts, mean per
+    token); and tokens (unmasked tokens in the global batch, known at once).
+    """
+
+    def __init__(self, stats: torch.Tensor, *, tokens: float, names: tuple[str, ...], ready=None):
+        self._stats = stats  # [loss sum, *metric sums, *flags, grad norm], on the host (pinned while `ready`)
+        self._ready = ready  # a CUDA event recorded after the copy to the host, or None
+        self._values: list[float] | None = None
+        self._count = max(tokens, 1.0)
+        self._names = names
+        self.tokens = int(tokens)
+
+    @classmethod
+    def pending(cls, stats: torch.Tensor, **kwargs) -> StepResult:
+        """The figures in device tensor `stats`, copied to pinned host memory behind the work queued so far."""
+        import torch
+
+        if stats.device.type != "cuda":
+            return cls(stats, **kwargs)
+        host = torch.empty(stats.shape, dtype=stats.dtype, pin_memory=True)
+        host.copy_(stats, non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        return cls(host, ready=ready, **kwargs)
+
+    def wait(self) -> StepResult:
+        """Wait until the figures are on the host (the step's backward is done); returns self."""
+        self._read()
+        return self
+
+    def _read(self) -> list[float]:
+        if self._values is None:
+            if self._ready is not None:
+                self._ready.synchronize()
+            self._values = self._stats.tolist()
+        return self._values
+
+    @property
+    def loss(self) -> float:
+        return self._read()[0] / self._count
+
+    @property
+    def grad_norm(self) -> float:
+        return self._read()[-1]
+
+    @property
+    def applied(self) -> bool:
+        return math.isfinite(self.loss) and math.isfinite(self.grad_norm)
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        values = self._read()[1 : 1 + len(self._names)]
+        return {name: v / self._count for name, v in zip(self._names, values, strict=True)}
+
+    @property
+    def flags(self) -> list[float]:
+        return self._read()[1 + len(self._names) : -1]
 
 
 def loss_sum(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
@@ -82,6 +137,14 @@ def micro_batch_loss(model: torch.nn.Module) -> MicroBatchLoss:
     return zebra_loss_sum if isinstance(model, ZebraForCausalLM) else logits_loss_sum
 
 
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device` without waiting for the GPU: copied from pinned memory (from pageable memory, a
+    host-to-GPU copy first waits for every queued kernel)."""
+    if device.type == "cuda" and t.device.type == "cpu" and not t.is_pinned():
+        t = t.pin_memory()
+    return t.to(device, non_blocking=True)
+
+
 class TrainStep:
     """Forward/backward over a step's micro-batches, gradient clipping, the non-finite check, optimizer step.
 
@@ -109,6 +172,8 @@ class TrainStep:
         self.model, self.optimizer, self.scheduler, self.env = model, optimizer, scheduler, env
         self.optimizer_step = GraphedOptimizerStep(optimizer) if optimizer_graph else optimizer.step
         self.keep_grads = optimizer_graph  # the graph reads the gradients where the first step found them
+        # a fused AdamW (torch's, on GPUs) reads `found_inf` and skips its own update: the step needs no host read
+        self.skip_on_device = not optimizer_graph and all(g.get("fused") for g in optimizer.param_groups)
         self.loss_fn = loss_fn if loss_fn is not None else micro_batch_loss(model)
         self.autocast_bf16 = autocast_bf16
         self.clip_grad = clip_grad
@@ -148,9 +213,9 @@ class TrainStep:
         names = tuple(getattr(self.loss_fn, "metric_names", ()))
         loss_acc = torch.zeros(1 + len(names), device=dev)  # [loss, *metric sums]
         for i, batch in enumerate(micro_batches):
-            tokens = batch["tokens"].to(dev, non_blocking=True)  # [m, T]
-            labels = batch["labels"].to(dev, non_blocking=True)  # [m, T]
-            mask = batch["loss_mask"].to(dev, non_blocking=True)  # [m, T]
+            tokens, labels, mask = (
+                to_device(batch[k], dev) for k in ("tokens", "labels", "loss_mask")
+            )  # [m, T]
             with self._no_sync(i == len(micro_batches) - 1):
                 with self.autocast():
                     out = self.loss_fn(self.model, tokens, labels, mask)  # summed loss, float32
@@ -158,28 +223,24 @@ class TrainStep:
                 (loss * scale).backward()
             loss_acc += torch.cat([loss.detach().reshape(1), parts.detach().to(loss_acc.dtype)])
         stats = all_reduce_sum(
-            torch.cat([loss_acc, torch.tensor([float(f) for f in flags], device=dev)]), self.env
+            torch.cat([loss_acc, to_device(torch.tensor([float(f) for f in flags]), dev)]), self.env
         )
         norm = torch.nn.utils.clip_grad_norm_(
             self.params, self.clip_grad if self.clip_grad > 0 else math.inf, foreach=dev.type != "cpu"
         )
         if hasattr(norm, "full_tensor"):  # FSDP2: a replicated DTensor
             norm = norm.full_tensor()
-        stats = torch.cat([stats, norm.reshape(1).float()]).tolist()  # one device -> host sync per step
-        count = max(total, 1.0)
-        loss, grad_norm = stats[0] / count, stats[-1]
-        metrics = {name: v / count for name, v in zip(names, stats[1 : 1 + len(names)], strict=True)}
-        applied = math.isfinite(loss) and math.isfinite(grad_norm)
-        if applied:
+        stats = torch.cat([stats, norm.reshape(1).float()])  # [loss sum, *metric sums, *flags, grad norm]
+        if self.skip_on_device:  # the fused update skips itself: no host read between backward and update
+            finite = torch.isfinite(stats[0]) & torch.isfinite(stats[-1])  # []
+            self.optimizer.found_inf = (~finite).float()  # 1.0: skip
+            result = StepResult.pending(stats, tokens=total, names=names)
             self.optimizer_step()
+        else:
+            result = StepResult(stats.cpu(), tokens=total, names=names)
+            if result.applied:
+                self.optimizer_step()
         self.optimizer.zero_grad(set_to_none=not self.keep_grads)
         if self.scheduler is not None:
             self.scheduler.step()
-        return StepResult(
-            loss=loss,
-            grad_norm=grad_norm,
-            tokens=int(total),
-            applied=applied,
-            flags=stats[1 + len(names) : -1],
-            metrics=metrics,
-        )
+        return result

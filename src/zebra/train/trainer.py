@@ -350,9 +350,15 @@ class Trainer:
         return batches, valid_ds
 
     def loop(self, batches, valid, *, last_saved: int | None) -> LoopEnd:
-        """Optimizer steps until `train.max_steps` or a stop signal all ranks agree on."""
+        """Optimizer steps until `train.max_steps` or a stop signal all ranks agree on.
+
+        A step's figures are read once the next step is queued (`StepResult`: on a GPU the host then never waits
+        for the queue to run dry); the first step and those that log, evaluate, save or end the run are read at
+        once. A stop signal is thus acted on one step later, by every rank alike.
+        """
         t, p, view = self.recipe.train, self.progress, self.view
         end, meter = LoopEnd(last_saved), IntervalMeter()
+        unread = None  # (step, result, lr) of the last step, read after the next one is queued
         first_step = True
         view.begin(step=p.step, total=t.max_steps)
         try:
@@ -363,21 +369,29 @@ class Trainer:
                         [next(batches) for _ in range(self.accumulation)],
                         flags=(1.0 if signals.received else 0.0,),
                     )
-                    self.advance(res)
+                    p.step += 1
+                    p.consumed_samples += t.global_batch_size
+                    p.tokens += res.tokens
+                    stop = unread is not None and self.read(*unread, meter, end)
+                    unread = (p.step, res, lr)
+                    last = p.step == t.max_steps
+                    evaluate = (
+                        valid is not None and t.eval_interval and (p.step % t.eval_interval == 0 or last)
+                    )
+                    save = t.save_interval and p.step % t.save_interval == 0 and not last
+                    if stop or first_step or p.step % t.log_interval == 0 or last or evaluate or save:
+                        stop = self.read(*unread, meter, end) or stop
+                        unread = None
                     if first_step:
                         self.first_step_done()
                         first_step = False
-                    meter.add(res.loss, res.tokens, res.applied, res.metrics)
-                    last = p.step == t.max_steps
-                    if p.step % t.log_interval == 0 or last:
-                        end.loss = self.log(meter, res, lr)
-                    if valid is not None and t.eval_interval and (p.step % t.eval_interval == 0 or last):
+                    if evaluate:
                         with meter.paused():
                             end.val_loss = self.validate(valid)
-                    if res.flags[0] > 0:
+                    if stop:
                         end.stopped_by = signals.received or "signal"
                         break
-                    if t.save_interval and p.step % t.save_interval == 0 and not last:
+                    if save:
                         with meter.paused():
                             view.note(f"saved {self.save()}")
                         end.last_saved = p.step
@@ -402,27 +416,31 @@ class Trainer:
         self.view.note(f"step {self.progress.step}: validation loss {val_loss:.4f}")
         return val_loss
 
-    def advance(self, res) -> None:
-        """Count a finished step; a non-finite one is skipped, or stops the run (`train.nonfinite`)."""
+    def read(self, step: int, res, lr: float, meter, end: LoopEnd) -> bool:
+        """Take in finished step `step`'s figures: a non-finite one was skipped, or stops the run
+        (`train.nonfinite`); a logging step is logged (into `end.loss`). Returns whether a rank asked to stop."""
         t, p = self.recipe.train, self.progress
-        p.step += 1
-        p.consumed_samples += t.global_batch_size
-        p.tokens += res.tokens
         if res.applied:
             self.consecutive_skips = 0
-            return
-        p.skipped_steps += 1
-        self.consecutive_skips += 1
-        problem = f"non-finite loss or gradient at step {p.step} (loss {res.loss}, grad norm {res.grad_norm})"
-        if t.nonfinite == "stop" or self.consecutive_skips > t.max_nonfinite_skips:
-            why = "" if t.nonfinite == "stop" else f" ({self.consecutive_skips} steps in a row)"
-            raise ZebraError(
-                problem + why,
-                fix="lower train.lr or raise train.warmup_steps, then continue from the last good checkpoint "
-                "with --resume auto",
-                exit_code=EXIT_NONFINITE,
+        else:
+            p.skipped_steps += 1
+            self.consecutive_skips += 1
+            problem = (
+                f"non-finite loss or gradient at step {step} (loss {res.loss}, grad norm {res.grad_norm})"
             )
-        self.view.warn(problem + ": step skipped")
+            if t.nonfinite == "stop" or self.consecutive_skips > t.max_nonfinite_skips:
+                why = "" if t.nonfinite == "stop" else f" ({self.consecutive_skips} steps in a row)"
+                raise ZebraError(
+                    problem + why,
+                    fix="lower train.lr or raise train.warmup_steps, then continue from the last good checkpoint "
+                    "with --resume auto",
+                    exit_code=EXIT_NONFINITE,
+                )
+            self.view.warn(problem + ": step skipped")
+        meter.add(res.loss, res.tokens, res.applied, res.metrics)
+        if step % t.log_interval == 0 or step == t.max_steps:
+            end.loss = self.log(meter, res, lr)
+        return res.flags[0] > 0
 
     def log(self, meter, res, lr: float) -> float:
         """Write and show the training record of the interval that ends now; returns its mean loss."""
