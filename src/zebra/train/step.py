@@ -137,6 +137,13 @@ def micro_batch_loss(model: torch.nn.Module) -> MicroBatchLoss:
     return zebra_loss_sum if isinstance(model, ZebraForCausalLM) else logits_loss_sum
 
 
+def is_sharded(param: torch.Tensor) -> bool:
+    """An FSDP2 parameter (a DTensor)."""
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(param, DTensor)
+
+
 def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A host tensor on `device` without waiting for the GPU: copied from pinned memory (from pageable memory, a
     host-to-GPU copy first waits for every queued kernel)."""
@@ -172,12 +179,17 @@ class TrainStep:
         self.model, self.optimizer, self.scheduler, self.env = model, optimizer, scheduler, env
         self.optimizer_step = GraphedOptimizerStep(optimizer) if optimizer_graph else optimizer.step
         self.keep_grads = optimizer_graph  # the graph reads the gradients where the first step found them
-        # a fused AdamW (torch's, on GPUs) reads `found_inf` and skips its own update: the step needs no host read
-        self.skip_on_device = not optimizer_graph and all(g.get("fused") for g in optimizer.param_groups)
         self.loss_fn = loss_fn if loss_fn is not None else micro_batch_loss(model)
         self.autocast_bf16 = autocast_bf16
         self.clip_grad = clip_grad
         self.params = [p for p in model.parameters() if p.requires_grad]
+        # a fused AdamW (torch's, on GPUs) reads `found_inf` and skips its own update: the step needs no host read
+        # (not measured with FSDP2's sharded parameters: those keep the host check)
+        self.skip_on_device = (
+            not optimizer_graph
+            and all(g.get("fused") for g in optimizer.param_groups)
+            and not any(is_sharded(p) for p in self.params)
+        )
 
     def autocast(self):
         import torch
