@@ -126,3 +126,11 @@ def write_fla_folder(root: Path, seq_len: int, documents: int = 40) -> Path:
     datasets.Dataset.from_dict({"input_ids": chunks}).save_to_disk(str(root / "arrow"))
     convert_fla(root / "arrow", root / "chunks", tokenizer="byte")
     return root / "chunks"
+
+
+def cpu_and_gpu() -> list:
+    """`device` parameters: "cpu", and "cuda" marked `gpu` (skipped where there is none)."""
+    import torch
+
+    no_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+    return ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, no_gpu])]

@@ -10,6 +10,7 @@ import importlib.util
 import pytest
 import torch
 from tests.models.tiny import tiny_model
+from tests.train.helpers import cpu_and_gpu
 
 from zebra.errors import ZebraError
 from zebra.recipes import load_recipe
@@ -148,11 +149,7 @@ def test_graphed_optimizer_step_follows_the_eager_one():
 
 
 @pytest.mark.skipif(not HAS_TORCHAO, reason="needs torchao")
-@pytest.mark.parametrize(
-    "device",
-    ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
-                                                                          reason="needs a CUDA GPU")])],
-)  # fmt: skip
+@pytest.mark.parametrize("device", cpu_and_gpu())
 def test_float8_training_step_runs_close_to_bf16(device):
     """train.fp8 on a model wide enough for float8 layers: the first loss within 2% of bf16's, gradients finite
     (on the CPU through torch's CPU `_scaled_mm`, on a GPU through its FP8 GEMMs)."""

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from tests.models.tiny import tiny_model
+from tests.train.helpers import cpu_and_gpu
 
 from zebra.bench.train import labels_loss_sum
 from zebra.train.dist import DistEnv
@@ -99,11 +100,7 @@ def test_fla_strategy_scores_the_same_targets_except_the_last_position():
     torch.testing.assert_close(got.detach(), expected, atol=1e-12, rtol=1e-12)
 
 
-@pytest.mark.parametrize(
-    "device",
-    ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
-                                                                             reason="needs a CUDA/ROCm GPU")])],
-)  # fmt: skip
+@pytest.mark.parametrize("device", cpu_and_gpu())
 def test_a_fused_adamw_skips_a_non_finite_step_itself(device):
     """With torch's fused AdamW the step decides on the device (`found_inf`) whether to update, with no host read
     before the update: a NaN loss leaves weights, moments and step counts as they were; the next finite step
