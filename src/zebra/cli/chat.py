@@ -55,12 +55,9 @@ def chat_command(
     yes: YesOpt = False,
 ) -> None:
     """Chat with MODEL; the history lives in the model's recurrent state, not in a re-read transcript."""
-    from zebra.chat.repl import Repl
-    from zebra.chat.session import ChatSession, ChatSettings
     from zebra.discover import find_models
-    from zebra.generation.loading import load_engine
 
-    if model is None:
+    if model is None:  # asked, or refused, before torch is imported
         cwd = Path.cwd()
         found = [str(p.relative_to(cwd)) for p in find_models(cwd)]
         model = choose_found(
@@ -71,6 +68,10 @@ def chat_command(
             fix="pass an export, FLA or run directory: zebra chat runs/NAME (none found here or in runs/)",
         )
         out.text(f"model: {escape(model)}")
+    from zebra.chat.repl import Repl
+    from zebra.chat.session import ChatSession, ChatSettings
+    from zebra.generation.loading import load_engine
+
     engine, tok = load_engine(
         model, device=device, dtype=dtype, tokenizer=tokenizer, cuda_graph=cuda_graph, compile=compile_
     )

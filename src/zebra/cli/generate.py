@@ -49,10 +49,10 @@ def generate_command(
     compile_: CompileOpt = False,
 ) -> None:
     """Continue a prompt and print only the generated text (streamed), for use in scripts."""
+    text = _prompt_text(prompt, file)  # a flag error before torch is imported
     from zebra.generation import SamplingParams, stream_completion
     from zebra.generation.loading import load_engine
 
-    text = _prompt_text(prompt, file)
     engine, tok = load_engine(
         model, device=device, dtype=dtype, tokenizer=tokenizer, cuda_graph=cuda_graph, compile=compile_
     )
