@@ -26,6 +26,7 @@ import torch
 from zebra.generation.decode_step import DecodeRunner
 from zebra.generation.state import DecodeState
 from zebra.generation.token_sampling import SamplingParams, TokenChooser
+from zebra.host_copy import HostCopy
 
 
 class _Rows:
@@ -56,28 +57,6 @@ class _Rows:
             self.produced[b] += 1
             self.done[b] = token in self.stop_ids or self.produced[b] >= self.max_new
         return column
-
-
-class _HostTokens:
-    """Chosen tokens on their way to the host: a pinned buffer filled asynchronously, and the event to wait on."""
-
-    def __init__(self, batch: int, device: torch.device):
-        self.cuda = device.type == "cuda"
-        if self.cuda:
-            self.buffer = torch.empty(batch, dtype=torch.long, pin_memory=True)
-            self.event = torch.cuda.Event()
-
-    def start(self, tokens: torch.Tensor) -> None:
-        if self.cuda:
-            self.buffer.copy_(tokens, non_blocking=True)
-            self.event.record()
-        else:
-            self.buffer = tokens  # read before the next choice overwrites it
-
-    def read(self) -> list[int]:
-        if self.cuda:
-            self.event.synchronize()  # waits for this copy only, not for the step queued after it
-        return self.buffer.tolist()
 
 
 class DecodeLoop:
@@ -112,7 +91,7 @@ class DecodeLoop:
         self.should_stop = should_stop or (lambda: False)
         self.rows = _Rows([len(f) for f in forced], max_new_tokens, stop_ids)
         self.chooser: TokenChooser = runner.chooser(state, sampling, stop_ids, max_new_tokens, seed)
-        self.host = _HostTokens(state.batch, runner.device)
+        self.host = HostCopy((state.batch,), torch.long, runner.device)  # the chosen tokens on their way
         width = max(self.rows.forced)
         device = runner.device
         padded = [list(f) + [0] * (width - len(f)) for f in forced]

@@ -28,9 +28,9 @@ if TYPE_CHECKING:
 
 
 class StepResult:
-    """One step's figures. On a GPU they come to the host while the next step runs (a copy queued behind the step,
-    `pending`): reading one waits for them, so a loop that reads each step's figures after queueing the next never
-    lets the GPU's queue run dry.
+    """One step's figures. On a GPU they come to the host while the next step runs (`zebra.host_copy`: a copy
+    queued behind the step): reading one waits for them, so a loop that reads each step's figures after queueing
+    the next never lets the GPU's queue run dry.
 
     Attributes (read as floats): loss (mean CE over the global batch, the same on every rank), grad_norm (total
     gradient norm before clipping), applied (False when the step was skipped for a non-finite loss or gradient),
@@ -38,26 +38,15 @@ class StepResult:
     token); and tokens (unmasked tokens in the global batch, known at once).
     """
 
-    def __init__(self, stats: torch.Tensor, *, tokens: float, names: tuple[str, ...], ready=None):
-        self._stats = stats  # [loss sum, *metric sums, *flags, grad norm], on the host (pinned while `ready`)
-        self._ready = ready  # a CUDA event recorded after the copy to the host, or None
+    def __init__(self, stats: torch.Tensor, *, tokens: float, names: tuple[str, ...]):
+        from zebra.host_copy import HostCopy
+
+        # [loss sum, *metric sums, *flags, grad norm], copied behind the step
+        self._copy = HostCopy(tuple(stats.shape), stats.dtype, stats.device).start(stats)
         self._values: list[float] | None = None
         self._count = max(tokens, 1.0)
         self._names = names
         self.tokens = int(tokens)
-
-    @classmethod
-    def pending(cls, stats: torch.Tensor, **kwargs) -> StepResult:
-        """The figures in device tensor `stats`, copied to pinned host memory behind the work queued so far."""
-        import torch
-
-        if stats.device.type != "cuda":
-            return cls(stats, **kwargs)
-        host = torch.empty(stats.shape, dtype=stats.dtype, pin_memory=True)
-        host.copy_(stats, non_blocking=True)
-        ready = torch.cuda.Event()
-        ready.record()
-        return cls(host, ready=ready, **kwargs)
 
     def wait(self) -> StepResult:
         """Wait until the figures are on the host (the step's backward is done); returns self."""
@@ -66,9 +55,7 @@ class StepResult:
 
     def _read(self) -> list[float]:
         if self._values is None:
-            if self._ready is not None:
-                self._ready.synchronize()
-            self._values = self._stats.tolist()
+            self._values = self._copy.read()
         return self._values
 
     @property
@@ -246,12 +233,9 @@ class TrainStep:
         if self.skip_on_device:  # the fused update skips itself: no host read between backward and update
             finite = torch.isfinite(stats[0]) & torch.isfinite(stats[-1])  # []
             self.optimizer.found_inf = (~finite).float()  # 1.0: skip
-            result = StepResult.pending(stats, tokens=total, names=names)
+        result = StepResult(stats, tokens=total, names=names)
+        if self.skip_on_device or result.applied:  # `applied` waits for the figures
             self.optimizer_step()
-        else:
-            result = StepResult(stats.cpu(), tokens=total, names=names)
-            if result.applied:
-                self.optimizer_step()
         self.optimizer.zero_grad(set_to_none=not self.keep_grads)
         if self.scheduler is not None:
             self.scheduler.step()
