@@ -39,6 +39,12 @@ VARIANTS: dict[str, tuple[int, str | None, list[str]]] = {
     "vs-llama-2k": (8, "llama", ["data.seq_len=2048"]),
     "fuse": (8, None, ["train.fuse_projections=true"]),
     "optgraph": (8, None, ["train.optimizer_graph=true"]),
+    # the forward and backward replayed from one CUDA graph, against the same references
+    "graph-b8": (8, "fla", ["train.forward_backward_graph=true"]),
+    "graph-b16": (16, "fla", ["train.forward_backward_graph=true"]),
+    "graph-vs-llama": (8, "llama", ["train.forward_backward_graph=true"]),
+    "graph-vs-llama-2k": (8, "llama", ["data.seq_len=2048", "train.forward_backward_graph=true"]),
+    "graph-mamba-ssm": (8, None, ["model.kernel_backend=mamba_ssm", "train.forward_backward_graph=true"]),
     "ac-b16": (16, None, ["train.activation_checkpointing=true"]),
     "mamba-ssm": (8, None, ["model.kernel_backend=mamba_ssm"]),
     "compile-mlp": (8, None, ["train.compile=true", "train.compile_sublayers=-"]),
@@ -196,7 +202,14 @@ def _levers_on(record: dict) -> list[str]:
     levers = record.get("levers", {})
     on = [
         k
-        for k in ("compile", "fuse_projections", "optimizer_graph", "fp8", "activation_checkpointing")
+        for k in (
+            "compile",
+            "fuse_projections",
+            "optimizer_graph",
+            "forward_backward_graph",
+            "fp8",
+            "activation_checkpointing",
+        )
         if levers.get(k)
     ]
     if levers.get("compile") and levers.get("compile_sublayers") != "all":
