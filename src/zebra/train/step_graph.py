@@ -80,32 +80,48 @@ class GraphedForwardBackward:
         return self.outputs
 
     def _capture(self, batch: tuple[torch.Tensor, ...]) -> None:
-        """Warm up on a side stream, then record one forward + backward on static copies of `batch`."""
+        """Warm up, then record one forward + backward on static copies of `batch` (the first micro-batch of a
+        step: the gradients are zero before it)."""
         import torch
 
-        device = batch[0].device
-        self.inputs = (*(t.clone() for t in batch), torch.zeros((), device=device))
+        self.inputs = (*(t.clone() for t in batch), torch.zeros((), device=batch[0].device))
         for p in self.params:  # the graph adds into gradients that exist before it
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            for _ in range(WARMUP_PASSES):
-                self.forward_backward(*self.inputs)
-        torch.cuda.current_stream(device).wait_stream(side)
-        for p in self.params:  # the warm-up passes' gradients are not the step's (capture is at step start)
+        warm_up(self.forward_backward, self.inputs)
+        for p in self.params:  # the warm-up passes ran at scale 0, but 0 x inf is NaN
             p.grad.zero_()
-        torch.cuda.synchronize(device)
-        torch.cuda.empty_cache()  # the warm-up's cached blocks: the graph gets its own pool
-        graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
-                self.outputs = self.forward_backward(*self.inputs)
+            self.graph, self.outputs = record(self.forward_backward, self.inputs)
         except RuntimeError as error:
             first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise ZebraError(
                 f"train.forward_backward_graph: the step could not be captured in a CUDA graph ({first_line})",
                 fix=FIX,
             ) from None
-        self.graph = graph
+
+
+def warm_up(fn: ForwardBackward, inputs: tuple[torch.Tensor, ...]) -> None:
+    """`WARMUP_PASSES` eager calls of `fn(*inputs)` on a side stream (as CUDA graph capture wants), then the
+    warm-up's cached memory released: the graph gets its own pool."""
+    import torch
+
+    device = inputs[0].device
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(WARMUP_PASSES):
+            fn(*inputs)
+    torch.cuda.current_stream(device).wait_stream(side)
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+
+
+def record(fn: ForwardBackward, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.cuda.CUDAGraph, tuple]:
+    """`fn(*inputs)` captured in a CUDA graph: (the graph, its static outputs)."""
+    import torch
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = fn(*inputs)
+    return graph, outputs
