@@ -35,7 +35,9 @@
 #   perf18         issue 18 items 3-4 in one call of about 8 minutes (DEADLINE=480), one table  perf.jsonl
 #   ssd levers     Mamba2 scan backends; our pre-norm and SwiGLU kernels against FLA's, then 1b-gdn-pure vs FLA with each lever
 #                  (LEVERS: names in scripts/gpu-perf.py)
-#   hybrids tests-perf   hybrids vs Llama-3.2-1B's shape; the GPU tests of issue 18 items 3-4
+#   hybrids tests-perf   hybrids vs Llama-3.2-1B's shape (eager and with train.forward_backward_graph); the GPU tests
+#                  of issue 18 items 3-4
+#   graph          train.forward_backward_graph: its GPU tests, then 1b-gdn-pure vs FLA at batch 8 and 16, eager and graphed
 #   save-kernels   the warm Triton + inductor caches as kernels.tgz.NN parts of 12 MB (at most 5) in $OUT, so that
 #                  the next session skips the minutes of compiling and autotuning on its fresh machine: keep the
 #                  parts under .gpucache/ here (git-ignored), carry one beside each Triton part, copy each to
@@ -231,8 +233,13 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
       perf 90 kernels 1b-gdn-pure  # the pre-norm and SwiGLU kernels alone, ours against FLA's (seconds)
       perf 540 train 1b-gdn-pure ${LEVERS:-base-b8 base-b16 fuse optgraph ac-b16 compile-mlp fp8};;
     hybrids)  # 1b-mamba-mla (also on mamba-ssm's scan) and 1b-kda-mla vs Llama-3.2-1B's shape (HF SDPA)
-      perf 240 train 1b-mamba-mla vs-llama mamba-ssm
-      perf 400 train 1b-kda-mla vs-llama-2k;;
+      perf 300 train 1b-mamba-mla vs-llama mamba-ssm graph-vs-llama graph-mamba-ssm
+      perf 400 train 1b-kda-mla vs-llama-2k graph-vs-llama-2k;;
+    graph)  # the graphed forward/backward: eager vs graphed steps on the GPU, then its throughput against eager's
+      timeout 200 python3 -m pytest -m gpu -p no:cacheprovider -v -rA --timeout 180 tests/train/test_levers.py -k graph \
+        > "$OUT/pytest_graph.log" 2>&1
+      note "graph tests: $(grep -E 'passed|failed|error' "$OUT/pytest_graph.log" | tail -1)"
+      perf 330 train 1b-gdn-pure base-b8 graph-b8 base-b16 graph-b16;;
     tests-perf)  # the GPU tests of issue 18 items 3-4: mamba-ssm vs float64, its model path, the levers
       left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -gt 400 ] && left=400
       timeout "$left" python3 -m pytest -m gpu -p no:cacheprovider -v -rA -n ${WORKERS:-4} --timeout 300 \
