@@ -27,6 +27,26 @@ def test_every_command_help_is_light(path):
     assert heavy_imports([*path, "--help"]) == []
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["eval", "{missing}"],
+        ["chat", "{missing}"],
+        ["generate", "{missing}", "--prompt", "hi"],
+        ["convert", "{missing}"],
+        ["verify", "{missing}"],
+        ["verify", "{here}", "--against", "{missing}"],
+    ],
+    ids=lambda args: " ".join(a for a in args if not a.startswith("{")),
+)
+def test_a_missing_path_is_told_before_any_heavy_import(args, tmp_path):
+    """A mistyped MODEL / SOURCE / --against is a usage error (exit 2) at once: the commands would otherwise
+    import torch and transformers (seconds) before finding out."""
+    argv = [a.format(missing=tmp_path / "nope", here=tmp_path) for a in args]
+    modules = imported_modules(argv, ok_exit_codes=(2,))
+    assert sorted({m.split(".")[0] for m in modules} & set(HEAVY_MODULES)) == []
+
+
 def test_the_detector_sees_a_heavy_import(tmp_path):
     # `zebra doctor` asks torch about GPUs, so it must show up: proof the check above can fail.
     modules = imported_modules(["doctor", "--json", "--data-dir", str(tmp_path)], ok_exit_codes=(0, 1))

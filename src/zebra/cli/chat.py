@@ -19,6 +19,7 @@ from zebra.cli._options import (
     TopPOpt,
     YesOpt,
     examples,
+    existing_path,
     tokenizer_option,
 )
 from zebra.cli._output import out
@@ -36,7 +37,8 @@ def chat_command(
     model: Annotated[
         str | None,
         typer.Argument(
-            help="Export, FLA or run directory (default: the one here; asked on a terminal when there are several)."
+            help="Export, FLA or run directory (default: the one here; asked on a terminal when there are several).",
+            callback=existing_path,
         ),
     ] = None,
     temperature: TemperatureOpt = 0.7,

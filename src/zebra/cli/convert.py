@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from zebra.cli._options import DeviceOpt, ForceOpt, JsonOpt, YesOpt, examples, tokenizer_option
+from zebra.cli._options import (
+    DeviceOpt,
+    ForceOpt,
+    JsonOpt,
+    YesOpt,
+    examples,
+    existing_path,
+    tokenizer_option,
+)
 from zebra.cli._output import out
 from zebra.cli._prompt import choose_found, confirm
 from zebra.errors import ZebraError
@@ -33,6 +41,7 @@ def convert(
             help="Zebra run / checkpoint / export, FLA directory, or Primus-Megatron checkpoint (default: the run "
             "under runs/ with the newest checkpoint; a pick on a terminal when there are several).",
             show_default=False,
+            callback=existing_path,
         ),
     ] = None,
     to: Annotated[
@@ -109,10 +118,19 @@ def _newest_run(yes: bool) -> Path:
 
 def verify(
     directory: Annotated[
-        Path, typer.Argument(help="The converted checkpoint (Zebra export or FLA directory).")
+        Path,
+        typer.Argument(
+            help="The converted checkpoint (Zebra export or FLA directory).", callback=existing_path
+        ),
     ],
     against: Annotated[
-        Path | None, typer.Option("--against", "-a", help="The source it was converted from (any format).")
+        Path | None,
+        typer.Option(
+            "--against",
+            "-a",
+            help="The source it was converted from (any format).",
+            callback=existing_path,
+        ),
     ] = None,
     prompts: Annotated[
         list[str] | None, typer.Option("--prompt", "--prompts", "-p", help="Prompt text (repeatable).")

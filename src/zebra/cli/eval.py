@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from zebra.cli._options import DeviceOpt, JsonOpt, examples, tokenizer_option
+from zebra.cli._options import DeviceOpt, JsonOpt, examples, existing_path, tokenizer_option
 from zebra.cli._output import out
 
 EXAMPLES = examples(
@@ -19,7 +19,12 @@ EXAMPLES = examples(
 
 
 def eval_command(
-    model: Annotated[str, typer.Argument(help="Export directory, FLA directory or training run directory.")],
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="Export directory, FLA directory or training run directory.", callback=existing_path
+        ),
+    ],
     tasks: Annotated[
         str,
         typer.Option(

@@ -17,6 +17,7 @@ from zebra.cli._options import (
     TopKOpt,
     TopPOpt,
     examples,
+    existing_path,
     tokenizer_option,
 )
 from zebra.errors import ZebraError
@@ -30,7 +31,7 @@ EXAMPLES = examples(
 
 
 def generate_command(
-    model: Annotated[str, typer.Argument(help="Export, FLA or run directory.")],
+    model: Annotated[str, typer.Argument(help="Export, FLA or run directory.", callback=existing_path)],
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="The prompt text.")] = None,
     file: Annotated[
         Path | None, typer.Option("--file", "-f", help="Read the prompt from a file (- for stdin).")
