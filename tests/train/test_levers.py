@@ -109,12 +109,15 @@ def test_float8_without_torchao_is_one_line_with_the_install():
     assert info.value.fix.startswith("pip install 'zebra-llama[fp8]'")
 
 
-def test_optimizer_graph_needs_a_gpu():
+def test_optimizer_graph_needs_a_gpu(tmp_path):
     from zebra.train.optim import build_optimizer
+    from zebra.train.run import RankLayout, resolve_run
 
-    spec = load_recipe("tiny", overrides=["train.optimizer_graph=true"]).train
+    recipe = load_recipe("tiny", overrides=["train.optimizer_graph=true"])
     with pytest.raises(ZebraError, match=r"train\.optimizer_graph needs a CUDA GPU"):
-        build_optimizer(tiny_model("tiny"), spec, torch.device("cpu"))
+        resolve_run(recipe, RankLayout("cpu", nodes=1, ranks_per_node=1), output=tmp_path)
+    with pytest.raises(ZebraError, match=r"train\.optimizer_graph needs a CUDA GPU"):
+        build_optimizer(tiny_model("tiny"), recipe.train, torch.device("cpu"))
 
 
 @pytest.mark.gpu
@@ -148,23 +151,30 @@ def test_graphed_optimizer_step_follows_the_eager_one():
         torch.testing.assert_close(weights[True][name], w, rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_forward_backward_graph_needs_one_gpu():
-    """The graphed forward/backward refuses a CPU run and a data-parallel one, naming the flag that turns it off."""
+def test_forward_backward_graph_needs_one_gpu(tmp_path):
+    """The graphed forward/backward refuses a CPU run and a data-parallel one, naming the flag that turns it off:
+    when the run is resolved (before a run folder, a launcher or a Slurm job exists), and in the step itself."""
     from zebra.train.dist import DistEnv
     from zebra.train.optim import build_optimizer
+    from zebra.train.run import RankLayout, resolve_run
     from zebra.train.step import TrainStep
-    from zebra.train.step_graph import check_graphable
 
+    recipe = load_recipe("tiny", overrides=["train.forward_backward_graph=true"])
+    for ranks, message in [
+        (RankLayout("cpu", nodes=1, ranks_per_node=1), r"needs a CUDA GPU \(this run is on cpu\)"),
+        (RankLayout("cuda", nodes=1, ranks_per_node=2), r"runs on one GPU \(DDP's and FSDP2's"),
+    ]:
+        with pytest.raises(ZebraError, match=r"train\.forward_backward_graph " + message) as info:
+            resolve_run(recipe, ranks, output=tmp_path)
+        assert info.value.fix.startswith("--set train.forward_backward_graph=false")
+    assert not any(tmp_path.iterdir())
     model = tiny_model("tiny")
-    optimizer = build_optimizer(model, load_recipe("tiny").train, torch.device("cpu"))
+    optimizer = build_optimizer(model, recipe.train, torch.device("cpu"))
     env = DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
-    with pytest.raises(ZebraError, match=r"train\.forward_backward_graph needs a CUDA GPU") as info:
+    with pytest.raises(ZebraError, match=r"train\.forward_backward_graph needs a CUDA GPU"):
         TrainStep(
             model, optimizer, None, env, autocast_bf16=False, clip_grad=1.0, forward_backward_graph=True
         )
-    assert info.value.fix == "--set train.forward_backward_graph=false"
-    with pytest.raises(ZebraError, match=r"runs on one GPU \(DDP's and FSDP2's"):
-        check_graphable(torch.device("cuda"), distributed=True)
 
 
 @pytest.mark.gpu

@@ -49,7 +49,7 @@ def test_graphed_step_matches_the_eager_step(monkeypatch):
     """Two micro-batches accumulated per step, varying loss masks (so the scale changes), one step with a
     micro-batch of another length: the same losses and weights as the eager step, and that micro-batch is not
     replayed."""
-    monkeypatch.setattr(step_module, "check_graphable", lambda device, distributed: None)
+    monkeypatch.setattr(step_module, "check_graphable", lambda device_type, distributed: None)
     monkeypatch.setattr(step_graph, "record", record_without_running)
     monkeypatch.setattr(step_graph, "warm_up", warm_up_on_cpu)
     env = DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))

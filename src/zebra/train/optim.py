@@ -42,16 +42,22 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
+def check_optimizer_graph(device_type: str) -> None:
+    """`train.optimizer_graph` replays a CUDA graph: a ZebraError on any other device."""
+    if device_type != "cuda":
+        raise ZebraError(
+            f"train.optimizer_graph needs a CUDA GPU (this run is on {device_type})",
+            fix="--set train.optimizer_graph=false",
+        )
+
+
 def build_optimizer(model: torch.nn.Module, spec: TrainSpec, device: torch.device) -> torch.optim.AdamW:
     """AdamW over `param_groups`; the fused CUDA implementation on GPUs, capturable (step counts on the GPU, no
     host reads) when `train.optimizer_graph` replays it from a CUDA graph (`GraphedOptimizerStep`)."""
     import torch
 
-    if spec.optimizer_graph and device.type != "cuda":
-        raise ZebraError(
-            f"train.optimizer_graph needs a CUDA GPU (this run is on {device.type})",
-            fix="--set train.optimizer_graph=false",
-        )
+    if spec.optimizer_graph:
+        check_optimizer_graph(device.type)
     return torch.optim.AdamW(
         param_groups(model, spec.weight_decay),
         lr=spec.lr,

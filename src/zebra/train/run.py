@@ -25,6 +25,8 @@ from zebra.errors import ZebraError
 from zebra.locks import FolderLock
 from zebra.recipes import Recipe, dump_recipe
 from zebra.train.data import batch_plan
+from zebra.train.optim import check_optimizer_graph
+from zebra.train.step_graph import check_graphable
 
 RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "loss.png", "export", "tensorboard", "data_cache")
 
@@ -226,6 +228,10 @@ def resolve_run(
     micro, accumulation = batch_plan(t.global_batch_size, t.micro_batch_size, ranks.world_size)
     if resume not in ("auto", "never") and not Path(resume).exists():
         raise ZebraError(f"--resume {resume}: no such checkpoint", fix="pass auto, never or an existing path")
+    if t.optimizer_graph:
+        check_optimizer_graph(ranks.device)
+    if t.forward_backward_graph:
+        check_graphable(ranks.device, distributed=ranks.world_size > 1)
     run_dir = Path(output) / run_name(run, recipe)
     resolve_data(recipe)
     resolve_distill(recipe)

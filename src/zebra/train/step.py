@@ -178,7 +178,7 @@ class TrainStep:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.forward_backward = self._eager_forward_backward
         if forward_backward_graph:
-            check_graphable(env.device, env.distributed)
+            check_graphable(env.device.type, env.distributed)
             self.forward_backward = GraphedForwardBackward(self._eager_forward_backward, self.params)
         self.autocast_cache = not forward_backward_graph  # a graph casts the weights itself, every replay
         # a fused AdamW (torch's, on GPUs) reads `found_inf` and skips its own update: the step needs no host read

@@ -32,11 +32,11 @@ WARMUP_PASSES = 2  # eager passes before capture: Triton compiles and autotunes,
 FIX = "--set train.forward_backward_graph=false"
 
 
-def check_graphable(device: torch.device, distributed: bool) -> None:
+def check_graphable(device_type: str, distributed: bool) -> None:
     """A ZebraError unless the step runs on one CUDA (or ROCm) GPU: the graph has no data-parallel hooks."""
-    if device.type != "cuda":
+    if device_type != "cuda":
         raise ZebraError(
-            f"train.forward_backward_graph needs a CUDA GPU (this run is on {device.type})", fix=FIX
+            f"train.forward_backward_graph needs a CUDA GPU (this run is on {device_type})", fix=FIX
         )
     if distributed:
         raise ZebraError(
