@@ -14,7 +14,6 @@ each layer holds.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from zebra.convert.tensor_sources import (
 )
 from zebra.data.tokenizers import has_tokenizer_files
 from zebra.errors import ZebraError
+from zebra.hf_config import config_model_type
 from zebra.models import ZebraConfig
 from zebra.recipes import load_recipe
 
@@ -68,16 +68,6 @@ class Format:
     describe: str
 
 
-def _model_type(path: Path) -> str | None:
-    cfg = path / "config.json"
-    if not cfg.is_file():
-        return None
-    try:
-        return json.loads(cfg.read_text()).get("model_type")
-    except (json.JSONDecodeError, AttributeError):
-        raise ZebraError(f"{cfg}: not valid JSON", fix="re-export or re-download the model") from None
-
-
 def _weights(path: Path) -> TensorSource:
     if (path / "model.safetensors").is_file() or (path / "model.safetensors.index.json").is_file():
         return SafetensorsSource(path)
@@ -92,7 +82,7 @@ def _weights(path: Path) -> TensorSource:
 
 
 def _is_export(path: Path) -> bool:
-    return path.is_dir() and _model_type(path) == "zebra"
+    return path.is_dir() and config_model_type(path) == "zebra"
 
 
 def _open_export(path: Path) -> Checkpoint:
@@ -106,7 +96,7 @@ def _open_export(path: Path) -> Checkpoint:
 
 
 def _is_fla(path: Path) -> bool:
-    return path.is_dir() and _model_type(path) in FLA_FAMILIES
+    return path.is_dir() and config_model_type(path) in FLA_FAMILIES
 
 
 def _open_fla(path: Path) -> Checkpoint:
@@ -199,7 +189,7 @@ def detect_format(path: str | Path) -> str:
     for name, fmt in FORMATS.items():
         if fmt.probe(path):
             return name
-    model_type = _model_type(path) if path.is_dir() else None
+    model_type = config_model_type(path) if path.is_dir() else None
     if model_type is not None:
         raise ZebraError(
             f"{path}: config.json has model_type {model_type!r}, not a model zebra converts",

@@ -8,7 +8,6 @@ patches transformers: registration is what makes the local classes win.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from zebra.data.tokenizers import has_tokenizer_files, load_tokenizer
 from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError
 from zebra.generation.engine import Engine
+from zebra.hf_config import config_model_type
 
 # FLA's whole-model types (fla.models registers these with the Auto classes on `import fla`).
 FLA_MODEL_TYPES = {"gated_deltanet", "kda", "mamba2", "gla", "delta_net", "gsa", "hgrn2", "rwkv7", "mla"}
@@ -69,26 +69,26 @@ def resolve_model_dir(model: str | Path) -> ModelDir:
             f"MODEL {model}: no config.json (not a model directory)",
             fix="pass an export directory (config.json + safetensors), an FLA directory or a run directory",
         )
-    model_type = read_model_type(config)
+    model_type = read_model_type(path)
     source = "export" if model_type == "zebra" else "fla" if model_type in FLA_MODEL_TYPES else "hf"
     return ModelDir(path=path, model_type=model_type, source=source)
 
 
-def read_model_type(config: Path) -> str:
-    try:
-        data = json.loads(config.read_text())
-    except (OSError, ValueError) as e:
-        raise ZebraError(f"{config}: unreadable JSON ({e})", fix="re-export the model") from None
-    if not isinstance(data, dict) or not data.get("model_type"):
-        raise ZebraError(f"{config}: no model_type", fix="re-export the model (zebra convert)")
-    return str(data["model_type"])
+def read_model_type(folder: Path) -> str:
+    """`folder/config.json`'s model_type, or a one-line ZebraError."""
+    model_type = config_model_type(folder)
+    if model_type is None:
+        raise ZebraError(
+            f"{folder / 'config.json'}: no model_type", fix="re-export the model (zebra convert)"
+        )
+    return model_type
 
 
 def _run_export(run: Path) -> ModelDir:
     export = run / "export"
     if not (export / "config.json").is_file():
         export_run(run, export)  # the latest checkpoint, written atomically through the converter
-    model_type = read_model_type(export / "config.json")
+    model_type = read_model_type(export)
     return ModelDir(path=export, model_type=model_type, source="run")
 
 
