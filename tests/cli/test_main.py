@@ -78,3 +78,21 @@ def test_unexpected_errors_are_one_line_with_a_debug_hint(cli, monkeypatch):
     assert "error: RuntimeError: disk on fire" in result.stderr
     assert "ZEBRA_DEBUG=1" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_a_table_written_to_a_pipe_is_not_folded_to_80_columns():
+    """Piped or logged output (no terminal, no COLUMNS) gets 160 columns: a row of `zebra recipes list` stays on
+    one line instead of its cells folding mid-word at Rich's default 80."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.cli.conftest import ENTRY
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    r = subprocess.run([sys.executable, "-c", ENTRY, "recipes", "list"], capture_output=True, text=True, env=env,
+                       stdin=subprocess.DEVNULL, timeout=120)  # fmt: skip
+    assert r.returncode == 0
+    row = next(line for line in r.stdout.splitlines() if "1b-gdn-pure" in line)
+    assert "Pure Gated DeltaNet 1.2B" in row and "meta-llama/Llama-3.2-1B" in row
+    assert 80 < max(len(line) for line in r.stdout.splitlines()) <= 160

@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-
-
-def existing_path(value: Any) -> Any:
-    """A path argument's Typer callback: a path that does not exist is a usage error at once, before the
-    command imports torch (seconds) to find out; None (not given) passes."""
-    if value is not None and not Path(value).expanduser().exists():
-        raise typer.BadParameter(f"{value}: no such file or directory")
-    return value
-
 
 YesOpt = Annotated[
     bool, typer.Option("--yes", "-y", help="Never prompt: take defaults, confirm downloads and overwrites.")

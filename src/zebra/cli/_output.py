@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -27,12 +28,20 @@ from rich.text import Text
 
 from zebra.train.view import TrainView
 
+PIPE_WIDTH = 160  # columns of stdout written to a pipe or file (a log, `| tee`, a Slurm job's output)
+
+
+def stdout_width() -> int | None:
+    """Rich's width for stdout: None (the terminal's, or COLUMNS) on a terminal or with COLUMNS set, else
+    PIPE_WIDTH: Rich's 80 columns would fold a table such as `zebra bench train`'s in the middle of its numbers."""
+    return None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
+
 
 class Output:
     """Human output on stdout, errors and hints on stderr; `json()` for scripts."""
 
     def __init__(self) -> None:
-        self.console = Console(highlight=False, soft_wrap=False)
+        self.console = Console(highlight=False, soft_wrap=False, width=stdout_width())
         self.stderr = Console(stderr=True, highlight=False)
 
     def text(self, message: str = "") -> None:

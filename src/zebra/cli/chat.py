@@ -19,7 +19,6 @@ from zebra.cli._options import (
     TopPOpt,
     YesOpt,
     examples,
-    existing_path,
     tokenizer_option,
 )
 from zebra.cli._output import out
@@ -37,8 +36,7 @@ def chat_command(
     model: Annotated[
         str | None,
         typer.Argument(
-            help="Export, FLA or run directory (default: the one here; asked on a terminal when there are several).",
-            callback=existing_path,
+            help="Export, FLA or run directory (default: the one here; asked on a terminal when there are several)."
         ),
     ] = None,
     temperature: TemperatureOpt = 0.7,
@@ -58,8 +56,9 @@ def chat_command(
 ) -> None:
     """Chat with MODEL; the history lives in the model's recurrent state, not in a re-read transcript."""
     from zebra.discover import find_models
+    from zebra.model_folder import model_path
 
-    if model is None:  # asked, or refused, before torch is imported
+    if model is None:  # asked, or refused (or a missing MODEL told), before torch is imported
         cwd = Path.cwd()
         found = [str(p.relative_to(cwd)) for p in find_models(cwd)]
         model = choose_found(
@@ -70,6 +69,7 @@ def chat_command(
             fix="pass an export, FLA or run directory: zebra chat runs/NAME (none found here or in runs/)",
         )
         out.text(f"model: {escape(model)}")
+    model_path(model)
     from zebra.chat.repl import Repl
     from zebra.chat.session import ChatSession, ChatSettings
     from zebra.generation.loading import load_engine

@@ -7,18 +7,11 @@ from typing import Annotated
 
 import typer
 
-from zebra.cli._options import (
-    DeviceOpt,
-    ForceOpt,
-    JsonOpt,
-    YesOpt,
-    examples,
-    existing_path,
-    tokenizer_option,
-)
+from zebra.cli._options import DeviceOpt, ForceOpt, JsonOpt, YesOpt, examples, tokenizer_option
 from zebra.cli._output import out
 from zebra.cli._prompt import choose_found, confirm
 from zebra.errors import ZebraError
+from zebra.model_folder import existing_path
 
 CONVERT_EXAMPLES = examples(
     "zebra convert runs/1b-gdn-pure                       # a run's latest checkpoint -> runs/1b-gdn-pure/export",
@@ -41,7 +34,6 @@ def convert(
             help="Zebra run / checkpoint / export, FLA directory, or Primus-Megatron checkpoint (default: the run "
             "under runs/ with the newest checkpoint; a pick on a terminal when there are several).",
             show_default=False,
-            callback=existing_path,
         ),
     ] = None,
     to: Annotated[
@@ -64,14 +56,15 @@ def convert(
     json_: JsonOpt = False,
 ) -> None:
     """Convert a checkpoint, streaming one tensor at a time into sharded safetensors."""
+    if src is None:
+        src = _newest_run(yes)
+    existing_path(src)  # told before the model library is imported
     from zebra.convert.formats import detect_format
     from zebra.convert.pipeline import TARGETS, check_output_apart, default_output
     from zebra.convert.pipeline import convert as run_convert
 
     if to not in TARGETS:
         raise ZebraError(f"--to {to}: unknown target", fix=f"use one of {', '.join(TARGETS)}")
-    if src is None:
-        src = _newest_run(yes)
     fmt = detect_format(src) if from_ == "auto" else from_
     target = output or default_output(src, to, fmt)
     check_output_apart(src, target, to, fmt)
@@ -118,19 +111,10 @@ def _newest_run(yes: bool) -> Path:
 
 def verify(
     directory: Annotated[
-        Path,
-        typer.Argument(
-            help="The converted checkpoint (Zebra export or FLA directory).", callback=existing_path
-        ),
+        Path, typer.Argument(help="The converted checkpoint (Zebra export or FLA directory).")
     ],
     against: Annotated[
-        Path | None,
-        typer.Option(
-            "--against",
-            "-a",
-            help="The source it was converted from (any format).",
-            callback=existing_path,
-        ),
+        Path | None, typer.Option("--against", "-a", help="The source it was converted from (any format).")
     ] = None,
     prompts: Annotated[
         list[str] | None, typer.Option("--prompt", "--prompts", "-p", help="Prompt text (repeatable).")
@@ -143,6 +127,9 @@ def verify(
     json_: JsonOpt = False,
 ) -> None:
     """Audit names and shapes, compare logits with the source, and show a greedy sample; exit 1 on failure."""
+    existing_path(directory)  # told before the model library is imported
+    if against is not None:
+        existing_path(against, what="--against")
     from zebra.convert.verifier import DEFAULT_PROMPTS
     from zebra.convert.verifier import verify as run_verify
 

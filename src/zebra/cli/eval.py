@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
-from zebra.cli._options import DeviceOpt, JsonOpt, examples, existing_path, tokenizer_option
+from zebra.cli._options import DeviceOpt, JsonOpt, examples, tokenizer_option
 from zebra.cli._output import out
+from zebra.model_folder import model_path
 
 EXAMPLES = examples(
     "zebra eval runs/tiny --tasks zebra --limit 100",
@@ -19,12 +20,7 @@ EXAMPLES = examples(
 
 
 def eval_command(
-    model: Annotated[
-        str,
-        typer.Argument(
-            help="Export directory, FLA directory or training run directory.", callback=existing_path
-        ),
-    ],
+    model: Annotated[str, typer.Argument(help="Export directory, FLA directory or training run directory.")],
     tasks: Annotated[
         str,
         typer.Option(
@@ -64,6 +60,7 @@ def eval_command(
     json_: JsonOpt = False,
 ) -> None:
     """Evaluate MODEL on lm-eval-harness tasks and print one row per task and metric."""
+    model_path(model)  # told before the model library is imported
     from zebra.eval import EvalRequest, expand_tasks, metric_rows, run_eval, write_results
 
     req = EvalRequest(

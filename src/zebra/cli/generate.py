@@ -17,10 +17,10 @@ from zebra.cli._options import (
     TopKOpt,
     TopPOpt,
     examples,
-    existing_path,
     tokenizer_option,
 )
 from zebra.errors import ZebraError
+from zebra.model_folder import model_path
 
 EXAMPLES = examples(
     "zebra generate runs/tiny --prompt 'Once upon a time' --max-new 64 --temperature 0",
@@ -31,7 +31,7 @@ EXAMPLES = examples(
 
 
 def generate_command(
-    model: Annotated[str, typer.Argument(help="Export, FLA or run directory.", callback=existing_path)],
+    model: Annotated[str, typer.Argument(help="Export, FLA or run directory.")],
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="The prompt text.")] = None,
     file: Annotated[
         Path | None, typer.Option("--file", "-f", help="Read the prompt from a file (- for stdin).")
@@ -50,7 +50,8 @@ def generate_command(
     compile_: CompileOpt = False,
 ) -> None:
     """Continue a prompt and print only the generated text (streamed), for use in scripts."""
-    text = _prompt_text(prompt, file)  # a flag error before torch is imported
+    text = _prompt_text(prompt, file)  # a flag error or a missing MODEL before torch is imported
+    model_path(model)
     from zebra.generation import SamplingParams, stream_completion
     from zebra.generation.loading import load_engine
 

@@ -33,7 +33,7 @@ from zebra.convert.tensor_sources import (
 )
 from zebra.data.tokenizers import has_tokenizer_files
 from zebra.errors import ZebraError
-from zebra.hf_config import config_model_type
+from zebra.model_folder import config_model_type, existing_path
 from zebra.models import ZebraConfig
 from zebra.recipes import load_recipe
 
@@ -183,9 +183,7 @@ FORMATS: dict[str, Format] = {
 
 def detect_format(path: str | Path) -> str:
     """The name of the format at `path` (a key of FORMATS), or a one-line ZebraError."""
-    path = Path(path)
-    if not path.exists():
-        raise ZebraError(f"{path}: no such file or directory", fix="check the path")
+    path = existing_path(path)
     for name, fmt in FORMATS.items():
         if fmt.probe(path):
             return name
@@ -208,13 +206,11 @@ def open_checkpoint(path: str | Path, fmt: str = "auto") -> Checkpoint:
         path: file or directory.
         fmt: "auto" (detect) or one of FORMATS (`hf`, `fla`, `zebra`, `megatron`).
     """
-    path = Path(path)
+    path = existing_path(path)
     if fmt == "auto":
         fmt = detect_format(path)
     elif fmt not in FORMATS:
         raise ZebraError(f"--from {fmt}: unknown format", fix=f"use auto or one of {', '.join(FORMATS)}")
-    elif not path.exists():
-        raise ZebraError(f"{path}: no such file or directory", fix="check the path")
     elif not FORMATS[fmt].probe(path):
         raise ZebraError(f"{path}: not {FORMATS[fmt].describe}", fix="check the path, or use --from auto")
     return FORMATS[fmt].open(path)

@@ -19,7 +19,7 @@ from zebra.data.tokenizers import has_tokenizer_files, load_tokenizer
 from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError
 from zebra.generation.engine import Engine
-from zebra.hf_config import config_model_type
+from zebra.model_folder import config_model_type, model_path
 
 # FLA's whole-model types (fla.models registers these with the Auto classes on `import fla`).
 FLA_MODEL_TYPES = {"gated_deltanet", "kda", "mamba2", "gla", "delta_net", "gsa", "hgrn2", "rwkv7", "mla"}
@@ -53,14 +53,7 @@ def resolve_model_dir(model: str | Path) -> ModelDir:
     Raises:
         ZebraError: MODEL does not exist or is not a model directory.
     """
-    path = Path(model).expanduser()
-    if not path.exists():
-        raise ZebraError(
-            f"MODEL {model}: no such file or directory",
-            fix="pass an export directory, an FLA directory or a training run directory",
-        )
-    if not path.is_dir():
-        raise ZebraError(f"MODEL {model}: not a directory", fix="pass the folder that holds config.json")
+    path = model_path(model)
     if (path / "config.yaml").is_file() and not (path / "config.json").is_file():
         return _run_export(path)
     config = path / "config.json"

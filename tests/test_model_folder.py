@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from zebra.errors import ZebraError
-from zebra.hf_config import config_model_type
+from zebra.model_folder import config_model_type
 
 
 @pytest.mark.parametrize(
@@ -33,3 +33,33 @@ def test_a_broken_config_is_the_same_one_line_for_convert_and_for_loading(tmp_pa
         f"{tmp_path / 'config.json'}: {message} ("
     )
     assert errors[1] == errors[0] and errors[2] == errors[0]
+
+
+def test_a_missing_model_is_the_same_one_line_for_every_command(tmp_path):
+    """The commands check MODEL / SOURCE before importing the model library, with the library's own message."""
+    from typer.testing import CliRunner
+
+    from zebra.cli.main import app
+    from zebra.generation.loading import resolve_model_dir
+
+    def cli_runner(*args):
+        return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+
+    missing = tmp_path / "nope"
+    with pytest.raises(ZebraError) as info:
+        resolve_model_dir(missing)
+    for args in (
+        ["eval", str(missing)],
+        ["chat", str(missing)],
+        ["generate", str(missing), "--prompt", "hi"],
+    ):
+        result = cli_runner(*args)
+        assert result.exit_code == 1
+        assert f"MODEL {missing}: no such file or directory" in result.stderr
+        assert info.value.fix in " ".join(result.stderr.split())
+    for args, what in (
+        (["convert", str(missing)], ""),
+        (["verify", str(tmp_path), "--against", str(missing)], "--against "),
+    ):
+        result = cli_runner(*args)
+        assert result.exit_code == 1 and f"{what}{missing}: no such file or directory" in result.stderr

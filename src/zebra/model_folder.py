@@ -1,0 +1,47 @@
+"""Where a command's checkpoint or model argument points, read without torch: the commands check it before they
+import the model library (seconds), and format detection and model loading read the folder's `config.json` one
+way."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from zebra.errors import ZebraError
+
+MODEL_FIX = "pass an export directory, an FLA directory or a training run directory"
+
+
+def existing_path(path: str | Path, *, what: str = "", fix: str = "check the path") -> Path:
+    """`path` (user's `~` expanded), or a one-line ZebraError when nothing is there; `what` names the argument in
+    the message (e.g. "MODEL")."""
+    found = Path(path).expanduser()
+    if not found.exists():
+        raise ZebraError(f"{what + ' ' if what else ''}{path}: no such file or directory", fix=fix)
+    return found
+
+
+def model_path(model: str | Path) -> Path:
+    """The directory MODEL (an export, FLA, HF or run directory) names, or a one-line ZebraError."""
+    path = existing_path(model, what="MODEL", fix=MODEL_FIX)
+    if not path.is_dir():
+        raise ZebraError(f"MODEL {model}: not a directory", fix="pass the folder that holds config.json")
+    return path
+
+
+def config_model_type(folder: Path) -> str | None:
+    """`folder/config.json`'s `model_type` (None: no config.json there, or no model_type in it); a one-line
+    ZebraError when the file is not a JSON object."""
+    config = Path(folder) / "config.json"
+    if not config.is_file():
+        return None
+    try:
+        data = json.loads(config.read_text())
+    except (OSError, ValueError) as e:
+        raise ZebraError(
+            f"{config}: not valid JSON ({e})", fix="re-export or re-download the model"
+        ) from None
+    if not isinstance(data, dict):
+        raise ZebraError(f"{config}: not a JSON object", fix="re-export or re-download the model")
+    model_type = data.get("model_type")
+    return str(model_type) if model_type else None
