@@ -15,7 +15,8 @@ it: the recipe's precision (bf16 autocast, fp32 master weights), AdamW with the 
   compilation and autotuning), and from the start of the process (zebra's row: the time to first step a user
   waits): what a warm start (the kernel cache, `zebra.caches`) shortens.
 The recipe's training levers apply to the zebra row (`train.compile` / `compile_sublayers`, `fuse_projections`,
-`optimizer_graph`, `forward_backward_graph`, `fp8`, `activation_checkpointing`: toggle them with `--set train.X=...`); the report lists them.
+`optimizer_graph`, `forward_backward_graph`, `fp8`, `activation_checkpointing`: toggle them with
+`--set train.X=...`); the report lists them.
 `--against fla` runs FLA's own GatedDeltaNetForCausalLM / KDAForCausalLM built at the recipe's shapes
 (`zebra.convert.fla.fla_config`); `--against llama` runs transformers' LlamaForCausalLM at Llama-3.2-1B's shape
 (SDPA attention, random weights; the dense baseline of the hybrids). Both with the same step code and data, in the
