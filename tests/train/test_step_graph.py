@@ -32,7 +32,9 @@ class ReplayingGraph:
 
 
 def record_without_running(fn, inputs):
-    params = fn.__self__.params  # fn: the TrainStep's eager forward + backward
+    params = [
+        p for p in fn.__self__.params if p.grad is not None
+    ]  # fn: the TrainStep's eager forward + backward
     grads = [p.grad.clone() for p in params]
     outputs = tuple(t.clone() for t in fn(*inputs))
     for p, g in zip(params, grads, strict=True):  # a capture records the additions, it does not make them
@@ -67,6 +69,9 @@ def test_graphed_step_matches_the_eager_step(monkeypatch):
         spec = load_recipe("tiny").train
         torch.manual_seed(0)
         model = tiny_model("tiny").double().train()
+        model.unused = torch.nn.Parameter(
+            torch.ones(3, 3, dtype=torch.float64)
+        )  # decayed only if it had a grad
         optimizer = build_optimizer(model, spec, env.device)
         step = TrainStep(model, optimizer, None, env, autocast_bf16=False, clip_grad=spec.clip_grad,
                          forward_backward_graph=graphed)  # fmt: skip
@@ -74,7 +79,8 @@ def test_graphed_step_matches_the_eager_step(monkeypatch):
         weights[graphed] = {n: p.detach().clone() for n, p in model.named_parameters()}
         if graphed:
             assert step.forward_backward.graph.replays == 6  # 3 steps x 2 micro-batches; the short one eager
-            assert all(p.grad is not None and not p.grad.any() for p in step.params)  # zeroed in place
+            assert all(p.grad is not None and not p.grad.any() for p in step.params if p is not model.unused)
+            assert model.unused.grad is None
     assert losses[True] == pytest.approx(losses[False], rel=1e-10)
     for name, w in weights[False].items():
         torch.testing.assert_close(weights[True][name], w, rtol=1e-9, atol=1e-12, msg=name)

@@ -10,8 +10,9 @@ What a graph needs, and how the step provides it:
   runs eagerly (same gradients, no replay);
 - no host reads inside: zebra's forward, its chunked loss and FLA's kernels make none without `cu_seqlens`;
 - kernels compiled and autotuned before capture: two eager warm-up passes on a side stream first;
-- gradients at fixed addresses: they are created (zero) before capture, the graph adds into them, and the step
-  zeroes them in place (`zero_grad(set_to_none=False)`), so gradient accumulation works as in eager mode;
+- gradients at fixed addresses: the warm-up's backward creates them, the graph adds into them, and the step
+  zeroes them in place (`zero_grad(set_to_none=False)`), so gradient accumulation works as in eager mode (and a
+  parameter the loss does not reach keeps no gradient: AdamW leaves it alone, as in eager mode);
 - autocast's weight-cast cache off (each cast is a kernel of the graph).
 """
 
@@ -81,16 +82,16 @@ class GraphedForwardBackward:
 
     def _capture(self, batch: tuple[torch.Tensor, ...]) -> None:
         """Warm up, then record one forward + backward on static copies of `batch` (the first micro-batch of a
-        step: the gradients are zero before it)."""
+        step: no gradient is held before it)."""
         import torch
 
         self.inputs = (*(t.clone() for t in batch), torch.zeros((), device=batch[0].device))
-        for p in self.params:  # the graph adds into gradients that exist before it
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
+        # the warm-up's backward creates the gradients the graph then adds into (a parameter the loss does not
+        # reach keeps none, so AdamW skips it as in eager mode); it ran at scale 0, but 0 x inf is NaN: zero them
         warm_up(self.forward_backward, self.inputs)
-        for p in self.params:  # the warm-up passes ran at scale 0, but 0 x inf is NaN
-            p.grad.zero_()
+        for p in self.params:
+            if p.grad is not None:
+                p.grad.zero_()
         try:
             self.graph, self.outputs = record(self.forward_backward, self.inputs)
         except RuntimeError as error:
