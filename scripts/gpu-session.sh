@@ -236,8 +236,8 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
       perf 300 train 1b-mamba-mla vs-llama mamba-ssm graph-vs-llama graph-mamba-ssm
       perf 400 train 1b-kda-mla vs-llama-2k graph-vs-llama-2k;;
     graph)  # the graphed forward/backward: eager vs graphed steps on the GPU, then its throughput against eager's
-      timeout 200 python3 -m pytest -m gpu -p no:cacheprovider -v -rA --timeout 180 tests/train/test_levers.py -k graph \
-        > "$OUT/pytest_graph.log" 2>&1
+      timeout 240 python3 -m pytest -m gpu -p no:cacheprovider -v -rA --timeout 200 tests/train/test_levers.py -k graph \
+        tests/train/test_gpu.py::test_the_graphed_forward_backward_trains_like_the_eager_step > "$OUT/pytest_graph.log" 2>&1
       note "graph tests: $(grep -E 'passed|failed|error' "$OUT/pytest_graph.log" | tail -1)"
       perf 330 train 1b-gdn-pure base-b8 graph-b8 base-b16 graph-b16;;
     tests-perf)  # the GPU tests of issue 18 items 3-4: mamba-ssm vs float64, its model path, the levers

@@ -119,10 +119,12 @@ def warm_up(fn: ForwardBackward, inputs: tuple[torch.Tensor, ...]) -> None:
 
 
 def record(fn: ForwardBackward, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.cuda.CUDAGraph, tuple]:
-    """`fn(*inputs)` captured in a CUDA graph: (the graph, its static outputs)."""
+    """`fn(*inputs)` captured in a CUDA graph: (the graph, its static outputs). Other threads may call CUDA
+    meanwhile (`thread_local`): the data loader's pin-memory thread allocates pinned buffers, which a `global`
+    capture would forbid it."""
     import torch
 
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
         outputs = fn(*inputs)
     return graph, outputs
