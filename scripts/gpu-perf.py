@@ -45,6 +45,13 @@ VARIANTS: dict[str, tuple[int, str | None, list[str]]] = {
     "graph-vs-llama": (8, "llama", ["train.forward_backward_graph=true"]),
     "graph-vs-llama-2k": (8, "llama", ["data.seq_len=2048", "train.forward_backward_graph=true"]),
     "graph-mamba-ssm": (8, None, ["model.kernel_backend=mamba_ssm", "train.forward_backward_graph=true"]),
+    # the graph with fused projections (MLA's q/kv down projections, GDN/KDA's input projections) on top
+    "graph-fuse-vs-llama": (8, "llama", ["train.forward_backward_graph=true", "train.fuse_projections=true"]),
+    "graph-fuse-vs-llama-2k": (
+        8,
+        "llama",
+        ["data.seq_len=2048", "train.forward_backward_graph=true", "train.fuse_projections=true"],
+    ),
     "ac-b16": (16, None, ["train.activation_checkpointing=true"]),
     "mamba-ssm": (8, None, ["model.kernel_backend=mamba_ssm"]),
     "compile-mlp": (8, None, ["train.compile=true", "train.compile_sublayers=-"]),

@@ -233,8 +233,8 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
       perf 90 kernels 1b-gdn-pure  # the pre-norm and SwiGLU kernels alone, ours against FLA's (seconds)
       perf 540 train 1b-gdn-pure ${LEVERS:-base-b8 base-b16 fuse optgraph ac-b16 compile-mlp fp8};;
     hybrids)  # 1b-mamba-mla (also on mamba-ssm's scan) and 1b-kda-mla vs Llama-3.2-1B's shape (HF SDPA)
-      perf 300 train 1b-mamba-mla vs-llama mamba-ssm graph-vs-llama graph-mamba-ssm
-      perf 400 train 1b-kda-mla vs-llama-2k graph-vs-llama-2k;;
+      perf 300 train 1b-mamba-mla vs-llama graph-vs-llama mamba-ssm graph-mamba-ssm graph-fuse-vs-llama
+      perf 400 train 1b-kda-mla vs-llama-2k graph-vs-llama-2k graph-fuse-vs-llama-2k;;
     graph)  # the graphed forward/backward: eager vs graphed steps on the GPU, then its throughput against eager's
       timeout 240 python3 -m pytest -m gpu -p no:cacheprovider -v -rA --timeout 200 tests/train/test_levers.py -k graph \
         tests/train/test_gpu.py::test_the_graphed_forward_backward_trains_like_the_eager_step > "$OUT/pytest_graph.log" 2>&1
