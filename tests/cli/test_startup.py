@@ -36,12 +36,15 @@ def test_every_command_help_is_light(path):
         ["convert", "{missing}"],
         ["verify", "{missing}"],
         ["verify", "{here}", "--against", "{missing}"],
+        ["train", "no-such-recipe"],
+        ["train", "tiny", "--set", "train.no_such_key=1"],
+        ["train", "tiny", "--set", "train.forward_backward_graph=true", "--nproc", "1"],
     ],
     ids=lambda args: " ".join(a for a in args if not a.startswith("{")),
 )
-def test_a_missing_path_is_told_before_any_heavy_import(args, tmp_path):
-    """A mistyped MODEL / SOURCE / --against is told (exit 1) before any heavy import: the commands would
-    otherwise import torch and transformers (seconds) before finding out."""
+def test_a_bad_argument_is_told_before_any_heavy_import(args, tmp_path):
+    """A mistyped MODEL / SOURCE / --against, recipe or --set key, or a lever this machine cannot run, is told
+    (exit 1) before torch and transformers are imported (seconds): the commands check their arguments first."""
     argv = [a.format(missing=tmp_path / "nope", here=tmp_path) for a in args]
     modules = imported_modules(argv, ok_exit_codes=(1,))
     assert sorted({m.split(".")[0] for m in modules} & set(HEAVY_MODULES)) == []

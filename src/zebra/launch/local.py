@@ -11,7 +11,6 @@ from pathlib import Path
 from zebra.errors import ZebraError
 from zebra.launch.commands import cpu_threads_per_rank, rank_command, require_rendezvous, run_id
 from zebra.train.run import TrainRun
-from zebra.train.trainer import train_rank
 from zebra.train.view import TrainView
 
 SHUTDOWN_TIMEOUT_S = 600  # how long ranks get to save a checkpoint after a stop signal before SIGKILL
@@ -27,6 +26,8 @@ def run_local(run: TrainRun, view: TrainView | None = None) -> str | None:
     """
     ranks = run.ranks
     if ranks.world_size == 1:
+        from zebra.train.trainer import train_rank  # torch and the model library: imported once the run starts
+
         return train_rank(run.run_dir, resume=run.resume, device=ranks.device, view=view).stopped_by
     return launch_local(
         run.run_dir,
