@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from zebra.errors import ZebraError
 
@@ -27,6 +28,22 @@ def model_path(model: str | Path) -> Path:
     if not path.is_dir():
         raise ZebraError(f"MODEL {model}: not a directory", fix="pass the folder that holds config.json")
     return path
+
+
+def model_dir_or_recipe(spec: str) -> Path | Any:
+    """What a benchmark's MODEL names: a model directory (its Path), else the recipe of that name or YAML path
+    (a `Recipe`, built with random weights), else a one-line ZebraError."""
+    from zebra.recipes import load_recipe
+
+    if Path(spec).is_dir():
+        return Path(spec)
+    try:
+        return load_recipe(spec)
+    except ZebraError as e:
+        raise ZebraError(
+            f"MODEL {spec}: not a model directory, and not a recipe ({e.message})",
+            fix="pass an export / FLA / run directory or a recipe name (zebra recipes list)",
+        ) from None
 
 
 def config_model_type(folder: Path) -> str | None:

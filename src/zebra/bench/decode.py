@@ -39,8 +39,8 @@ from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError
 from zebra.generation import Engine
 from zebra.generation.loading import load_model
+from zebra.model_folder import model_dir_or_recipe
 from zebra.models import ZebraForCausalLM
-from zebra.recipes import load_recipe
 
 
 @dataclass(kw_only=True)
@@ -218,16 +218,11 @@ def fla_twin(model: torch.nn.Module) -> tuple[Any, str]:
 
 def build_model(spec: str, *, device: str, dtype: str, seed: int = 0) -> torch.nn.Module:
     """A model directory (export / FLA / run) loaded, or a recipe name/YAML built with random weights."""
-    if Path(spec).is_dir():
-        model, _ = load_model(spec, device=device, dtype=dtype, with_tokenizer=False)
+    found = model_dir_or_recipe(spec)
+    if isinstance(found, Path):
+        model, _ = load_model(found, device=device, dtype=dtype, with_tokenizer=False)
         return model
-    try:
-        recipe = load_recipe(spec)
-    except ZebraError as e:
-        raise ZebraError(
-            f"MODEL {spec}: not a model directory, and not a recipe ({e.message})",
-            fix="pass an export / FLA / run directory or a recipe name (zebra recipes list)",
-        ) from None
+    recipe = found
     torch.manual_seed(seed)
     with torch.device(device):
         model = ZebraForCausalLM(recipe.model.to_config())

@@ -80,6 +80,9 @@ def decode(
     json_: JsonOpt = False,
 ) -> None:
     """Prefill and decode speed of the generation engine next to HF generate, and the memory roofline."""
+    from zebra.model_folder import model_dir_or_recipe
+
+    model_dir_or_recipe(model)  # a mistyped MODEL told before torch is imported
     from zebra.bench.decode import DecodeBenchConfig, run_decode_bench
 
     try:
@@ -281,6 +284,9 @@ def train_(
     json_: JsonOpt = False,
 ) -> None:
     """Training tokens/s, MFU and peak memory of a recipe with the trainer's step (and FLA's model with --against fla)."""
+    from zebra.recipes import load_recipe
+
+    load_recipe(recipe, overrides=set_ or [])  # a mistyped recipe or --set told before torch is imported
     from zebra.bench.train import TrainBenchConfig, run_train_bench
 
     cfg = TrainBenchConfig(

@@ -26,7 +26,9 @@ def run_local(run: TrainRun, view: TrainView | None = None) -> str | None:
     """
     ranks = run.ranks
     if ranks.world_size == 1:
-        from zebra.train.trainer import train_rank  # torch and the model library: imported once the run starts
+        from zebra.train.trainer import (
+            train_rank,  # torch and the model library: imported once the run starts
+        )
 
         return train_rank(run.run_dir, resume=run.resume, device=ranks.device, view=view).stopped_by
     return launch_local(
