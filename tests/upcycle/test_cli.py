@@ -68,3 +68,18 @@ def test_an_existing_output_needs_force(tmp_path, teacher):
 def test_a_missing_teacher_is_one_line(tmp_path):
     result = zebra("upcycle", tmp_path / "nothing.gguf", "--output", tmp_path / "student")
     assert_one_line_error(result, "nothing.gguf: no such file")
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [("notes.txt", b"hi\n"), ("weights.pt", bytes(range(256)) * 20)],
+    ids=["text", "bytes"],
+)
+def test_a_teacher_file_that_is_no_checkpoint_is_one_line(tmp_path, name, content):
+    """Any file that is neither a .gguf nor a torch checkpoint: whatever torch.load raises on those bytes (a
+    ValueError; for "hi", a KeyError: its legacy unpickler reads "h" as a memo lookup of index "i") becomes a
+    one-line error naming the file, and nothing is written."""
+    (tmp_path / name).write_bytes(content)
+    result = zebra("upcycle", tmp_path / name, "--output", tmp_path / "student")
+    assert_one_line_error(result, f"{name}: unreadable torch checkpoint")
+    assert not (tmp_path / "student").exists()

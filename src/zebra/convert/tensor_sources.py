@@ -251,6 +251,11 @@ class _Inert:
         return f"<{self.qualname}>"
 
 
+# what torch.load raises on a file that is not a torch checkpoint (text, random bytes, a truncated legacy pickle):
+# its weights-only unpickler reads whatever opcodes and memo indices the bytes spell
+NOT_A_CHECKPOINT = (EOFError, OSError, ValueError, KeyError, IndexError, TypeError, AttributeError)
+
+
 def torch_load(path: Path, *, mmap: bool = True) -> Any:
     """`torch.load` with `weights_only=True` (tensors memory-mapped), never `weights_only=False`.
 
@@ -270,14 +275,14 @@ def torch_load(path: Path, *, mmap: bool = True) -> Any:
         if mmap and "mmap" in str(e):  # legacy (non-zip) serialization cannot be memory-mapped
             return torch_load(path, mmap=False)
         raise _unreadable(path, e) from None
-    except (EOFError, OSError, ValueError) as e:
+    except NOT_A_CHECKPOINT as e:
         raise _unreadable(path, e) from None
     try:
         unknown = [n for n in ser.get_unsafe_globals_in_checkpoint(path) if n != "argparse.Namespace"]
         stand_ins = [(type("Inert", (_Inert,), {"qualname": n}), n) for n in unknown]
         with ser.safe_globals([argparse.Namespace, *stand_ins]):
             return torch.load(path, map_location="cpu", mmap=mmap, weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as e:
+    except (pickle.UnpicklingError, RuntimeError, *NOT_A_CHECKPOINT) as e:
         raise _unreadable(path, e) from None
 
 
@@ -289,7 +294,11 @@ def _unreadable(path: Path, error: Exception) -> ZebraError:
             f"{path}: refusing to unpickle {blocked.group(1)} (it could run code on this machine)",
             fix="only load checkpoints from sources you trust; re-save the weights without that object",
         )
-    first = text.strip().splitlines()[0][:160] if text.strip() else type(error).__name__
+    first = (
+        f"{type(error).__name__}: {text.strip().splitlines()[0][:160]}"
+        if text.strip()
+        else type(error).__name__
+    )
     return ZebraError(
         f"{path}: unreadable torch checkpoint ({first})",
         fix="the file is truncated or corrupt; copy it again or use another checkpoint",
