@@ -63,3 +63,39 @@ def test_a_missing_model_is_the_same_one_line_for_every_command(tmp_path):
     ):
         result = cli_runner(*args)
         assert result.exit_code == 1 and f"{what}{missing}: no such file or directory" in result.stderr
+
+
+def test_a_corrupt_weights_file_is_one_line_for_the_loading_commands(tmp_path):
+    """An export whose model.safetensors is not one (safetensors raises its own SafetensorError): generate and
+    bench decode name the folder and the reason instead of reporting a bug."""
+    from typer.testing import CliRunner
+
+    from zebra.cli.main import app
+
+    (tmp_path / "config.json").write_text('{"model_type": "zebra"}')
+    (tmp_path / "model.safetensors").write_bytes(b"junk")
+    for args in (
+        ["generate", str(tmp_path), "--prompt", "hi", "--tokenizer", "byte", "--device", "cpu"],
+        ["bench", "decode", str(tmp_path), "--device", "cpu"],
+    ):
+        result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+        assert result.exit_code == 1, result.output
+        assert f"MODEL {tmp_path}: cannot load (" in result.stderr and "bug" not in result.stderr
+
+
+def test_a_run_without_a_checkpoint_yet_is_told_as_such(tmp_path):
+    """A run folder (config.yaml) that has saved no checkpoint: chat and convert say so, instead of calling it
+    no training run (with a hint naming convert's --from)."""
+    from typer.testing import CliRunner
+
+    from zebra.cli.main import app
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("extends: tiny\n")
+    for args in (["chat", str(run), "--yes"], ["convert", str(run)]):
+        result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+        assert result.exit_code == 1, result.output
+        assert (
+            f"{run}: a training run with no checkpoint yet" in result.stderr and "--from" not in result.stderr
+        )

@@ -137,6 +137,15 @@ def _is_zebra_run(path: Path) -> bool:
     return path.is_dir() and not (path / "common.pt").is_file() and _step_dir(path) is not None
 
 
+def _check_run_has_a_checkpoint(path: Path) -> None:
+    """A ZebraError for a training run folder that has saved no checkpoint yet (else what it is is unclear)."""
+    if path.is_dir() and (path / "config.yaml").is_file() and _step_dir(path) is None:
+        raise ZebraError(
+            f"{path}: a training run with no checkpoint yet",
+            fix="use it once it has saved one (every train.save_interval steps, and at the end of the run)",
+        )
+
+
 def _open_zebra_run(path: Path) -> Checkpoint:
     step = _step_dir(path)
     assert step is not None
@@ -187,6 +196,7 @@ def detect_format(path: str | Path) -> str:
     for name, fmt in FORMATS.items():
         if fmt.probe(path):
             return name
+    _check_run_has_a_checkpoint(path)
     model_type = config_model_type(path) if path.is_dir() else None
     if model_type is not None:
         raise ZebraError(
@@ -212,6 +222,7 @@ def open_checkpoint(path: str | Path, fmt: str = "auto") -> Checkpoint:
     elif fmt not in FORMATS:
         raise ZebraError(f"--from {fmt}: unknown format", fix=f"use auto or one of {', '.join(FORMATS)}")
     elif not FORMATS[fmt].probe(path):
+        _check_run_has_a_checkpoint(path)
         raise ZebraError(f"{path}: not {FORMATS[fmt].describe}", fix="check the path, or use --from auto")
     return FORMATS[fmt].open(path)
 

@@ -163,6 +163,7 @@ def _load(
     tokenizer: str | bool | None,
 ) -> tuple[Any, Any]:
     """`tokenizer`: a name to use, None for the model's own, False for none at all."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -178,7 +179,7 @@ def _load(
         kwargs["dtype"] = td
     try:
         lm = AutoModelForCausalLM.from_pretrained(str(model_dir.path), **kwargs)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, SafetensorError) as e:  # SafetensorError: a truncated or corrupt shard
         raise ZebraError(
             f"MODEL {model_dir.path}: cannot load ({str(e).splitlines()[0][:200]})",
             fix="check that the folder holds config.json and model.safetensors (re-export with zebra convert)",
