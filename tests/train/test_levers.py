@@ -247,3 +247,29 @@ def test_float8_training_step_runs_close_to_bf16(device):
         assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
         losses[fp8] = loss.item()
     assert abs(losses[True] - losses[False]) < 0.02 * losses[False]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_graphed_step_that_reads_the_gpu_from_the_host_names_the_line():
+    """A loss that calls `.item()` cannot be captured: the warm-up's last pass (sync debug mode) names the line
+    that waits, with the flag that turns the graph off."""
+    from zebra.train.dist import DistEnv
+    from zebra.train.optim import build_optimizer
+    from zebra.train.step import TrainStep, zebra_loss_sum
+
+    def loss_with_a_host_read(model, tokens, labels, loss_mask):
+        loss = zebra_loss_sum(model, tokens, labels, loss_mask)
+        return loss * 0 if loss.item() < 0 else loss  # the host waits for the forward here
+
+    env = DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cuda"))
+    model = tiny_model("tiny").float().cuda().train()
+    optimizer = build_optimizer(model, load_recipe("tiny").train, env.device)
+    step = TrainStep(model, optimizer, None, env, autocast_bf16=False, clip_grad=1.0, loss_fn=loss_with_a_host_read,
+                     forward_backward_graph=True)  # fmt: skip
+    ids = torch.randint(0, 272, (2, 65), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(
+        ZebraError, match=r"makes the host wait for the GPU at .*test_levers\.py:\d+ \(return loss"
+    ) as info:
+        step([{"tokens": ids[:, :-1], "labels": ids[:, 1:], "loss_mask": torch.ones(2, 64)}])
+    assert info.value.fix.startswith("--set train.forward_backward_graph=false")

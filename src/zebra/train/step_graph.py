@@ -8,7 +8,8 @@ loss and backward are one `graph.replay()`.
 What a graph needs, and how the step provides it:
 - fixed shapes and addresses: the micro-batch is copied into static input buffers; a micro-batch of another shape
   runs eagerly (same gradients, no replay);
-- no host reads inside: zebra's forward, its chunked loss and FLA's kernels make none without `cu_seqlens`;
+- no host reads inside: zebra's forward, its chunked loss and FLA's kernels make none without `cu_seqlens`; the
+  warm-up's last pass runs in torch's sync debug mode, so a loss or model that does is named with its line;
 - kernels compiled and autotuned before capture: two eager warm-up passes on a side stream first;
 - gradients at fixed addresses: the warm-up's backward creates them, the graph adds into them, and the step
   zeroes them in place (`zero_grad(set_to_none=False)`), so gradient accumulation works as in eager mode (and a
@@ -104,18 +105,48 @@ class GraphedForwardBackward:
 
 def warm_up(fn: ForwardBackward, inputs: tuple[torch.Tensor, ...]) -> None:
     """`WARMUP_PASSES` eager calls of `fn(*inputs)` on a side stream (as CUDA graph capture wants), then the
-    warm-up's cached memory released: the graph gets its own pool."""
+    warm-up's cached memory released: the graph gets its own pool. The last pass runs with torch's sync debug
+    mode set to error: an operation that makes the host wait for the GPU (`.item()`, a boolean mask, a copy from
+    pageable memory), which a graph cannot hold, is named with its line before capture fails on it."""
     import torch
 
     device = inputs[0].device
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
-        for _ in range(WARMUP_PASSES):
-            fn(*inputs)
+        for i in range(WARMUP_PASSES):
+            if i < WARMUP_PASSES - 1:  # the first pass compiles and autotunes (which synchronizes)
+                fn(*inputs)
+                continue
+            before = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                fn(*inputs)
+            except RuntimeError as error:
+                if "synchronizing" not in str(error):
+                    raise
+                raise ZebraError(
+                    "train.forward_backward_graph: the step makes the host wait for the GPU at "
+                    f"{_caller(error)}, which a CUDA graph cannot hold",
+                    fix=FIX
+                    + ", or remove the host read (.item(), .tolist(), boolean indexing) from the forward",
+                ) from None
+            finally:
+                torch.cuda.set_sync_debug_mode(before)
     torch.cuda.current_stream(device).wait_stream(side)
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
+
+
+def _caller(error: BaseException) -> str:
+    """`file:line (code)` of the innermost frame of `error`'s traceback outside torch: the line that asked."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if "/torch/" not in f.filename]
+    if not frames:
+        return "an unknown line"
+    frame = frames[-1]
+    return f"{frame.filename}:{frame.lineno} ({(frame.line or '').strip()})"
 
 
 def record(fn: ForwardBackward, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.cuda.CUDAGraph, tuple]:
