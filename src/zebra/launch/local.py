@@ -26,9 +26,8 @@ def run_local(run: TrainRun, view: TrainView | None = None) -> str | None:
     """
     ranks = run.ranks
     if ranks.world_size == 1:
-        from zebra.train.trainer import (
-            train_rank,  # torch and the model library: imported once the run starts
-        )
+        # torch and the model library: imported when a one-rank run starts, not when zebra.launch loads
+        from zebra.train.trainer import train_rank
 
         return train_rank(run.run_dir, resume=run.resume, device=ranks.device, view=view).stopped_by
     return launch_local(
