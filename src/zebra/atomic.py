@@ -11,6 +11,19 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from zebra.errors import ZebraError
+
+OUTPUT_FIX = "move that file away, or choose another --output"
+
+
+def make_folder(folder: Path, *, fix: str = OUTPUT_FIX) -> None:
+    """`folder` and its parents created, or a one-line ZebraError naming the file in the way (`fix`: what to do)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), folder)
+        raise ZebraError(f"{folder}: cannot be a folder, {blocker} is a file", fix=fix) from None
+
 
 def fsync_dir(path: str | Path) -> None:
     """Flush a folder's entries (the names created, renamed or removed in it) to the disk."""

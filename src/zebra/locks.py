@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from zebra.atomic import make_folder
 from zebra.errors import ZebraError
 
 LOCK_NAME = ".lock"
@@ -70,7 +71,7 @@ class FolderLock:
         """Take the lock, or raise a ZebraError naming its holder (a requeued job waits for its own attempt)."""
         if self._file is not None:
             return self
-        self.folder.mkdir(parents=True, exist_ok=True)
+        make_folder(self.folder)
         file = open(self.path, "a+")  # noqa: SIM115 (held open for as long as the lock is)
         deadline = time.monotonic() + REQUEUE_WAIT_S
         while True:

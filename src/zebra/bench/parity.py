@@ -209,13 +209,13 @@ def write_parity(report: ParityReport, output: Path) -> dict[str, Path]:
     Returns:
         {"json": ..., "png": ...}
     """
-    from zebra.atomic import write_atomic
+    from zebra.atomic import make_folder, write_atomic
     from zebra.train.plot import plot_runs
 
     runs = []
     for name, losses in (("zebra", report.zebra_loss), ("fla", report.fla_loss)):
         run = output / name
-        run.mkdir(parents=True, exist_ok=True)
+        make_folder(run)
         lines = (json.dumps({"step": i + 1, "loss": loss}) for i, loss in enumerate(losses))
         write_atomic(run / "metrics.jsonl", "\n".join(lines) + "\n")
         runs.append(run)

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from zebra.atomic import make_folder
 from zebra.cli._options import ForceOpt, JsonOpt, SetOpt, YesOpt, examples
 from zebra.cli._output import out
 from zebra.cli._prompt import choose
@@ -181,7 +182,7 @@ def cp(
     target = Path(dest) / src.name if is_folder else Path(dest)
     if target.exists() and not force:
         raise ZebraError(f"{target}: already exists", fix="pass --force to overwrite")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(target.parent, fix="move that file away, or choose another DEST")
     tmp = target.with_name(target.name + ".tmp")  # `extends: NAME` still finds the built-in parent
     tmp.write_text(src.read_text())
     shutil.copymode(src, tmp)

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from zebra.atomic import fsync_dir, fsync_tree
+from zebra.atomic import fsync_dir, fsync_tree, make_folder
 from zebra.data.tokenizers import load_tokenizer
 from zebra.errors import ZebraError
 
@@ -198,7 +198,7 @@ def output_dir(path: Path, *, force: bool, flag: str = "--output") -> Iterator[P
         )
     if path.exists() and not path.is_dir():
         raise ZebraError(f"{flag} {path}: exists and is not a directory", fix="choose another path")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent, fix=f"move that file away, or choose another {flag}")
     _remove_stale_temps(path)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

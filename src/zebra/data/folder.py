@@ -58,7 +58,6 @@ class ShardFolder:
         self.start = time.monotonic()
 
     def __enter__(self) -> ShardFolder:
-        self.path.mkdir(parents=True, exist_ok=True)
         self.lock = FolderLock(self.path, fix="wait for it to end, or choose another --output").acquire()
         try:
             if self.force:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from zebra.atomic import make_folder
 from zebra.errors import ZebraError
 from zebra.train.metrics import read_metrics
 
@@ -47,7 +48,7 @@ def plot_runs(run_dirs: list[Path], output: Path, *, log_y: bool = False) -> Pat
     ax.legend()
     ax.set_title(run_dirs[0].name if len(run_dirs) == 1 else "loss")
     fig.tight_layout()
-    output.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(output.parent, fix="move that file away, or choose another -o")
     tmp = output.with_name(f".{output.stem}.tmp.png")
     fig.savefig(tmp)
     plt.close(fig)
