@@ -114,25 +114,22 @@ def warm_up(fn: ForwardBackward, inputs: tuple[torch.Tensor, ...]) -> None:
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
-        for i in range(WARMUP_PASSES):
-            if i < WARMUP_PASSES - 1:  # the first pass compiles and autotunes (which synchronizes)
-                fn(*inputs)
-                continue
-            before = torch.cuda.get_sync_debug_mode()
-            torch.cuda.set_sync_debug_mode("error")
-            try:
-                fn(*inputs)
-            except RuntimeError as error:
-                if "synchronizing" not in str(error):
-                    raise
-                raise ZebraError(
-                    "train.forward_backward_graph: the step makes the host wait for the GPU at "
-                    f"{_caller(error)}, which a CUDA graph cannot hold",
-                    fix=FIX
-                    + ", or remove the host read (.item(), .tolist(), boolean indexing) from the forward",
-                ) from None
-            finally:
-                torch.cuda.set_sync_debug_mode(before)
+        for _ in range(WARMUP_PASSES - 1):  # compiling and autotuning synchronize: not checked
+            fn(*inputs)
+        before = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            fn(*inputs)
+        except RuntimeError as error:
+            if "synchronizing" not in str(error):
+                raise
+            raise ZebraError(
+                "train.forward_backward_graph: the step makes the host wait for the GPU at "
+                f"{_caller(error)}, which a CUDA graph cannot hold",
+                fix=FIX + ", or remove the host read (.item(), .tolist(), boolean indexing) from the forward",
+            ) from None
+        finally:
+            torch.cuda.set_sync_debug_mode(before)
     torch.cuda.current_stream(device).wait_stream(side)
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
