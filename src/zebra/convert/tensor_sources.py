@@ -194,11 +194,8 @@ class DCPSource(TensorSource):
             if isinstance(e, CheckpointException):  # the first rank's own exception says what went wrong
                 failure = next(iter(e.failures.values()), e)
                 e = getattr(failure, "exception", failure)
-            reason = (
-                f"{type(e).__name__}: {str(e).splitlines()[0][:160]}" if str(e).strip() else type(e).__name__
-            )
             raise ZebraError(
-                f"{self.directory}: cannot read {key} ({reason})",
+                f"{self.directory}: cannot read {key} ({_reason(e)})",
                 fix="a .distcp file is truncated or missing; use a complete checkpoint",
             ) from None
         return out[key]
@@ -286,6 +283,12 @@ def torch_load(path: Path, *, mmap: bool = True) -> Any:
         raise _unreadable(path, e) from None
 
 
+def _reason(error: BaseException) -> str:
+    """`Type: first line of the message` (160 characters at most), or the type alone for an empty message."""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0][:160]}" if text else type(error).__name__
+
+
 def _unreadable(path: Path, error: Exception) -> ZebraError:
     text = str(error)
     blocked = re.search(r"unsupported GLOBAL (\S+) whose module \S+ is blocked", text)
@@ -294,12 +297,7 @@ def _unreadable(path: Path, error: Exception) -> ZebraError:
             f"{path}: refusing to unpickle {blocked.group(1)} (it could run code on this machine)",
             fix="only load checkpoints from sources you trust; re-save the weights without that object",
         )
-    first = (
-        f"{type(error).__name__}: {text.strip().splitlines()[0][:160]}"
-        if text.strip()
-        else type(error).__name__
-    )
     return ZebraError(
-        f"{path}: unreadable torch checkpoint ({first})",
+        f"{path}: unreadable torch checkpoint ({_reason(error)})",
         fix="the file is truncated or corrupt; copy it again or use another checkpoint",
     )
