@@ -8,7 +8,7 @@ import pytest
 
 from zebra.errors import ZebraError
 from zebra.recipes import load_recipe
-from zebra.train.data import RankBatchSampler, batch_plan, build_datasets, micro_batches
+from zebra.train.data import RankBatchSampler, batch_plan, build_datasets, micro_batches, split_bounds
 from zebra.train.dist import DistEnv
 
 
@@ -109,6 +109,20 @@ def test_a_split_without_training_documents_is_a_one_line_error(tmp_path):
     recipe = load_recipe("tiny", overrides=[f"data.paths={a}", "data.split=0,1,0"])
     with pytest.raises(ZebraError, match="leaves no documents for training"):
         build_datasets(recipe, train_samples=8, valid_samples=0, cache_dir=tmp_path / "cache")
+
+
+@pytest.mark.parametrize("split", ["99,1,0", "969,30,1", "0,1,0", "100,0,0", "1,1,1", "0.7,0.2,0.1"])
+def test_split_bounds_are_megatrons_split_matrix(split):
+    from megatron.core.datasets.blended_megatron_dataset_config import (
+        convert_split_vector_to_split_matrix,
+        parse_and_normalize_split,
+    )
+
+    theirs = convert_split_vector_to_split_matrix(parse_and_normalize_split(split))
+    ours = split_bounds(split)
+    assert [b is None for b in ours] == [b is None for b in theirs]
+    flat = [x for b in ours if b for x in b]
+    assert flat == pytest.approx([x for b in theirs if b for x in b], abs=1e-12)
 
 
 @pytest.mark.timeout(120)  # megatron drew samples from an empty validation split forever

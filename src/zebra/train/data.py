@@ -142,7 +142,7 @@ def build_datasets(
         cls = MockGPTDataset if recipe.data.mock else GPTDataset
         sizes = [train_samples, max(valid_samples, 1), 1]  # a weighted blend needs a size for every split
         if blend is not None:
-            check_split_documents(recipe, blend[0], config.split_matrix, eval_on=valid_samples > 0)
+            check_split_documents(recipe, blend[0], eval_on=valid_samples > 0)
         try:
             train, valid, _ = BlendedMegatronDatasetBuilder(cls, sizes, lambda: True, config).build()
         except (AssertionError, ValueError, IndexError) as e:
@@ -150,23 +150,41 @@ def build_datasets(
                 f"megatron could not build the dataset from {recipe.data.paths}: {e or type(e).__name__}",
                 fix="check data.split and that each prefix holds enough tokens for one sequence",
             ) from None
-    if train is None or len(train) == 0:  # megatron repeats the data in epochs, but not an empty split
-        raise ZebraError(
-            f"data.split {recipe.data.split!r} leaves no documents for training",
-            fix="give the first (train) weight of data.split a share, e.g. --set data.split=99,1,0",
-        )
     if valid is not None and (valid_samples == 0 or len(valid) == 0):
         valid = None
     return train, valid
 
 
-def check_split_documents(
-    recipe: Recipe, prefixes: list[str], split_matrix: list[tuple[float, float] | None], *, eval_on: bool
-) -> None:
-    """Refuse a data.split that gives a prefix no documents in its train or validation part: megatron would
-    try to draw samples from none and loop forever (it cuts each prefix's documents at round(fraction x count))."""
+def split_bounds(split: str) -> list[tuple[float, float] | None]:
+    """`data.split` ("99,1,0") as megatron's split matrix: the [start, end) fraction of each prefix's documents that
+    training, validation and test take, None for a part with no weight (megatron then builds no dataset for it).
+
+    >>> split_bounds("3,1,0")
+    [(0.0, 0.75), (0.75, 1.0), None]
+    """
+    weights = [float(w) for w in split.split(",")]
+    total = sum(weights)
+    bounds: list[tuple[float, float] | None] = []
+    start = 0.0
+    for weight in weights:
+        end = start + weight / total
+        bounds.append((start, end) if end > start else None)
+        start = end
+    return bounds
+
+
+def check_split_documents(recipe: Recipe, prefixes: list[str], *, eval_on: bool) -> None:
+    """Refuse a data.split that gives training no documents, or a prefix no documents in its train or validation
+    part: megatron would try to draw samples from none and loop forever (it cuts each prefix's documents at
+    round(fraction x count)). Reads only the prefixes' .idx headers, so it runs before a run folder exists."""
     from zebra.data.indexed import check_prefix
 
+    split_matrix = split_bounds(recipe.data.split)
+    if split_matrix[0] is None:
+        raise ZebraError(
+            f"data.split {recipe.data.split!r} leaves no documents for training",
+            fix="give the first (train) weight of data.split a share, e.g. --set data.split=99,1,0",
+        )
     for prefix in prefixes:
         documents = check_prefix(prefix).documents - 1  # the index stores document starts plus the end
         for part, bounds in zip(("training", "validation"), split_matrix[:2], strict=True):

@@ -24,7 +24,7 @@ from zebra.data.paths import parse_data_path, prep_folder
 from zebra.errors import ZebraError
 from zebra.locks import FolderLock
 from zebra.recipes import Recipe, dump_recipe
-from zebra.train.data import batch_plan
+from zebra.train.data import batch_plan, check_split_documents
 from zebra.train.optim import check_optimizer_graph
 from zebra.train.step_graph import check_graphable
 
@@ -126,12 +126,16 @@ def resolve_data(recipe: Recipe) -> None:
 
         fla_folder(recipe.data.paths, recipe.data.seq_len, recipe.train.global_batch_size)
     _check_vocab(recipe)
-    resolved = []
     for entry in recipe.data.paths:
         _check_manifest_tokenizer(entry, recipe)
-        for prefix, weight in resolve_prefixes(entry, tokenizer=recipe.data.tokenizer):
-            resolved.append(f"{Path(prefix).resolve()}:{weight!r}")
-    recipe.data.paths = resolved
+    resolved = [
+        (str(Path(prefix).resolve()), weight)
+        for entry in recipe.data.paths
+        for prefix, weight in resolve_prefixes(entry, tokenizer=recipe.data.tokenizer)
+    ]
+    if recipe.data.order != "fla":  # before the run folder exists; FLA's order has no split
+        check_split_documents(recipe, [prefix for prefix, _ in resolved], eval_on=recipe.train.eval_interval > 0)
+    recipe.data.paths = [f"{prefix}:{weight!r}" for prefix, weight in resolved]
 
 
 def resolve_distill(recipe: Recipe) -> None:
