@@ -8,6 +8,7 @@ import typer
 
 from zebra.bench.startup import HEAVY_MODULES, heavy_imports, imported_modules
 from zebra.cli.main import app
+from zebra.launch.devices import host_gpus
 
 
 @pytest.mark.parametrize("args", [["--help"], ["--version"], ["recipes", "list"], ["recipes", "--help"]])
@@ -51,6 +52,13 @@ def test_a_bad_argument_is_told_before_any_heavy_import(args, tmp_path):
     argv = [a.format(missing=tmp_path / "nope", here=tmp_path) for a in args]
     modules = imported_modules(argv, ok_exit_codes=(1,))
     assert sorted({m.split(".")[0] for m in modules} & set(HEAVY_MODULES)) == []
+
+
+@pytest.mark.skipif(host_gpus() != (None, 0), reason="torch counts the GPUs of a machine that has a GPU driver")
+def test_a_dry_run_on_a_machine_without_gpus_imports_no_heavy_module(tmp_path):
+    """The plan needs this machine's GPU count: without a GPU driver's device files it is 0, told without torch."""
+    args = ["train", "tiny", "--mock-data", "--dry-run", "--output", str(tmp_path)]
+    assert sorted({m.split(".")[0] for m in imported_modules(args)} & set(HEAVY_MODULES)) == []
 
 
 def test_the_detector_sees_a_heavy_import(tmp_path):

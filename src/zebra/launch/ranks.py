@@ -5,6 +5,8 @@ from here). The flags `--gpus`, `--nproc`, `--nodes` and `--rdzv-endpoint` are c
 
 from __future__ import annotations
 
+import os
+
 from zebra.errors import ZebraError
 from zebra.launch.devices import host_gpus
 from zebra.recipes import LaunchSpec
@@ -49,9 +51,7 @@ def _ranks_per_node(launch: LaunchSpec, gpus: int | None, nproc: int | None) -> 
 
 def _local_gpus(gpus: int | None, wanted: int) -> tuple[str, int]:
     """(device, ranks) on this machine: the GPUs torch sees (all of them when `wanted` is 0), else one CPU."""
-    import torch
-
-    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    visible = _visible_gpus()
     if gpus is not None and visible == 0:
         raise ZebraError(f"--gpus {gpus}: no GPU is visible here", fix="train on CPU ranks with --nproc N")
     if visible == 0:
@@ -61,6 +61,16 @@ def _local_gpus(gpus: int | None, wanted: int) -> tuple[str, int]:
             f"--gpus {wanted}: only {visible} GPU(s) visible", fix=f"pass --gpus {visible} or fewer"
         )
     return "cuda", wanted or visible
+
+
+def _visible_gpus() -> int:
+    """The GPUs torch sees here. A machine without a GPU driver's device files (ROCm's /dev/kfd, NVIDIA's
+    /dev/nvidiaN, WSL's /dev/dxg) has none, which is told without importing torch (a `--dry-run` stays fast)."""
+    if host_gpus() == (None, 0) and not os.path.exists("/dev/dxg"):
+        return 0
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def _check_rendezvous(launcher: str, nodes: int, rdzv_endpoint: str | None) -> None:
