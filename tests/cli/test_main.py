@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from zebra import __version__
 
 
@@ -96,3 +98,14 @@ def test_a_table_written_to_a_pipe_is_not_folded_to_80_columns():
     row = next(line for line in r.stdout.splitlines() if "1b-gdn-pure" in line)
     assert "Pure Gated DeltaNet 1.2B" in row and "meta-llama/Llama-3.2-1B" in row
     assert 80 < max(len(line) for line in r.stdout.splitlines()) <= 160
+
+
+@pytest.mark.parametrize("kind", ["warn", "error", "hint"])
+def test_a_long_message_on_a_piped_stderr_stays_one_line(kind, capsys, monkeypatch):
+    """A log or `2> file` keeps each warning, error and hint on one line (grep finds it whole)."""
+    from zebra.cli._output import Output
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    message = " ".join(f"word{i}" for i in range(40))  # about 270 characters
+    getattr(Output(), kind)(message)
+    assert capsys.readouterr().err.splitlines()[0].endswith(message)

@@ -66,9 +66,10 @@ class Output:
     def result(self, message: str) -> None:
         self.console.print(f"[green]✓[/] {message}")
 
-    # Messages are plain text: `[rank 1]` or `[127.0.0.1]:29500` in them must not be read as Rich markup.
+    # Messages are plain text: `[rank 1]` or `[127.0.0.1]:29500` in them must not be read as Rich markup. Each is
+    # one line (soft_wrap): a log or `2> file` keeps it whole and grep finds it; a terminal wraps it itself.
     def warn(self, message: str) -> None:
-        self.stderr.print(f"[yellow]warning:[/] {escape(message)}")
+        self.stderr.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
 
     def error(self, message: str) -> None:
         self.stderr.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
