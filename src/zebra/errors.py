@@ -18,3 +18,18 @@ class ZebraError(Exception):
 
     def __str__(self) -> str:
         return f"{self.message} ({self.fix})" if self.fix else self.message
+
+
+def first_line(error: BaseException | str, limit: int = 200) -> str:
+    """The first non-blank line of a library exception's message (or of a text such as a tool's stderr), cut to
+    `limit` characters, for a one-line ZebraError; an exception with an empty message gives its type's name."""
+    line = next((s.strip() for s in str(error).splitlines() if s.strip()), "")
+    if not line and isinstance(error, BaseException):
+        return type(error).__name__
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def error_summary(error: BaseException, limit: int = 160) -> str:
+    """`Type: first line of the message`, or the type alone for an empty message."""
+    line = first_line(error, limit)
+    return line if line == type(error).__name__ else f"{type(error).__name__}: {line}"

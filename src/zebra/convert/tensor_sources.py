@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from zebra.convert.keymap import Piece
-from zebra.errors import ZebraError
+from zebra.errors import ZebraError, error_summary, first_line
 
 SAFETENSORS_DTYPES = {
     "F64": torch.float64,
@@ -112,7 +112,7 @@ class SafetensorsSource(TensorSource):
                 handle = safe_open(str(file), framework="pt")
             except Exception as e:  # safetensors raises its own SafetensorError for truncated / corrupt files
                 raise ZebraError(
-                    f"{file}: unreadable safetensors file ({str(e).splitlines()[0]})",
+                    f"{file}: unreadable safetensors file ({first_line(e)})",
                     fix="the file is truncated or corrupt; copy or download it again",
                 ) from None
             self._handles[name] = handle
@@ -195,7 +195,7 @@ class DCPSource(TensorSource):
                 failure = next(iter(e.failures.values()), e)
                 e = getattr(failure, "exception", failure)
             raise ZebraError(
-                f"{self.directory}: cannot read {key} ({_reason(e)})",
+                f"{self.directory}: cannot read {key} ({error_summary(e)})",
                 fix="a .distcp file is truncated or missing; use a complete checkpoint",
             ) from None
         return out[key]
@@ -283,12 +283,6 @@ def torch_load(path: Path, *, mmap: bool = True) -> Any:
         raise _unreadable(path, e) from None
 
 
-def _reason(error: BaseException) -> str:
-    """`Type: first line of the message` (160 characters at most), or the type alone for an empty message."""
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0][:160]}" if text else type(error).__name__
-
-
 def _unreadable(path: Path, error: Exception) -> ZebraError:
     text = str(error)
     blocked = re.search(r"unsupported GLOBAL (\S+) whose module \S+ is blocked", text)
@@ -298,6 +292,6 @@ def _unreadable(path: Path, error: Exception) -> ZebraError:
             fix="only load checkpoints from sources you trust; re-save the weights without that object",
         )
     return ZebraError(
-        f"{path}: unreadable torch checkpoint ({_reason(error)})",
+        f"{path}: unreadable torch checkpoint ({error_summary(error)})",
         fix="the file is truncated or corrupt; copy it again or use another checkpoint",
     )

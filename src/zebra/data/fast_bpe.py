@@ -36,6 +36,7 @@ from itertools import pairwise
 from typing import Any
 
 from zebra.data.tokenizers import GPT2_PATTERN, byte_level_chars
+from zebra.errors import first_line
 
 # Contexts that expose a character's regex classes: letter or number run, space (with the look-ahead),
 # punctuation run, line breaks, apostrophe contractions (case folding), repetition.
@@ -111,7 +112,7 @@ def fast_bpe_spec(tokenizer: Any) -> tuple[FastBPESpec | None, str]:
     try:  # Oniguruma syntax that fancy-regex lacks
         tiktoken.Encoding("zebra-regex", pat_str=pattern, mergeable_ranks=_BYTES, special_tokens={})
     except ValueError as e:
-        return None, f"tiktoken cannot compile its split regex ({str(e).splitlines()[0]})"
+        return None, f"tiktoken cannot compile its split regex ({first_line(e)})"
     model = config.get("model") or {}
     reason = _model_reason(model) or _added_reason(config.get("added_tokens") or [])
     reason = reason or _post_processor_reason(config.get("post_processor"))

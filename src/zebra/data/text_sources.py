@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from zebra.errors import ZebraError
+from zebra.errors import ZebraError, first_line
 
 FINEWEB_EDU = "HuggingFaceFW/fineweb-edu"
 DEFAULT_TOKENIZER = "meta-llama/Llama-3.2-1B"  # prep's default, and the guide's 1B recipes' tokenizer
@@ -473,9 +473,7 @@ def _load_hub(src: Source) -> Any:
     except (ConnectionError, OSError) as e:
         raise _hub_error(src, e) from None
     except ValueError as e:  # e.g. unknown config or split
-        raise ZebraError(
-            f"{src.name}: {str(e).splitlines()[0][:200]}", fix="check --config / --split"
-        ) from None
+        raise ZebraError(f"{src.name}: {first_line(e)}", fix="check --config / --split") from None
 
 
 def _hub_rows(src: Source) -> int | None:

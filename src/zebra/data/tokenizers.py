@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zebra.errors import ZebraError
+from zebra.errors import ZebraError, first_line
 
 if TYPE_CHECKING:
     import numpy as np
@@ -58,7 +58,7 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerFast:
         raise _load_error(name_or_path, e) from None
     except ValueError as e:  # transformers raises ValueError for directories with unusable files
         raise ZebraError(
-            f"--tokenizer {name_or_path}: cannot load a tokenizer ({str(e).splitlines()[0]})",
+            f"--tokenizer {name_or_path}: cannot load a tokenizer ({first_line(e)})",
             fix="pass a directory with tokenizer.json / tokenizer_config.json, a hub id, or 'byte'",
         ) from None
     if not isinstance(tokenizer, PreTrainedTokenizerFast):
@@ -84,7 +84,7 @@ def _load_error(name: str, error: OSError) -> ZebraError:
     text = str(error)
     if Path(name).exists() or name.startswith((".", "/", "~")):
         return ZebraError(
-            f"--tokenizer {name}: no tokenizer files there ({text.splitlines()[0][:160]})",
+            f"--tokenizer {name}: no tokenizer files there ({first_line(error, 160)})",
             fix="point --tokenizer at a directory holding tokenizer.json, or use a hub id or 'byte'",
         )
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zebra.doctor.check import Check, fail, ok, warn
+from zebra.errors import first_line
 
 MIN_ROCM = (7, 0)  # the Primus / Zebra-Llama guide's requirement
 BAD_TRITON = ("3.4", "3.7.1")  # [lo, hi): FLA's gated GDN/KDA backward is wrong on Hopper (FLA #640)
@@ -103,10 +104,10 @@ def gather_gpus() -> GpuInventory:
             arch = p.gcnArchName.split(":")[0] if backend == "rocm" else f"sm_{p.major}{p.minor}"
             devices.append(GpuDevice(p.name, int(p.total_memory), arch))
         if not available:
-            said = [str(w.message).strip().splitlines()[0] for w in caught if str(w.message).strip()]
+            said = [first_line(str(w.message)) for w in caught if str(w.message).strip()]
             problem = said[0] if said else "torch.cuda.is_available() is False"
     except RuntimeError as e:  # a driver older than the build's runtime raises here
-        problem = str(e).strip().splitlines()[0]
+        problem = first_line(e)
     return GpuInventory(backend, torch.__version__, hip or cuda, driver, tuple(devices), problem)
 
 

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 
 from zebra.doctor.check import Check, ok, warn
+from zebra.errors import first_line
 
 DOCKER_FIX = (
     "start the engine (`dockerd &` or `systemctl start docker`), or set DOCKER_HOST to a running one "
@@ -20,11 +21,6 @@ DOCKER_FIX = (
 )
 SLURM_FIX = "start munged, slurmctld and slurmd (or check SLURM_CONF), then `sinfo` must list a partition"
 USABLE_NODE_STATES = ("idle", "mix", "mixed", "alloc", "allocated", "completing", "planned")
-
-
-def _first_line(text: str, limit: int = 160) -> str:
-    line = next((s.strip() for s in str(text).splitlines() if s.strip()), "")
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def root_cause(e: BaseException) -> str:
@@ -39,7 +35,7 @@ def root_cause(e: BaseException) -> str:
                 if inner is not None:
                     return inner.strerror
         seen = seen.__cause__ or seen.__context__
-    return _first_line(e)
+    return first_line(e, 160)
 
 
 def check_docker() -> Check:
@@ -79,7 +75,7 @@ def check_slurm() -> Check:
     except OSError as e:
         return warn("slurm", f"sinfo could not run: {e}", SLURM_FIX)
     if r.returncode != 0:
-        return warn("slurm", f"sinfo failed: {_first_line(r.stderr or r.stdout)}", SLURM_FIX)
+        return warn("slurm", f"sinfo failed: {first_line(r.stderr or r.stdout, 160)}", SLURM_FIX)
     partitions, states = [], {}
     for line in r.stdout.splitlines():
         parts = line.strip().split("|")

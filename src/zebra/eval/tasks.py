@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from zebra.errors import ZebraError
+from zebra.errors import ZebraError, first_line
 
 # The Zebra-Llama guide's evaluation suite (lm-eval task names).
 ZEBRA_SUITE = (
@@ -95,26 +95,21 @@ def _load_one(name: str, manager: Any) -> list[Any]:
     except ConnectionError as e:
         raise ZebraError(
             f"--tasks {name}: its dataset is not cached and the Hugging Face Hub cannot be reached "
-            f"({_first_line(e)})",
+            f"({first_line(e)})",
             fix="run once with network access to cache it (HF_HUB_OFFLINE unset), or use local task YAMLs",
         ) from None
     except FileNotFoundError as e:
         raise ZebraError(
-            f"--tasks {name}: a data file is missing ({_first_line(e)})",
+            f"--tasks {name}: a data file is missing ({first_line(e)})",
             fix="data_files paths in a task YAML are relative to the current directory; use absolute paths"
             + (" (offline: HF_HUB_OFFLINE=1)" if _offline() else ""),
         ) from None
     except (KeyError, ValueError, TypeError) as e:
-        raise ZebraError(f"--tasks {name}: cannot build the task ({_first_line(e)})", fix=None) from None
+        raise ZebraError(f"--tasks {name}: cannot build the task ({first_line(e)})", fix=None) from None
     children = {c for kids in loaded["group_map"].values() for c in kids}
     top_groups = [g for n, g in loaded["groups"].items() if n not in children]
     top_tasks = [t for n, t in loaded["tasks"].items() if n not in children]
     return top_groups + top_tasks
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().strip('"')
-    return text.splitlines()[0][:200] if text else type(e).__name__
 
 
 def _offline() -> bool:

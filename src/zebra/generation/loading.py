@@ -17,7 +17,7 @@ from zebra.caches import use_kernel_cache
 from zebra.convert.pipeline import export_run
 from zebra.data.tokenizers import has_tokenizer_files, load_tokenizer
 from zebra.device import resolve_device, resolve_dtype
-from zebra.errors import ZebraError
+from zebra.errors import ZebraError, first_line
 from zebra.generation.engine import Engine
 from zebra.model_folder import config_model_type, model_path
 
@@ -181,7 +181,7 @@ def _load(
         lm = AutoModelForCausalLM.from_pretrained(str(model_dir.path), **kwargs)
     except (OSError, ValueError, SafetensorError) as e:  # SafetensorError: a truncated or corrupt shard
         raise ZebraError(
-            f"MODEL {model_dir.path}: cannot load ({str(e).splitlines()[0][:200]})",
+            f"MODEL {model_dir.path}: cannot load ({first_line(e)})",
             fix="check that the folder holds config.json and model.safetensors (re-export with zebra convert)",
         ) from None
     return lm.to(device).eval(), tok

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from zebra.doctor.services import DOCKER_FIX, root_cause
-from zebra.errors import ZebraError
+from zebra.errors import ZebraError, first_line
 from zebra.launch.container import ContainerSpec
 from zebra.launch.environment import resolve
 
@@ -212,7 +212,7 @@ def remove_leftover(client, name: str) -> None:
 
 
 def _explain(e) -> str:
-    return (getattr(e, "explanation", None) or str(e)).strip().splitlines()[0][:300]
+    return first_line(getattr(e, "explanation", None) or e, 300)
 
 
 @dataclass

@@ -32,7 +32,7 @@ from typing import Any
 
 from zebra.atomic import fsync_dir, fsync_tree, write_atomic
 from zebra.checkpoint_dir import committed, read_meta, step_name
-from zebra.errors import ZebraError
+from zebra.errors import ZebraError, error_summary
 from zebra.train.dist import DistEnv, all_reduce_sum, barrier
 
 
@@ -111,9 +111,7 @@ def _rank_errors(error: BaseException) -> list[BaseException]:
 
 def _reason(error: BaseException) -> str:
     """One line on why a checkpoint did not load."""
-    error = _rank_errors(error)[0]
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return f"{type(error).__name__}: {text[:160]}" if text else type(error).__name__
+    return error_summary(_rank_errors(error)[0])
 
 
 def is_corrupt(error: BaseException) -> bool:

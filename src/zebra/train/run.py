@@ -134,7 +134,9 @@ def resolve_data(recipe: Recipe) -> None:
         for prefix, weight in resolve_prefixes(entry, tokenizer=recipe.data.tokenizer)
     ]
     if recipe.data.order != "fla":  # before the run folder exists; FLA's order has no split
-        check_split_documents(recipe, [prefix for prefix, _ in resolved], eval_on=recipe.train.eval_interval > 0)
+        check_split_documents(
+            recipe, [prefix for prefix, _ in resolved], eval_on=recipe.train.eval_interval > 0
+        )
     recipe.data.paths = [f"{prefix}:{weight!r}" for prefix, weight in resolved]
 
 

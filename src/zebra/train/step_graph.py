@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from zebra.errors import ZebraError
+from zebra.errors import ZebraError, first_line
 
 if TYPE_CHECKING:
     import torch
@@ -96,9 +96,8 @@ class GraphedForwardBackward:
         try:
             self.graph, self.outputs = record(self.forward_backward, self.inputs)
         except RuntimeError as error:
-            first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise ZebraError(
-                f"train.forward_backward_graph: the step could not be captured in a CUDA graph ({first_line})",
+                f"train.forward_backward_graph: the step could not be captured in a CUDA graph ({first_line(error)})",
                 fix=FIX,
             ) from None
 

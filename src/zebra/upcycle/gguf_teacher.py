@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from zebra.convert.tensor_sources import Shapes, TensorSource
-from zebra.errors import ZebraError
+from zebra.errors import ZebraError, first_line
 from zebra.upcycle.teacher import Teacher, check_tensors, expected_shapes, shape_from_hf_config
 
 
@@ -75,7 +75,7 @@ def open_gguf(path: Path, *, with_tokenizer: bool = True) -> Teacher:
         parsed = load_gguf_checkpoint(str(path), return_tensors=False)
     except (ValueError, KeyError, OSError) as e:
         raise ZebraError(
-            f"{path}: not a GGUF model transformers can read ({str(e).splitlines()[0][:160]})",
+            f"{path}: not a GGUF model transformers can read ({first_line(e, 160)})",
             fix="use a GGUF of a Llama-family model (llama, qwen2, qwen3), or its HF folder",
         ) from None
     config = parsed["config"]
@@ -99,6 +99,6 @@ def _tokenizer(path: Path):
         return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     except (ValueError, KeyError, OSError) as e:
         raise ZebraError(
-            f"{path}: its tokenizer cannot be read ({str(e).splitlines()[0][:160]})",
+            f"{path}: its tokenizer cannot be read ({first_line(e, 160)})",
             fix="pass --tokenizer with the model's HF tokenizer (hub id or folder)",
         ) from None
