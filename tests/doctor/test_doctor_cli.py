@@ -62,11 +62,14 @@ def test_sample_sets_the_disk_need(tmp_path):
 
 
 def test_table_output_lists_checks_and_fixes(tmp_path):
-    env = {"DOCKER_HOST": f"unix://{tmp_path}/none.sock", "COLUMNS": "200"}
+    env = {"DOCKER_HOST": f"unix://{tmp_path}/none.sock", "COLUMNS": "80"}
     result = runner.invoke(app, ["doctor", "--data-dir", str(tmp_path)], env=env)
     assert "fla-triton-hopper" in result.stdout
     assert "To fix:" in result.stdout and "docker: start the engine" in result.stdout
     assert " ok, " in result.stdout and " fail" in result.stdout
+    fixes = result.stdout.split("To fix:\n")[1].splitlines()[:-1]  # then the counts line
+    assert fixes and all(line.startswith(("  ok ", "  warn ", "  fail ")) for line in fixes), fixes  # each one line
+    assert max(len(line) for line in fixes) > 80  # a command to copy is not broken at the terminal's width
 
 
 def test_hf_token_never_reaches_the_output(tmp_path):

@@ -44,8 +44,9 @@ class Output:
         self.console = Console(highlight=False, soft_wrap=False, width=stdout_width())
         self.stderr = Console(stderr=True, highlight=False)
 
-    def text(self, message: str = "") -> None:
-        self.console.print(message)
+    def text(self, message: str = "", *, wrap: bool = True) -> None:
+        """`wrap=False` for a line a user copies (a command): the terminal folds it, Rich does not break it."""
+        self.console.print(message, soft_wrap=not wrap)
 
     def table(
         self,
