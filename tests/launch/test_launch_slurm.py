@@ -204,6 +204,7 @@ def test_two_nodes_follow_a_job_through_a_requeue_to_its_end(
     assert task_exits(run_dir, job_id) == [0, 0]
     log = zebra("jobs", "logs", job_id, "--follow")
     assert log.returncode == 0, log.stdout + log.stderr
+    assert log.stdout.rstrip().endswith(f"job {job_id} completed")  # after the log, the end is said
     first, second = log.stdout.split("(restart 1)")  # both attempts, in order
     assert "(restart 0)" in first and "stopped by SIGTERM" in first
     resumed = int(second.split("resumed from ")[1].split("(step ")[1].split(",")[0])

@@ -67,6 +67,7 @@ def logs(
         )
     if follow:
         check_finished(job, follow_job(job, task))
+        out.result(f"job {job.id} completed")
         return
     try:
         with open(job.logs[task], "rb") as f:
