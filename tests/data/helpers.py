@@ -14,9 +14,23 @@ def write_jsonl(path: Path, rows: list) -> Path:
 
 
 def write_source(kind: str, folder: Path, texts: list[str]) -> Path:
-    """The texts as a `kind` source: jsonl, json (array), parquet (two files), arrow (save_to_disk)."""
+    """The texts as a `kind` source: jsonl, json (array), parquet (two files), arrow (save_to_disk), txt (a file
+    per text in two folders, every third gzipped, beside a README.md that is not a document)."""
     rows = [{"id": i, "text": t} for i, t in enumerate(texts)]
     folder.mkdir(parents=True, exist_ok=True)
+    if kind == "txt":
+        import gzip
+
+        (folder / "README.md").write_text("# a dataset card, not a document\n")
+        for i, text in enumerate(texts):
+            path = folder / f"part{i * 2 // len(texts)}" / f"{i:05d}.txt"
+            path.parent.mkdir(exist_ok=True)
+            data = text.encode("utf-8")
+            if i % 3:
+                path.write_bytes(data)
+            else:
+                path.with_name(path.name + ".gz").write_bytes(gzip.compress(data))
+        return folder
     if kind == "jsonl":
         return write_jsonl(folder / "docs.jsonl", rows)
     if kind == "json":

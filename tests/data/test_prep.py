@@ -23,7 +23,7 @@ def prep(source, out, tokenizer="byte", **kw):
     return plan, run_prep(plan)
 
 
-@pytest.mark.parametrize("kind", ["jsonl", "json", "parquet", "arrow"])
+@pytest.mark.parametrize("kind", ["jsonl", "json", "parquet", "arrow", "txt"])
 def test_round_trip(kind, tokenizer_name, texts, tmp_path):
     source = write_source(kind, tmp_path / "src", texts)
     _, result = prep(source, tmp_path / "out", tokenizer_name, workers=2, shards=3)
@@ -176,6 +176,18 @@ def test_missing_text_field_is_one_line_error(tmp_path):
     parquet = write_source("parquet", tmp_path / "pq", ["a", "b"])
     with pytest.raises(ZebraError, match=r"--text-field content: not in a.parquet \(fields: id, text\)"):
         open_source(str(parquet), text_field="content")
+
+
+def test_a_text_file_too_large_for_one_document_is_refused(tmp_path, monkeypatch):
+    import zebra.data.text_sources as text_sources
+
+    monkeypatch.setattr(text_sources, "MAX_TEXT_FILE_BYTES", 100)
+    (tmp_path / "small.txt").write_text("a" * 100)
+    assert open_source(str(tmp_path / "small.txt")).count_rows() == 1
+    (tmp_path / "dump.txt").write_text("a line of a corpus dump\n" * 5)
+    with pytest.raises(ZebraError, match=r"dump\.txt: a \.txt file is one document") as error:
+        open_source(str(tmp_path))
+    assert ".jsonl" in error.value.fix
 
 
 def test_unknown_source_and_bad_numbers(tmp_path):

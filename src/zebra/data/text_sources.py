@@ -1,5 +1,6 @@
 """Text sources for `zebra data prep`: a Hugging Face Hub dataset (streamed) or local jsonl / json / parquet /
-arrow files, among them FineWeb-Edu's samples (`--sample 10BT`: its `sample-10BT` config).
+arrow files, among them FineWeb-Edu's samples (`--sample 10BT`: its `sample-10BT` config), or plain text files
+(`.txt`, `.txt.gz`), each file one document.
 
 A source is read in a fixed order as *rows* (one document per row, row 0 first) and yields `RawBatch`es:
 raw payloads (jsonl lines, Arrow arrays, or hub texts) that worker processes decode with `decode_texts`.
@@ -30,7 +31,9 @@ FINEWEB_SAMPLES = {
     "350BT": "sample-350BT",
 }  # --sample: config
 _FINEWEB_SAMPLE_TOKENS = {"10BT": 10e9, "100BT": 100e9, "350BT": 350e9}
-LOCAL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet", ".arrow")
+TEXT_SUFFIXES = (".txt", ".txt.gz")  # one document per file (a README.md beside a dataset's files is not read)
+LOCAL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet", ".arrow", *TEXT_SUFFIXES)
+MAX_TEXT_FILE_BYTES = 64 << 20  # a plain text file is one document: a larger one is most likely many
 HUB_CONNECT_TIMEOUT = 5.0  # seconds for the one reachability probe
 _EDGE = 1 << 20  # a local file's fingerprint hashes its first and last MiB
 
@@ -143,6 +146,7 @@ def open_source(
                 fix="point --source at data files or a folder holding them",
             )
         src = Source("local", str(path.resolve()), text_field, files=[f.resolve() for f in files])
+        _check_text_files(src.files)
         _check_local_field(src)
         return src
     if (
@@ -296,7 +300,11 @@ def _is_json_array(path: Path) -> bool:
 
 def _file_batches(path: Path, text_field: str, batch_rows: int) -> Iterator[RawBatch]:
     name = path.name
-    if name.endswith(".parquet"):
+    if name.endswith(TEXT_SUFFIXES):
+        opener = gzip.open if name.endswith(".gz") else open
+        with opener(path, "rb") as f:
+            yield RawBatch(0, "texts", [f.read()], text_field)  # the file is the document (UTF-8 checked later)
+    elif name.endswith(".parquet"):
         import pyarrow.parquet as pq
 
         with pq.ParquetFile(path) as f:
@@ -344,6 +352,8 @@ def arrow_batches(path: Path) -> Iterator[Any]:
 def _count_file_rows(path: Path) -> int:
     """Rows in one file: parquet/arrow metadata, JSON array length, or lines (a pass over the bytes)."""
     name = path.name
+    if name.endswith(TEXT_SUFFIXES):
+        return 1
     if name.endswith(".parquet"):
         import pyarrow.parquet as pq
 
@@ -362,9 +372,23 @@ def _count_file_rows(path: Path) -> int:
     return lines + (last != b"\n")
 
 
+def _check_text_files(files: list[Path]) -> None:
+    """Refuse a plain text file too large to be one document (64 MiB; a corpus dump in one file)."""
+    for path in files:
+        if path.name.endswith(".txt") and path.stat().st_size > MAX_TEXT_FILE_BYTES:
+            raise ZebraError(
+                f"--source {path}: a .txt file is one document, and this one holds "
+                f"{path.stat().st_size / 2**20:,.0f} MiB",
+                fix="split it into one file per document, or write one JSON object per document to a .jsonl file",
+            )
+
+
 def _check_local_field(src: Source) -> None:
-    """The text field must exist in the first file (its schema, or its first JSON record)."""
+    """The text field must exist in the first file (its schema, or its first JSON record); a plain text file
+    has none."""
     path = src.files[0]
+    if path.name.endswith(TEXT_SUFFIXES):
+        return
     if path.name.endswith(".parquet"):
         import pyarrow.parquet as pq
 
