@@ -54,7 +54,9 @@ def test_a_bad_argument_is_told_before_any_heavy_import(args, tmp_path):
     assert sorted({m.split(".")[0] for m in modules} & set(HEAVY_MODULES)) == []
 
 
-@pytest.mark.skipif(host_gpus() != (None, 0), reason="torch counts the GPUs of a machine that has a GPU driver")
+@pytest.mark.skipif(
+    host_gpus() != (None, 0), reason="torch counts the GPUs of a machine that has a GPU driver"
+)
 def test_a_dry_run_on_a_machine_without_gpus_imports_no_heavy_module(tmp_path):
     """The plan needs this machine's GPU count: without a GPU driver's device files it is 0, told without torch."""
     args = ["train", "tiny", "--mock-data", "--dry-run", "--output", str(tmp_path)]

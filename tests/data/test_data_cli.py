@@ -80,7 +80,9 @@ def test_inspect_tokenizer_mismatch_fails(cli, texts, bpe_dir, tmp_path):
 def test_a_prep_that_writes_no_document_is_an_error(cli, tmp_path, json_flag):
     """Every row skipped (here: a file of binary bytes, not UTF-8) leaves nothing to train on: exit 1, no '✓'."""
     (tmp_path / "binary.txt").write_bytes(bytes(range(128, 256)) * 4)
-    r = cli("data", "prep", "--source", tmp_path / "binary.txt", "-t", "byte", "-o", tmp_path / "out", *json_flag)
+    r = cli(
+        "data", "prep", "--source", tmp_path / "binary.txt", "-t", "byte", "-o", tmp_path / "out", *json_flag
+    )
     one_line_error(r, "out: no document was written (1 row(s) read, all skipped)")
     assert "✓" not in r.stdout
     assert '"non_utf8": 1' in r.stdout if json_flag else "1 non utf8" in r.stderr  # why, in each form

@@ -68,7 +68,9 @@ def test_table_output_lists_checks_and_fixes(tmp_path):
     assert "To fix:" in result.stdout and "docker: start the engine" in result.stdout
     assert " ok, " in result.stdout and " fail" in result.stdout
     fixes = result.stdout.split("To fix:\n")[1].splitlines()[:-1]  # then the counts line
-    assert fixes and all(line.startswith(("  ok ", "  warn ", "  fail ")) for line in fixes), fixes  # each one line
+    assert fixes and all(line.startswith(("  ok ", "  warn ", "  fail ")) for line in fixes), (
+        fixes
+    )  # each one line
     assert max(len(line) for line in fixes) > 80  # a command to copy is not broken at the terminal's width
 
 

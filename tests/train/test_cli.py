@@ -37,7 +37,10 @@ def _one_line_error(result, *needles: str) -> None:
         (["tiny", "--set", "model.vocab_size=200"], ["has 259 ids but model.vocab_size is 200"]),
         (["tiny", "--resume", "/nonexistent/ckpt"], ["--resume /nonexistent/ckpt: no such checkpoint"]),
         (["tiny", "--set", "data.paths=[]"], ["no training data", "--mock-data"]),
-        (["tiny", "--data", "@sample", "--set", "data.split=0,1,0"], ["'0,1,0' leaves no documents for training"]),
+        (
+            ["tiny", "--data", "@sample", "--set", "data.split=0,1,0"],
+            ["'0,1,0' leaves no documents for training"],
+        ),
         (["tiny", "--run", "../x", "--dry-run"], ["--run '../x': a run name is one folder name"]),
         (["tiny", "--run", "/tmp/x", "--dry-run"], ["--run '/tmp/x': a run name is one folder name"]),
         ([], ["missing RECIPE"]),

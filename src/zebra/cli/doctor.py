@@ -51,7 +51,8 @@ def doctor(
         if fixes:
             out.text("\nTo fix:")
         for c in fixes:
-            out.text(f"  {STYLE[c.status]} [bold]{c.name}[/]: {escape(c.fix)}", wrap=False)  # commands to copy
+            line = f"  {STYLE[c.status]} [bold]{c.name}[/]: {escape(c.fix)}"
+            out.text(line, wrap=False)  # a command to copy: the terminal folds it, Rich does not break it
         out.text(f"{counts['ok']} ok, {counts['warn']} warn, {counts['fail']} fail")
     if counts["fail"]:
         raise typer.Exit(1)

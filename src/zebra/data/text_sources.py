@@ -31,7 +31,10 @@ FINEWEB_SAMPLES = {
     "350BT": "sample-350BT",
 }  # --sample: config
 _FINEWEB_SAMPLE_TOKENS = {"10BT": 10e9, "100BT": 100e9, "350BT": 350e9}
-TEXT_SUFFIXES = (".txt", ".txt.gz")  # one document per file (a README.md beside a dataset's files is not read)
+TEXT_SUFFIXES = (
+    ".txt",
+    ".txt.gz",
+)  # one document per file (a README.md beside a dataset's files is not read)
 LOCAL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet", ".arrow", *TEXT_SUFFIXES)
 MAX_TEXT_FILE_BYTES = 64 << 20  # a plain text file is one document: a larger one is most likely many
 HUB_CONNECT_TIMEOUT = 5.0  # seconds for the one reachability probe
@@ -303,7 +306,9 @@ def _file_batches(path: Path, text_field: str, batch_rows: int) -> Iterator[RawB
     if name.endswith(TEXT_SUFFIXES):
         opener = gzip.open if name.endswith(".gz") else open
         with opener(path, "rb") as f:
-            yield RawBatch(0, "texts", [f.read()], text_field)  # the file is the document (UTF-8 checked later)
+            yield RawBatch(
+                0, "texts", [f.read()], text_field
+            )  # the file is the document (UTF-8 checked later)
     elif name.endswith(".parquet"):
         import pyarrow.parquet as pq
 
