@@ -196,7 +196,7 @@ def goal(record: dict) -> str:
     if ratio is None or not rows:
         return ""
     against = rows[1]["model"].split()[0]
-    if record["recipe"] == "1b-gdn-pure" and against == "fla" and not any(_levers_on(record)):
+    if record["recipe"] == "1b-gdn-pure" and against == "fla":  # with or without levers (the levers column)
         mfu = rows[0].get("mfu_measured")
         ok = ratio >= GDN_VS_FLA and mfu is not None and mfu >= GDN_MFU
         return f"{'met' if ok else 'MISSED'} (>= {GDN_VS_FLA}x fla, >= {GDN_MFU:.0%} measured peak)"
