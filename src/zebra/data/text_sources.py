@@ -31,10 +31,8 @@ FINEWEB_SAMPLES = {
     "350BT": "sample-350BT",
 }  # --sample: config
 _FINEWEB_SAMPLE_TOKENS = {"10BT": 10e9, "100BT": 100e9, "350BT": 350e9}
-TEXT_SUFFIXES = (
-    ".txt",
-    ".txt.gz",
-)  # one document per file (a README.md beside a dataset's files is not read)
+# Plain text: one document per file. Markdown is not read, so a dataset's README.md does not become a document.
+TEXT_SUFFIXES = (".txt", ".txt.gz")
 LOCAL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet", ".arrow", *TEXT_SUFFIXES)
 MAX_TEXT_FILE_BYTES = 64 << 20  # a plain text file is one document: a larger one is most likely many
 HUB_CONNECT_TIMEOUT = 5.0  # seconds for the one reachability probe
@@ -305,10 +303,8 @@ def _file_batches(path: Path, text_field: str, batch_rows: int) -> Iterator[RawB
     name = path.name
     if name.endswith(TEXT_SUFFIXES):
         opener = gzip.open if name.endswith(".gz") else open
-        with opener(path, "rb") as f:
-            yield RawBatch(
-                0, "texts", [f.read()], text_field
-            )  # the file is the document (UTF-8 checked later)
+        with opener(path, "rb") as f:  # the file is the document; decode_texts checks its UTF-8
+            yield RawBatch(0, "texts", [f.read()], text_field)
     elif name.endswith(".parquet"):
         import pyarrow.parquet as pq
 
