@@ -169,6 +169,21 @@ def test_resolve_prefixes_refuses_unfinished_and_truncated_data(texts, tmp_path)
         resolve_prefixes(str(tmp_path / "out"))
 
 
+@pytest.mark.parametrize("kind", ["jsonl", "txt"])
+def test_text_given_as_training_data_names_the_prep_that_tokenizes_it(kind, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    source = write_source(kind, tmp_path / "corpus", ["one document", "another"])
+    with pytest.raises(ZebraError, match="not tokenized data") as error:
+        resolve_prefixes(str(source), tokenizer="byte")
+    name = "docs" if kind == "jsonl" else "corpus"
+    assert f"zebra data prep --source {source} --tokenizer byte --output data/{name}" in error.value.fix
+    prep(source, f"data/{name}")  # the command the fix names, then the --data it names reads
+    assert len(resolve_prefixes(f"data/{name}")) == 1
+    (tmp_path / "empty").mkdir()  # an empty folder holds no text: the plain message
+    with pytest.raises(ZebraError, match="no data there"):
+        resolve_prefixes(str(tmp_path / "empty"))
+
+
 def test_missing_text_field_is_one_line_error(tmp_path):
     path = write_jsonl(tmp_path / "docs.jsonl", [{"body": "x"}])
     with pytest.raises(ZebraError, match=r"--text-field text: not in docs.jsonl \(fields: body\)"):

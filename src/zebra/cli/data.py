@@ -78,6 +78,7 @@ def prep(
     from zebra.data.prep import plan_prep, run_prep
     from zebra.data.text_sources import (
         FINEWEB_SAMPLES,
+        default_folder,
         fineweb_sample_source,
         fineweb_sample_tokens,
         open_source,
@@ -95,7 +96,7 @@ def prep(
         if sample
         else open_source(source, text_field=text_field, config=config, split=split)
     )
-    folder = output or (sample_folder(sample, tokenizer) if sample else Path("data") / _default_name(src))
+    folder = output or (sample_folder(sample, tokenizer) if sample else default_folder(src.name))
     plan = plan_prep(
         src,
         folder,
@@ -126,13 +127,6 @@ def prep(
     with progress_callback("tokenizing") as on_progress:
         result = run_prep(plan, on_progress=on_progress)
     _prep_summary(result.folder, result.manifest, result.notes, json_, seconds=result.seconds)
-
-
-def _default_name(src) -> str:
-    name = Path(src.name).name if src.kind == "local" else src.name.split("/")[-1]
-    for suffix in (".gz", ".jsonl", ".json", ".parquet", ".arrow", ".txt"):
-        name = name.removesuffix(suffix)
-    return name or "data"
 
 
 def _prep_summary(

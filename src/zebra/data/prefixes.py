@@ -17,7 +17,7 @@ from zebra.data.indexed import check_prefix
 from zebra.data.manifest import Manifest, manifest_path, read_manifest, shard_paths
 from zebra.data.paths import BUNDLED, parse_data_path, prep_folder
 from zebra.data.prep import plan_prep, run_prep
-from zebra.data.text_sources import open_source, prep_command
+from zebra.data.text_sources import default_folder, holds_text, open_source, prep_command
 from zebra.errors import ZebraError
 
 
@@ -47,6 +47,14 @@ def resolve_prefixes(entry: str, *, tokenizer: str = "byte") -> list[tuple[str, 
     if Path(f"{path}.bin").exists() or Path(f"{path}.idx").exists():
         check_prefix(path)
         return [(str(path.resolve()), weight)]
+    if path.exists() and holds_text(path):  # text where tokenized data belongs (a .jsonl, a folder of .txt)
+        out = default_folder(str(path))
+        raise ZebraError(
+            f"data path {target}: not tokenized data (neither a data folder with manifest.json nor a Megatron "
+            "PREFIX.bin/.idx)",
+            fix=f"tokenize it first: zebra data prep --source {target} --tokenizer {tokenizer} --output {out}, "
+            f"then pass --data {out}",
+        )
     raise ZebraError(
         f"data path {target}: no data there (no {path}/manifest.json, no {path.name}.bin/.idx)",
         fix=f"make it with `{prep_command(target, tokenizer)}`, or pass --data with a data folder, a Megatron "

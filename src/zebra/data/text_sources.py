@@ -178,6 +178,15 @@ def sample_folder(sample: str, tokenizer: str = DEFAULT_TOKENIZER) -> Path:
     return Path("data") / name
 
 
+def default_folder(source: str) -> Path:
+    """Where `zebra data prep --source SOURCE` writes without `--output`: `data/` and the source's last name
+    without its data suffixes (`corpus/docs.jsonl.gz` -> `data/docs`, `owner/name` -> `data/name`)."""
+    name = Path(source.rstrip("/")).name
+    for suffix in (".gz", ".jsonl", ".json", ".parquet", ".arrow", ".txt"):
+        name = name.removesuffix(suffix)
+    return Path("data") / (name or "data")
+
+
 def prep_command(target: str | Path, tokenizer: str) -> str:
     """The `zebra data prep` command that writes the data folder `target` with `tokenizer`: the FineWeb-Edu
     sample whose default folder it is (`--output` only when it lies elsewhere), else a local corpus."""
@@ -277,6 +286,11 @@ def _local_files(path: Path) -> list[Path]:
         names = [f["filename"] for f in json.loads(state.read_text())["_data_files"]]
         return [path / n for n in names]
     return sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(LOCAL_SUFFIXES))
+
+
+def holds_text(path: Path) -> bool:
+    """Whether `path` is a file or folder `zebra data prep --source` reads (jsonl, parquet, .txt, ...)."""
+    return bool(_local_files(path))
 
 
 def file_fingerprint(path: Path) -> dict[str, Any]:
