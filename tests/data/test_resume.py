@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from zebra.data.manifest import read_manifest
 
 from .helpers import expected_ids, read_all, write_source
@@ -30,9 +32,10 @@ def _committed(out) -> tuple[int, bool]:
     return len(m["shards"]), m["complete"]
 
 
-def test_sigkill_mid_run_then_rerun_finishes_exactly(texts, tmp_path):
+@pytest.mark.parametrize("kind", ["jsonl", "txt"])  # rows are lines of one file / files of a folder
+def test_sigkill_mid_run_then_rerun_finishes_exactly(texts, tmp_path, kind):
     corpus = texts * 8  # 1,472 documents, 16 shards
-    source = write_source("jsonl", tmp_path / "src", corpus)
+    source = write_source(kind, tmp_path / "src", corpus)
     out = tmp_path / "out"
     env = os.environ | {"ZEBRA_YES": "1"}
     proc = subprocess.Popen(

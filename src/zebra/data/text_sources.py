@@ -122,6 +122,9 @@ class Source:
             return
         row = 0
         for path in self.files:
+            if row < start_row and path.name.endswith(TEXT_SUFFIXES):  # a done one-row file: not read again
+                row += 1
+                continue
             for batch in _file_batches(path, self.text_field, batch_rows):
                 n = len(batch)
                 if row + n > start_row:
