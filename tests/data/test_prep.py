@@ -193,6 +193,28 @@ def test_missing_text_field_is_one_line_error(tmp_path):
         open_source(str(parquet), text_field="content")
 
 
+def test_batches_of_a_mixed_folder_start_at_any_row(tmp_path):
+    """Rows of jsonl files and runs of .txt files (one row each, read several files a batch) in path order:
+    whatever row a resumed prep starts at, it gets exactly the rows from there on, each batch saying its first."""
+    from zebra.data.text_sources import decode_texts
+
+    write_jsonl(tmp_path / "a.jsonl", [{"text": f"a{i}"} for i in range(3)])
+    (tmp_path / "b").mkdir()
+    for i in range(5):
+        (tmp_path / "b" / f"{i}.txt").write_text(f"b{i}")
+    write_jsonl(tmp_path / "c.jsonl", [{"text": f"c{i}"} for i in range(2)])
+    rows = [f"a{i}" for i in range(3)] + [f"b{i}" for i in range(5)] + ["c0", "c1"]
+    source = open_source(str(tmp_path))
+    assert source.count_rows() == len(rows)
+    for start in range(len(rows) + 1):
+        got, expected_start = [], start
+        for batch in source.batches(start, batch_rows=2):
+            assert batch.start == expected_start and 1 <= len(batch) <= 2
+            got += decode_texts(batch)[0]
+            expected_start += len(batch)
+        assert got == rows[start:], start
+
+
 def test_a_text_file_too_large_for_one_document_is_refused(tmp_path, monkeypatch):
     import zebra.data.text_sources as text_sources
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import gzip
 import hashlib
+import itertools
 import json
 import os
 import socket
@@ -35,6 +36,7 @@ _FINEWEB_SAMPLE_TOKENS = {"10BT": 10e9, "100BT": 100e9, "350BT": 350e9}
 TEXT_SUFFIXES = (".txt", ".txt.gz")
 LOCAL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet", ".arrow", *TEXT_SUFFIXES)
 MAX_TEXT_FILE_BYTES = 64 << 20  # a plain text file is one document: a larger one is most likely many
+TEXT_BATCH_BYTES = 16 << 20  # plain text files read into one batch at most (on disk; one file always fits)
 HUB_CONNECT_TIMEOUT = 5.0  # seconds for the one reachability probe
 _EDGE = 1 << 20  # a local file's fingerprint hashes its first and last MiB
 
@@ -121,16 +123,22 @@ class Source:
             yield from _hub_batches(self, start_row, batch_rows)
             return
         row = 0
-        for path in self.files:
-            if row < start_row and path.name.endswith(TEXT_SUFFIXES):  # a done one-row file: not read again
-                row += 1
+        for is_text, run in itertools.groupby(self.files, key=lambda p: p.name.endswith(TEXT_SUFFIXES)):
+            if is_text:  # one row per file: many files a batch, and none that start_row has passed is read
+                files = list(run)
+                done = min(max(0, start_row - row), len(files))
+                for chunk in _text_file_chunks(files[done:], batch_rows):
+                    yield RawBatch(row + done, "texts", [_read_text(p) for p in chunk], self.text_field)
+                    done += len(chunk)
+                row += len(files)
                 continue
-            for batch in _file_batches(path, self.text_field, batch_rows):
-                n = len(batch)
-                if row + n > start_row:
-                    lo = max(0, start_row - row)
-                    yield RawBatch(row + lo, batch.kind, batch.payload[lo:], self.text_field)
-                row += n
+            for path in run:
+                for batch in _file_batches(path, self.text_field, batch_rows):
+                    n = len(batch)
+                    if row + n > start_row:
+                        lo = max(0, start_row - row)
+                        yield RawBatch(row + lo, batch.kind, batch.payload[lo:], self.text_field)
+                    row += n
 
 
 def open_source(
@@ -316,13 +324,31 @@ def _is_json_array(path: Path) -> bool:
     return head.startswith(b"[")
 
 
+def _text_file_chunks(files: list[Path], batch_rows: int) -> Iterator[list[Path]]:
+    """`files` in order, cut into lists of at most `batch_rows` files and TEXT_BATCH_BYTES (at least one file)."""
+    chunk: list[Path] = []
+    size = 0
+    for path in files:
+        file_size = path.stat().st_size
+        if chunk and (len(chunk) == batch_rows or size + file_size > TEXT_BATCH_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(path)
+        size += file_size
+    if chunk:
+        yield chunk
+
+
+def _read_text(path: Path) -> bytes:
+    """A plain text file's bytes: the document (decode_texts checks its UTF-8)."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        return f.read()
+
+
 def _file_batches(path: Path, text_field: str, batch_rows: int) -> Iterator[RawBatch]:
     name = path.name
-    if name.endswith(TEXT_SUFFIXES):
-        opener = gzip.open if name.endswith(".gz") else open
-        with opener(path, "rb") as f:  # the file is the document; decode_texts checks its UTF-8
-            yield RawBatch(0, "texts", [f.read()], text_field)
-    elif name.endswith(".parquet"):
+    if name.endswith(".parquet"):
         import pyarrow.parquet as pq
 
         with pq.ParquetFile(path) as f:
