@@ -62,3 +62,18 @@ def config_model_type(folder: Path) -> str | None:
         raise ZebraError(f"{config}: not a JSON object", fix="re-export or re-download the model")
     model_type = data.get("model_type")
     return str(model_type) if model_type else None
+
+
+def check_replaceable(path: Path, *, flag: str = "--output") -> None:
+    """Refuse an output folder whose replacement would delete what is not a model: an existing `path` must be a
+    directory, and empty or a model folder (config.json). `--force` replaces model folders only."""
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise ZebraError(f"{flag} {path}: exists and is not a directory", fix="choose another path")
+    if any(path.iterdir()) and not (path / "config.json").is_file():
+        raise ZebraError(  # e.g. a data or home folder given by mistake
+            f"{flag} {path}: holds files but no config.json, so it is not a model folder, and replacing it "
+            "would delete them",
+            fix="choose another path (or empty that folder yourself)",
+        )

@@ -153,15 +153,26 @@ def test_hybrid_to_fla(tmp_path):
 
 def test_existing_output_needs_force(tmp_path, gdn_export):
     out = tmp_path / "fla"
-    out.mkdir()
-    (out / "keep.txt").write_text("mine")
+    assert zebra("convert", gdn_export, "--to", "fla", "-o", out).exit_code == 0
+    before = (out / "config.json").stat().st_mtime_ns
     r = zebra("convert", gdn_export, "--to", "fla", "-o", out)
     assert_one_line_error(r, "already exists", "--force")
-    assert listing(out) == ["keep.txt"]
+    assert (out / "config.json").stat().st_mtime_ns == before
     r = zebra("convert", gdn_export, "--to", "fla", "-o", out, "--force")
     assert r.exit_code == 0, r.output
-    assert not (out / "keep.txt").exists() and (out / "config.json").is_file()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["fla", "zebra"]
+    assert (out / "config.json").stat().st_mtime_ns != before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fla", "zebra"]  # no temporary or old folder left
+
+
+@pytest.mark.parametrize("flags", [[], ["--force"], ["--yes"]])
+def test_force_never_replaces_a_folder_that_is_not_a_model(tmp_path, gdn_export, flags):
+    """A data or home folder given as --output by mistake: replacing it would delete what is in it."""
+    out = tmp_path / "data"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    r = zebra("convert", gdn_export, "--to", "fla", "-o", out, *flags)
+    assert_one_line_error(r, "holds files but no config.json", "choose another path")
+    assert listing(out) == ["keep.txt"] and (out / "keep.txt").read_text() == "mine"
 
 
 def test_convert_json(tmp_path, gdn_export):

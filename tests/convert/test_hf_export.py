@@ -123,6 +123,17 @@ def test_existing_output_needs_force(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]  # no temp or backup folder left
 
 
+def test_force_replaces_an_empty_or_model_folder_only(tmp_path):
+    recipe, model = build_model("gdn")
+    (tmp_path / "empty").mkdir()
+    export_hf(model.state_dict(), recipe, tmp_path / "empty", force=True)  # nothing to lose
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "shard.bin").write_bytes(b"tokens")
+    with pytest.raises(ZebraError, match="holds files but no config.json"):
+        export_hf(model.state_dict(), recipe, tmp_path / "data", force=True)
+    assert [p.name for p in (tmp_path / "data").iterdir()] == ["shard.bin"]
+
+
 def test_the_library_refuses_to_export_a_run_into_its_checkpoints(tmp_path):
     recipe, model = build_model("gdn")
     run = tmp_path / "run"

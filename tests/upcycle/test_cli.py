@@ -63,6 +63,14 @@ def test_an_existing_output_needs_force(tmp_path, teacher):
     (tmp_path / "student").mkdir()
     assert_one_line_error(zebra("upcycle", teacher, "--output", tmp_path / "student"), "already exists")
     assert zebra("upcycle", teacher, "--output", tmp_path / "student", "--force").exit_code == 0
+    assert (
+        zebra("upcycle", teacher, "--output", tmp_path / "student", "--yes").exit_code == 0
+    )  # a model folder
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "mine.txt").write_text("keep")
+    result = zebra("upcycle", teacher, "--output", tmp_path / "notes", "--force")
+    assert_one_line_error(result, "holds files but no config.json")  # told before the teacher is read
+    assert (tmp_path / "notes" / "mine.txt").read_text() == "keep"
 
 
 def test_a_missing_teacher_is_one_line(tmp_path):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from zebra.errors import ZebraError
+from zebra.model_folder import check_replaceable
 
 
 def can_prompt(yes: bool = False) -> bool:
@@ -60,6 +62,17 @@ def confirm(message: str, *, yes: bool, default: bool = False) -> bool:
     if answer is None:
         raise ZebraError("cancelled", exit_code=130)
     return bool(answer)
+
+
+def confirm_overwrite(output: Path, *, force: bool, yes: bool) -> bool:
+    """Whether an existing `output` (a model folder) may be replaced: `--force`, `--yes`, or asked on a terminal;
+    a one-line error otherwise, or when it is not a model folder (`check_replaceable`: never replaced)."""
+    if not output.exists():
+        return force
+    check_replaceable(output)
+    if force or confirm(f"{output} exists. Overwrite it?", yes=yes, default=False):
+        return True
+    raise ZebraError(f"--output {output}: already exists", fix="pass --force (or --yes) to overwrite it")
 
 
 def ask_text(message: str, *, yes: bool, flag: str, default: str | None = None) -> str:

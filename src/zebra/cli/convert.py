@@ -9,7 +9,7 @@ import typer
 
 from zebra.cli._options import DeviceOpt, ForceOpt, JsonOpt, YesOpt, examples, tokenizer_option
 from zebra.cli._output import out
-from zebra.cli._prompt import choose_found, confirm
+from zebra.cli._prompt import choose_found, confirm_overwrite
 from zebra.errors import ZebraError
 from zebra.model_folder import existing_path
 
@@ -68,12 +68,7 @@ def convert(
     fmt = detect_format(src) if from_ == "auto" else from_
     target = output or default_output(src, to, fmt)
     check_output_apart(src, target, to, fmt)
-    if target.exists() and not force:
-        if not confirm(f"{target} exists. Overwrite it?", yes=yes, default=False):
-            raise ZebraError(
-                f"--output {target}: already exists", fix="pass --force (or --yes) to overwrite it"
-            )
-        force = True
+    force = confirm_overwrite(target, force=force, yes=yes)
     with out.progress("converting", unit="B", enabled=not json_) as bar:
         result = run_convert(
             src,

@@ -9,7 +9,7 @@ import typer
 
 from zebra.cli._options import ForceOpt, JsonOpt, YesOpt, examples
 from zebra.cli._output import out
-from zebra.cli._prompt import confirm
+from zebra.cli._prompt import confirm_overwrite
 from zebra.errors import ZebraError
 
 SVD_METHODS = ("plain", "activation")
@@ -106,12 +106,7 @@ def upcycle_command(
     if (teacher is None) == (compose is None):
         raise ZebraError("pass a TEACHER or --compose MLA_DIR RECURRENT_DIR (one of them)",
                          fix="zebra upcycle TEACHER -o OUT, or zebra upcycle --compose A B --mla N -o OUT")  # fmt: skip
-    if output.exists() and not force:
-        if not confirm(f"{output} exists. Overwrite it?", yes=yes, default=False):
-            raise ZebraError(
-                f"--output {output}: already exists", fix="pass --force (or --yes) to overwrite it"
-            )
-        force = True
+    force = confirm_overwrite(output, force=force, yes=yes)
     if compose is not None:
         if svd != "plain":
             raise ZebraError("--svd applies to a TEACHER's upcycle: --compose takes its students' MLA layers as they are",

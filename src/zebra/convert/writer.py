@@ -25,6 +25,7 @@ import torch
 from zebra.atomic import fsync_dir, fsync_tree, make_folder
 from zebra.data.tokenizers import load_tokenizer
 from zebra.errors import ZebraError
+from zebra.model_folder import check_replaceable
 
 _DTYPE_CODES = {
     torch.float64: "F64",
@@ -188,7 +189,7 @@ def output_dir(path: Path, *, force: bool, flag: str = "--output") -> Iterator[P
 
     Before the rename every file and folder of the new output is on the disk, and the rename itself is flushed
     after it (`zebra.atomic`), so a crash leaves the old output or the whole new one. An existing `path` needs
-    `force`. Temporary folders left by killed runs (`.NAME.tmp-PID` of a dead PID)
+    `force`, and must be empty or a model folder (config.json): anything else is refused, never deleted. Temporary folders left by killed runs (`.NAME.tmp-PID` of a dead PID)
     are removed first, so an interrupted conversion can simply be run again.
     """
     path = Path(path).absolute()
@@ -196,8 +197,7 @@ def output_dir(path: Path, *, force: bool, flag: str = "--output") -> Iterator[P
         raise ZebraError(
             f"{flag} {path}: already exists", fix="pass --force to overwrite it, or choose another path"
         )
-    if path.exists() and not path.is_dir():
-        raise ZebraError(f"{flag} {path}: exists and is not a directory", fix="choose another path")
+    check_replaceable(path, flag=flag)
     make_folder(path.parent, fix=f"move that file away, or choose another {flag}")
     _remove_stale_temps(path)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
