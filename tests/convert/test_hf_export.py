@@ -129,7 +129,7 @@ def test_force_replaces_an_empty_or_model_folder_only(tmp_path):
     export_hf(model.state_dict(), recipe, tmp_path / "empty", force=True)  # nothing to lose
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "shard.bin").write_bytes(b"tokens")
-    with pytest.raises(ZebraError, match="holds files but no config.json"):
+    with pytest.raises(ZebraError, match=r"holds files but no config\.json"):
         export_hf(model.state_dict(), recipe, tmp_path / "data", force=True)
     assert [p.name for p in (tmp_path / "data").iterdir()] == ["shard.bin"]
 

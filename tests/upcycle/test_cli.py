@@ -63,9 +63,8 @@ def test_an_existing_output_needs_force(tmp_path, teacher):
     (tmp_path / "student").mkdir()
     assert_one_line_error(zebra("upcycle", teacher, "--output", tmp_path / "student"), "already exists")
     assert zebra("upcycle", teacher, "--output", tmp_path / "student", "--force").exit_code == 0
-    assert (
-        zebra("upcycle", teacher, "--output", tmp_path / "student", "--yes").exit_code == 0
-    )  # a model folder
+    replaced = zebra("upcycle", teacher, "--output", tmp_path / "student", "--yes")  # a model folder now
+    assert replaced.exit_code == 0
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "mine.txt").write_text("keep")
     result = zebra("upcycle", teacher, "--output", tmp_path / "notes", "--force")
