@@ -189,8 +189,9 @@ def output_dir(path: Path, *, force: bool, flag: str = "--output") -> Iterator[P
 
     Before the rename every file and folder of the new output is on the disk, and the rename itself is flushed
     after it (`zebra.atomic`), so a crash leaves the old output or the whole new one. An existing `path` needs
-    `force`, and must be empty or a model folder (config.json): anything else is refused, never deleted. Temporary folders left by killed runs (`.NAME.tmp-PID` of a dead PID)
-    are removed first, so an interrupted conversion can simply be run again.
+    `force`, and must be empty or a model folder (config.json): anything else is refused, never deleted.
+    Temporary folders left by killed runs (`.NAME.tmp-PID` of a dead PID) are removed first, so an interrupted
+    conversion can simply be run again.
     """
     path = Path(path).absolute()
     if path.exists() and not force:
