@@ -39,7 +39,10 @@ def prep(
     source: Annotated[
         str | None,
         typer.Option(
-            "--source", "-s", help="Hub dataset id, or local jsonl/json/parquet/arrow files or folders."
+            "--source",
+            "-s",
+            help="Hub dataset id, or local jsonl/json/parquet/arrow files, .txt files (one document each) or "
+            "folders of them.",
         ),
     ] = None,
     text_field: Annotated[
