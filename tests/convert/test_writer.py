@@ -68,12 +68,22 @@ def test_progress_reports_bytes_written_after_each_tensor(tmp_path):
 def test_output_dir_removes_its_temp_folder_on_error_and_keeps_the_old_output(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    (out / "old.txt").write_text("old")
+    (out / "config.json").write_text('{"old": true}')  # a model folder: --force may replace it
     with pytest.raises(RuntimeError), output_dir(out, force=True) as tmp:
         (tmp / "half.bin").write_bytes(b"x")
         raise RuntimeError("disk full")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
-    assert (out / "old.txt").read_text() == "old"
+    assert (out / "config.json").read_text() == '{"old": true}'
+
+
+def test_output_dir_never_replaces_a_folder_that_is_not_a_model(tmp_path):
+    out = tmp_path / "data"
+    out.mkdir()
+    (out / "shard.bin").write_bytes(b"tokens")
+    with pytest.raises(ZebraError, match=r"no config\.json"), output_dir(out, force=True):
+        pass  # not reached
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]  # no temporary folder either
+    assert (out / "shard.bin").read_bytes() == b"tokens"
 
 
 def test_output_dir_cleans_folders_left_by_killed_runs(tmp_path):
@@ -107,7 +117,7 @@ def test_output_dir_flushes_the_new_output_before_the_rename_and_the_rename_afte
     monkeypatch.setattr(os, "rename", rename)
     out = tmp_path / "out"
     out.mkdir()
-    (out / "old.txt").write_text("old")
+    (out / "config.json").write_text("{}")  # an older model output, replaced
     with output_dir(out, force=True) as tmp:
         (tmp / "model.safetensors").write_bytes(b"x" * 10)
         (tmp / "sub").mkdir()
