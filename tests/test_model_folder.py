@@ -1,12 +1,12 @@
 """A folder's config.json is read one way: format detection (convert, verify) and model loading (eval, chat,
-generate, bench decode) name a broken one alike."""
+generate, bench decode) name a broken one alike; an output folder is replaced only when it is empty or a model."""
 
 from __future__ import annotations
 
 import pytest
 
 from zebra.errors import ZebraError
-from zebra.model_folder import config_model_type
+from zebra.model_folder import check_output, config_model_type
 
 
 @pytest.mark.parametrize(
@@ -99,3 +99,21 @@ def test_a_run_without_a_checkpoint_yet_is_told_as_such(tmp_path):
         assert (
             f"{run}: a training run with no checkpoint yet" in result.stderr and "--from" not in result.stderr
         )
+
+
+def test_check_output_lets_force_replace_only_an_empty_or_model_folder(tmp_path):
+    check_output(tmp_path / "new", force=False)  # nothing there yet
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ZebraError, match="already exists"):
+        check_output(tmp_path / "empty", force=False)
+    check_output(tmp_path / "empty", force=True)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    check_output(tmp_path / "model", force=True)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "shard.bin").write_bytes(b"x")
+    with pytest.raises(ZebraError, match="holds files but no config"):
+        check_output(tmp_path / "data", force=True)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ZebraError, match="not a directory"):
+        check_output(tmp_path / "file", force=True)

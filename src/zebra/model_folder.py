@@ -64,6 +64,17 @@ def config_model_type(folder: Path) -> str | None:
     return str(model_type) if model_type else None
 
 
+def check_output(path: str | Path, *, force: bool, flag: str = "--output") -> None:
+    """Refuse an output folder that exists without `force`, or that `force` may not replace (`check_replaceable`):
+    told before the work that would fill it."""
+    path = Path(path)
+    if path.exists() and not force:
+        raise ZebraError(
+            f"{flag} {path}: already exists", fix="pass --force to overwrite it, or choose another path"
+        )
+    check_replaceable(path, flag=flag)
+
+
 def check_replaceable(path: Path, *, flag: str = "--output") -> None:
     """Refuse an output folder whose replacement would delete what is not a model: an existing `path` must be a
     directory, and empty or a model folder (config.json). `--force` replaces model folders only."""

@@ -25,7 +25,7 @@ import torch
 from zebra.atomic import fsync_dir, fsync_tree, make_folder
 from zebra.data.tokenizers import load_tokenizer
 from zebra.errors import ZebraError
-from zebra.model_folder import check_replaceable
+from zebra.model_folder import check_output
 
 _DTYPE_CODES = {
     torch.float64: "F64",
@@ -194,11 +194,7 @@ def output_dir(path: Path, *, force: bool, flag: str = "--output") -> Iterator[P
     conversion can simply be run again.
     """
     path = Path(path).absolute()
-    if path.exists() and not force:
-        raise ZebraError(
-            f"{flag} {path}: already exists", fix="pass --force to overwrite it, or choose another path"
-        )
-    check_replaceable(path, flag=flag)
+    check_output(path, force=force, flag=flag)
     make_folder(path.parent, fix=f"move that file away, or choose another {flag}")
     _remove_stale_temps(path)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"

@@ -22,6 +22,7 @@ from typing import Any
 from zebra.convert.tensor_sources import SafetensorsSource, TensorSource
 from zebra.errors import ZebraError
 from zebra.mixers import ATTENTION, MLP
+from zebra.model_folder import check_output
 from zebra.upcycle.report import COPIED, TensorOrigin, UpcycleReport
 from zebra.upcycle.run import REPORT_FILE
 from zebra.upcycle.student import SHAPE_KEYS, check_mla_layers, mla_placement, parse_mla_layers, pattern
@@ -159,9 +160,7 @@ def compose(
     """
     if placement not in PLACEMENTS:
         raise ZebraError(f"--placement {placement}: unknown", fix=f"use one of {', '.join(PLACEMENTS)}")
-    if Path(output).exists() and not force:
-        raise ZebraError(f"--output {output}: already exists",
-                         fix="pass --force to overwrite it, or choose another path")  # fmt: skip
+    check_output(output, force=force)
     mla_student, rec_student = open_student(mla_dir, "MLA_DIR"), open_student(recurrent_dir, "RECURRENT_DIR")
     check_pair(mla_student, rec_student)
     num_layers = rec_student.num_layers

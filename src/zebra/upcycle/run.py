@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from zebra.errors import ZebraError
+from zebra.model_folder import check_output
 from zebra.upcycle.calibration import Calibration, attention_input_moments
 from zebra.upcycle.readers import open_teacher
 from zebra.upcycle.report import TensorOrigin, UpcycleReport
@@ -51,10 +52,7 @@ def upcycle(
     """
     if dtype not in DTYPES:
         raise ZebraError(f"--dtype {dtype}: unknown", fix=f"use one of {', '.join(DTYPES)}")
-    if Path(output).exists() and not force:
-        raise ZebraError(
-            f"--output {output}: already exists", fix="pass --force to overwrite it, or choose another path"
-        )
+    check_output(output, force=force)
     opened = open_teacher(teacher, tokenizer=tokenizer)
     try:
         return upcycle_teacher(opened, output, options, dtype=dtype, force=force, seed=seed,
