@@ -150,11 +150,11 @@ def test_ssd_backend_choice_on_a_gpu_device(monkeypatch, fresh_backend_state, au
 
 
 def test_ssd_backend_without_mamba_ssm(monkeypatch, caplog, fresh_backend_state):
-    """auto falls back to FLA's scan with a warning naming the install command; an explicit mamba_ssm raises."""
+    """auto falls back to FLA's scan, logging once why (with the install command); an explicit mamba_ssm raises."""
     monkeypatch.setattr(backend_module, "SSD_AUTO_CHUNK_BACKEND", "mamba_ssm")
     monkeypatch.setattr(backend_module, "mamba_ssm_import_error", lambda: "mamba-ssm is missing; install it")
     cuda = torch.device("cuda", 0)
-    with caplog.at_level(logging.WARNING, logger="zebra_kernels"):
+    with caplog.at_level(logging.INFO, logger="zebra_kernels"):
         assert backend_module.resolve_ssd_backend("auto", cuda, "chunk") == "fla"
     assert any("mamba-ssm is missing" in r.getMessage() for r in caplog.records)
     with pytest.raises(ValueError, match="backend='mamba_ssm' unavailable: mamba-ssm is missing"):

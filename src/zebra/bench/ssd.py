@@ -10,7 +10,8 @@ output is compared with FLA's (relative error) to show they compute the same sca
 error and the others still run.
 
 `auto` runs `zebra_kernels.backend.SSD_AUTO_CHUNK_BACKEND` for the chunked scan; the report names the faster row
-and the one-line change that makes `auto` take it.
+and the one-line change that makes `auto` take it. The scan alone is a hint, not the decision: `auto` follows
+the whole training step (`zebra bench train`), where the two have disagreed (docs/benchmarks.md, "Mamba2 scan").
 """
 
 from __future__ import annotations

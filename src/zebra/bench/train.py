@@ -9,8 +9,10 @@ it: the recipe's precision (bf16 autocast, fp32 master weights), AdamW with the 
   6 N + causal MLA attention (`zebra.arch.train_flops_per_token`, the same count for both models);
 - MFU against the measured peak too: the bf16 matmul rate of the device measured in the run (an 8192^3 GEMM,
   `measured_matmul_peak`), what the issue's goals are stated against;
-- peak memory: the CUDA allocator's peak during the timed steps, and what stays resident between steps (weights,
-  optimizer moments, kept gradients) just before them (none on CPU);
+- peak memory: the CUDA allocator's peak over the warm-up and timed steps (a graphed step allocates its
+  activations once, while it is captured in the first warm-up step, and its replays bypass the allocator), and
+  what stays resident between steps (weights, optimizer moments, kept gradients) just before the timed steps
+  (none on CPU);
 - first step: seconds from the start of a model's build to the end of its first step (build, compile, kernel
   compilation and autotuning), and from the start of the process (zebra's row: the time to first step a user
   waits): what a warm start (the kernel cache, `zebra.caches`) shortens.
@@ -316,13 +318,14 @@ def _measure(
     params = sum(p.numel() for p in model.parameters())  # tied weights once
     step, batch = training_step(model, recipe, cfg, device, **step_kwargs)
     set_up = time.perf_counter()
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
     for _ in range(cfg.warmup):
         step([batch]).wait()
         first.done()
-    cuda = device.type == "cuda"
     if cuda:
         torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
     resident = torch.cuda.memory_allocated(device) / 2**30 if cuda else None
     start = time.perf_counter()
     previous = None

@@ -469,8 +469,11 @@ def ssd_(
     )
     best = report.fastest
     out.text(
-        f"auto runs: {report.auto} (mamba-ssm chunk {report.auto_chunk}); fastest: "
+        f"auto runs: {report.auto} (mamba-ssm chunk {report.auto_chunk}); fastest scan alone: "
         + ("none" if best is None else f"{best.backend} {best.chunk_size or ''}".strip())
     )
     if report.advice:
-        out.text(f"to make auto take it: {report.advice}")
+        out.text(
+            f"to make auto take it: {report.advice} (auto follows the whole step: compare `zebra bench train "
+            f"{report.recipe} --set model.kernel_backend=fla` and `=mamba_ssm` first)"
+        )
