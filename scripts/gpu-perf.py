@@ -39,21 +39,11 @@ VARIANTS: dict[str, tuple[int, str | None, list[str]]] = {
     "vs-llama-2k": (8, "llama", ["data.seq_len=2048"]),
     "fuse": (8, None, ["train.fuse_projections=true"]),
     "optgraph": (8, None, ["train.optimizer_graph=true"]),
-    # the forward and backward replayed from one CUDA graph, against the same references
-    "graph-b8": (8, "fla", ["train.forward_backward_graph=true"]),
-    "graph-b16": (16, "fla", ["train.forward_backward_graph=true"]),
-    "graph-vs-llama": (8, "llama", ["train.forward_backward_graph=true"]),
-    "graph-vs-llama-2k": (8, "llama", ["data.seq_len=2048", "train.forward_backward_graph=true"]),
-    "graph-mamba-ssm": (8, None, ["model.kernel_backend=mamba_ssm", "train.forward_backward_graph=true"]),
-    # the graph with fused projections (MLA's q/kv down projections, GDN/KDA's input projections) on top
-    "graph-fuse-vs-llama": (8, "llama", ["train.forward_backward_graph=true", "train.fuse_projections=true"]),
-    "graph-fuse-vs-llama-2k": (
-        8,
-        "llama",
-        ["data.seq_len=2048", "train.forward_backward_graph=true", "train.fuse_projections=true"],
-    ),
+    "fuse-vs-llama": (8, "llama", ["train.fuse_projections=true"]),
     "ac-b16": (16, None, ["train.activation_checkpointing=true"]),
     "mamba-ssm": (8, None, ["model.kernel_backend=mamba_ssm"]),
+    # the Mamba2 scan on FLA's kernels (auto runs mamba-ssm's where it imports)
+    "ssd-fla": (8, None, ["model.kernel_backend=fla"]),
     "compile-mlp": (8, None, ["train.compile=true", "train.compile_sublayers=-"]),
     "compile-all": (8, None, ["train.compile=true"]),
     "fp8": (8, None, ["train.fp8=true", "train.compile=true", "train.compile_sublayers=-"]),
@@ -213,7 +203,6 @@ def _levers_on(record: dict) -> list[str]:
             "compile",
             "fuse_projections",
             "optimizer_graph",
-            "forward_backward_graph",
             "fp8",
             "activation_checkpointing",
         )

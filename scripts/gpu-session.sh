@@ -35,11 +35,8 @@
 #   perf18         issue 18 items 3-4 in one call of about 8 minutes (DEADLINE=480), one table  perf.jsonl
 #   ssd levers     Mamba2 scan backends; our pre-norm and SwiGLU kernels against FLA's, then 1b-gdn-pure vs FLA with each lever
 #                  (LEVERS: names in scripts/gpu-perf.py)
-#   hybrids tests-perf   hybrids vs Llama-3.2-1B's shape (eager and with train.forward_backward_graph); the GPU tests
+#   hybrids tests-perf   hybrids vs Llama-3.2-1B's shape (and 1b-mamba-mla on FLA's scan, with fused projections); the GPU tests
 #                  of issue 18 items 3-4
-#   graph          train.forward_backward_graph: its GPU tests, then 1b-gdn-pure vs FLA at batch 8 and 16, eager and graphed
-#   graph-perf     the throughput part of graph alone
-#   graph-diag     `zebra train tiny` graphed and eager, each process py-spy-dumped when still running after DIAG_DUMP_S
 #   save-kernels   the warm Triton + inductor caches as kernels.tgz.NN parts of 12 MB (at most 5) in $OUT, so that
 #                  the next session skips the minutes of compiling and autotuning on its fresh machine: keep the
 #                  parts under .gpucache/ here (git-ignored), carry one beside each Triton part, copy each to
@@ -235,35 +232,8 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
       perf 90 kernels 1b-gdn-pure  # the pre-norm and SwiGLU kernels alone, ours against FLA's (seconds)
       perf 540 train 1b-gdn-pure ${LEVERS:-base-b8 base-b16 fuse optgraph ac-b16 compile-mlp fp8};;
     hybrids)  # 1b-mamba-mla (also on mamba-ssm's scan) and 1b-kda-mla vs Llama-3.2-1B's shape (HF SDPA)
-      perf 300 train 1b-mamba-mla vs-llama graph-vs-llama mamba-ssm graph-mamba-ssm graph-fuse-vs-llama
-      perf 400 train 1b-kda-mla vs-llama-2k graph-vs-llama-2k graph-fuse-vs-llama-2k;;
-    graph)  # the graphed forward/backward: eager vs graphed steps on the GPU, then its throughput against eager's
-      timeout 240 python3 -m pytest -m gpu -p no:cacheprovider -v -rA --timeout 200 tests/train/test_levers.py -k graph \
-        tests/train/test_gpu.py::test_the_graphed_forward_backward_trains_like_the_eager_step > "$OUT/pytest_graph.log" 2>&1
-      note "graph tests: $(grep -E 'passed|failed|error' "$OUT/pytest_graph.log" | tail -1)"
-      perf 330 train 1b-gdn-pure base-b8 graph-b8 base-b16 graph-b16;;
-    graph-perf)  # the graphed step's throughput alone (model loop, no trainer): eager vs graphed, batch 8 and 16
-      perf 330 train 1b-gdn-pure base-b8 graph-b8 base-b16 graph-b16;;
-    graph-diag)  # `zebra train tiny --gpus 1` graphed (data workers 2, then 0) and eager: a run still going after
-      # DIAG_DUMP_S seconds gets a py-spy dump (.gpuwheels-extra) of each of its processes, then is killed
-      for variant in "true 2" "true 0" "false 2"; do
-        set -- $variant; name=graph-$1-workers-$2; rm -rf /tmp/diag/$name
-        left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -lt 60 ] && { note "$name: not run ($left s left)"; continue; }
-        timeout -s KILL $(( left < 120 ? left : 120 )) python3 -m zebra.cli.main train tiny --gpus 1 --max-steps 6 \
-          --output /tmp/diag --run $name --yes --resume never --set train.micro_batch_size=4 --set data.num_workers=$2 \
-          --set train.precision=fp32 --set train.forward_backward_graph=$1 > "$OUT/$name.log" 2>&1 &
-        pid=$!; waited=0
-        while kill -0 $pid 2>/dev/null && [ $waited -lt ${DIAG_DUMP_S:-75} ]; do sleep 1; waited=$((waited + 1)); done
-        if kill -0 $pid 2>/dev/null; then
-          for p in $(pgrep -f "zebra.cli" ); do
-            echo "== pid $p: $(tr '\0' ' ' < /proc/$p/cmdline | head -c 200)" >> "$OUT/$name.spy"
-            timeout 30 /tmp/site/bin/py-spy dump --pid $p --native >> "$OUT/$name.spy" 2>&1 \
-              || timeout 30 /tmp/site/bin/py-spy dump --pid $p >> "$OUT/$name.spy" 2>&1
-          done
-          pkill -9 -f "zebra.cli"; note "$name: HUNG past ${DIAG_DUMP_S:-75} s (py-spy: $name.spy)"
-        fi
-        wait $pid; note "$name rc=$? $(grep -c '"step"' /tmp/diag/$name/metrics.jsonl 2>/dev/null) steps logged; $(tail -2 "$OUT/$name.log" | tr -s '\n' ' ' | head -c 300)"
-      done;;
+      perf 300 train 1b-mamba-mla vs-llama ssd-fla fuse-vs-llama
+      perf 400 train 1b-kda-mla vs-llama-2k;;
     tests-perf)  # the GPU tests of issue 18 items 3-4: mamba-ssm vs float64, its model path, the levers
       left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -gt 400 ] && left=400
       timeout "$left" python3 -m pytest -m gpu -p no:cacheprovider -v -rA -n ${WORKERS:-4} --timeout 300 \

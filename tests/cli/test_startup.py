@@ -39,7 +39,7 @@ def test_every_command_help_is_light(path):
         ["verify", "{here}", "--against", "{missing}"],
         ["train", "no-such-recipe"],
         ["train", "tiny", "--set", "train.no_such_key=1"],
-        ["train", "tiny", "--set", "train.forward_backward_graph=true", "--nproc", "1"],
+        ["train", "tiny", "--set", "train.optimizer_graph=true", "--nproc", "1"],
         ["bench", "train", "no-such-recipe"],
         ["bench", "train", "tiny", "--set", "train.no_such_key=1"],
         ["bench", "decode", "{missing}"],

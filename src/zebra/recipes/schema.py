@@ -266,9 +266,6 @@ class TrainSpec:
     optimizer_graph: bool = spec(
         False, doc="replay AdamW's step from a CUDA graph (one GPU or DDP, not FSDP)"
     )
-    forward_backward_graph: bool = spec(
-        False, doc="replay each micro-batch's forward and backward from a CUDA graph (one GPU)"
-    )
     fp8: bool = spec(False, doc="torchao float8 Linear layers, rowwise scales (zebra-llama[fp8], sm89+ GPU)")
     log_interval: int = spec(10, doc="steps between log lines", min=1)
     eval_interval: int = spec(1000, doc="steps between validation losses (0 = never)", min=0)

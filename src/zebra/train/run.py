@@ -26,7 +26,6 @@ from zebra.locks import FolderLock
 from zebra.recipes import Recipe, dump_recipe
 from zebra.train.data import batch_plan, check_split_documents
 from zebra.train.optim import check_optimizer_graph
-from zebra.train.step_graph import check_graphable
 
 RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "loss.png", "export", "tensorboard", "data_cache")
 
@@ -236,8 +235,6 @@ def resolve_run(
         raise ZebraError(f"--resume {resume}: no such checkpoint", fix="pass auto, never or an existing path")
     if t.optimizer_graph:
         check_optimizer_graph(ranks.device)
-    if t.forward_backward_graph:
-        check_graphable(ranks.device, distributed=ranks.world_size > 1)
     run_dir = Path(output) / run_name(run, recipe)
     resolve_data(recipe)
     resolve_distill(recipe)
