@@ -10,9 +10,8 @@ it: the recipe's precision (bf16 autocast, fp32 master weights), AdamW with the 
 - MFU against the measured peak too: the bf16 matmul rate of the device measured in the run (an 8192^3 GEMM,
   `measured_matmul_peak`), what the issue's goals are stated against;
 - peak memory: the CUDA allocator's peak over the warm-up and timed steps (the graphed optimizer step allocates
-  once, while it is captured in the warm-up, and its replays bypass the allocator), and
-  what stays resident between steps (weights, optimizer moments, kept gradients) just before the timed steps
-  (none on CPU);
+  once, while it is captured in the warm-up, and its replays bypass the allocator), and what stays resident
+  between steps (weights, optimizer moments, kept gradients) just before the timed steps (none on CPU);
 - first step: seconds from the start of a model's build to the end of its first step (build, compile, kernel
   compilation and autotuning), and from the start of the process (zebra's row: the time to first step a user
   waits): what a warm start (the kernel cache, `zebra.caches`) shortens.
