@@ -235,6 +235,11 @@ def resolve_run(
         raise ZebraError(f"--resume {resume}: no such checkpoint", fix="pass auto, never or an existing path")
     if t.optimizer_graph:
         check_optimizer_graph(ranks.device)
+    if recipe.model.kernel_backend in ("fla", "mamba_ssm") and ranks.device != "cuda":
+        raise ZebraError(
+            f"model.kernel_backend={recipe.model.kernel_backend} needs a CUDA/ROCm GPU (this run is on {ranks.device})",
+            fix="--set model.kernel_backend=auto (FLA's kernels on a GPU, the torch reference elsewhere)",
+        )
     run_dir = Path(output) / run_name(run, recipe)
     resolve_data(recipe)
     resolve_distill(recipe)

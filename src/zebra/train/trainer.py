@@ -20,7 +20,7 @@ from zebra import arch
 from zebra.caches import kernel_cache_dir, use_kernel_cache
 from zebra.checkpoint_dir import find_checkpoints, step_name
 from zebra.data import load_tokenizer
-from zebra.errors import ZebraError
+from zebra.errors import ZebraError, first_line
 from zebra.recipes import Recipe, load_recipe
 from zebra.train import checkpoint as ckpt
 from zebra.train.data import batch_plan, build_train_order, micro_batches
@@ -530,8 +530,28 @@ class Trainer:
         return (
             f"{r.name}: {self.num_params / 1e6:.2f}M parameters, {env.world_size} rank(s) on {dev} "
             f"({self.parallel}), {self.micro_batch} x {env.world_size} x {self.accumulation} = "
-            f"{t.global_batch_size} sequences x {r.data.seq_len} tokens per step, {t.max_steps} steps{teacher}"
+            f"{t.global_batch_size} sequences x {r.data.seq_len} tokens per step, {t.max_steps} steps{teacher}, "
+            f"kernels {kernels_in_use(self.model_core.config, env.device)}"
         )
+
+
+def kernels_in_use(config, device: torch.device) -> str:
+    """The kernel backend the model's sublayers run on `device` ("torch", "fla"), and the Mamba2 scan's where it
+    differs (auto runs it on mamba-ssm's kernels when they import). A ZebraError when a forced backend cannot run
+    here (FLA or mamba-ssm missing), before the first step instead of inside it."""
+    from zebra.mixers import MIXERS
+    from zebra_kernels.backend import resolve_backend, resolve_ssd_backend
+
+    try:
+        chosen = resolve_backend(config.kernel_backend, device)
+        mamba2 = any(MIXERS[c].name == "mamba2" for c in config.layer_pattern)
+        scan = resolve_ssd_backend(config.kernel_backend, device, "chunk") if mamba2 else chosen
+    except ValueError as error:
+        raise ZebraError(
+            f"model.kernel_backend={config.kernel_backend}: {first_line(error)}",
+            fix="--set model.kernel_backend=auto (FLA's kernels where they run, else the torch reference)",
+        ) from None
+    return chosen if scan == chosen else f"{chosen} (Mamba2 scan: {scan})"
 
 
 def freeze_for_ild(model: torch.nn.Module) -> None:
