@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-import zebra_kernels.backend as backend_module
 
+import zebra_kernels.backend as backend_module
 from zebra.errors import ZebraError
 from zebra.recipes import load_recipe
 from zebra.train.run import RankLayout, resolve_run
@@ -22,7 +22,9 @@ def test_a_gpu_kernel_backend_is_refused_on_the_cpu_before_the_run(tmp_path, bac
         resolve_run(recipe, CPU, output=tmp_path)
     assert info.value.fix.startswith("--set model.kernel_backend=auto")
     assert not any(tmp_path.iterdir())
-    with pytest.raises(ZebraError, match=rf"model\.kernel_backend={backend}: backend='{backend}' needs a CUDA"):
+    with pytest.raises(
+        ZebraError, match=rf"model\.kernel_backend={backend}: backend='{backend}' needs a CUDA"
+    ):
         kernels_in_use(recipe.model.to_config(kernel_backend=backend), torch.device("cpu"))
 
 
