@@ -23,7 +23,7 @@ def test_bench_train_reports_the_trainers_step(cli):
         and row["step_setup_s"] > 0
         and row["build_s"] + row["step_setup_s"] < row["first_step_s"]
     )
-    assert report["kernel_cache"]
+    assert report["kernel_cache"] and report["kernels"] == "torch"
 
 
 def test_bench_train_table_states_the_mfu_formula(cli):
@@ -31,6 +31,12 @@ def test_bench_train_table_states_the_mfu_formula(cli):
     assert result.exit_code == 0, result.output
     assert "6N + causal attention" in result.stdout and "tokens/s" in result.stdout
     assert "zebra levers: activation_checkpointing=False, compile=False" in result.stdout
+    assert "zebra kernels: torch" in result.stdout
+    forced = cli("bench", "train", "tiny", "--steps", "1", "--set", "model.kernel_backend=fla")
+    assert (
+        forced.exit_code == 1
+        and "model.kernel_backend=fla: backend='fla' needs a CUDA/ROCm GPU" in forced.stderr
+    )
     assert "s: build " in result.stdout and ", step set-up " in result.stdout
 
 

@@ -56,7 +56,7 @@ from zebra.train.metrics import device_peak_flops, process_seconds
 from zebra.train.optim import build_optimizer, build_scheduler
 from zebra.train.parallelize import parallelize
 from zebra.train.step import TrainStep
-from zebra.train.trainer import build_model
+from zebra.train.trainer import build_model, kernels_in_use
 
 
 @dataclass(kw_only=True)
@@ -132,6 +132,7 @@ class TrainBenchReport:
     peak_flops: float | None
     measured_peak_flops: float | None
     levers: dict[str, Any]  # the recipe's training levers of the zebra row (LEVERS) and its kernel backend
+    kernels: str  # what that backend runs here: "fla", "fla (Mamba2 scan: mamba_ssm)", "torch"
     torch_version: str
     rows: list[TrainBenchRow]
     kernel_cache: str | None = None  # where compiled kernels and autotuning results persist
@@ -414,6 +415,7 @@ def run_train_bench(
         if torch.cuda.is_available()
         else torch.device("cpu")
     )
+    kernels = kernels_in_use(recipe.model.to_config(), device)  # a backend that cannot run here: told now
     cfg.batch = cfg.batch or recipe.train.micro_batch_size
     cfg.seq_len = cfg.seq_len or recipe.data.seq_len
     flops = arch.train_flops_per_token(arch.as_config(recipe.model.flat()), cfg.seq_len)
@@ -451,6 +453,7 @@ def run_train_bench(
             **{k: getattr(recipe.train, k) for k in LEVERS},
             "kernel_backend": recipe.model.kernel_backend,
         },
+        kernels=kernels,
         torch_version=torch.__version__,
         rows=rows,
         kernel_cache=cache["TRITON_CACHE_DIR"],

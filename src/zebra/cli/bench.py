@@ -359,6 +359,7 @@ def _train_table(report) -> None:
         f"datasheet {datasheet} TFLOP/s, measured bf16 matmul {measured} TFLOP/s; torch {report.torch_version}"
     )
     out.text("zebra levers: " + ", ".join(f"{k}={v}" for k, v in report.levers.items()))
+    out.text(f"zebra kernels: {report.kernels}")
 
 
 @app.command(
