@@ -36,7 +36,7 @@ def test_run_to_hf_to_zebra_is_bitwise(tmp_path):
 
 
 def test_export_layout(tmp_path):
-    recipe, model = build_model("hybrid")
+    recipe, model = build_model("hybrid", extra=("model.kernel_backend=torch",))
     out = export_hf(model.state_dict(), recipe, tmp_path / "export", max_shard_size="100KB")
 
     names = {p.name for p in out.iterdir()}
@@ -56,6 +56,7 @@ def test_export_layout(tmp_path):
         and cfg["auto_map"]["AutoModelForCausalLM"] == "modeling_zebra.ZebraForCausalLM"
     )
     assert cfg["eos_token_id"] == 256
+    assert cfg["kernel_backend"] == "auto"  # the run's torch reference stays with the run
     card = (out / "README.md").read_text()
     assert "*-M-G-K-" in card and "trust_remote_code=True" in card and "lr:" in card
     ids = tokens()

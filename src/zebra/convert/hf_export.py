@@ -100,6 +100,9 @@ def export_hf(
         config.auto_map = write_remote_code(tmp)
         config.architectures = ["ZebraForCausalLM"]
         config.dtype = stored_dtype(specs)
+        # the kernels are the loading machine's choice: a run's forced backend (the torch reference for debugging,
+        # fla or mamba_ssm on GPUs, where a CPU cannot run them) does not travel with the weights
+        config.kernel_backend = "auto"
         write_safetensors(
             tmp,
             specs,
