@@ -214,3 +214,21 @@ def test_repl_resets_when_the_context_is_full(loaded):
     text = out.getvalue()
     assert "[the context is full (" in text and "conversation reset]" in text
     assert session.context_tokens == 0
+
+
+def test_an_export_written_with_a_gpu_backend_loads_on_the_cpu(random_export, tmp_path):
+    """config.json's kernel_backend is the writer's: a folder that says `fla` (an older export, or one made by
+    hand) loads with this machine's kernels and decodes as the same weights with the torch reference."""
+    import json
+    import shutil
+
+    from zebra.generation.loading import load_model
+
+    folder = shutil.copytree(random_export, tmp_path / "fla-backend")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "kernel_backend": "fla"}))
+    model, tokenizer = load_model(folder, device="cpu")
+    reference, _ = load_model(random_export, device="cpu")
+    assert model.config.kernel_backend == "auto"
+    ids = tokenizer("The zebra")["input_ids"]
+    assert greedy(model, ids, 8, set()) == greedy(reference, ids, 8, set())
