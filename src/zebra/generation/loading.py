@@ -177,7 +177,9 @@ def _load(
     kwargs: dict[str, Any] = {}
     if (td := resolve_dtype(dtype, device, auto_on_gpu=auto_on_gpu)) is not None:
         kwargs["dtype"] = td
-    if model_dir.model_type == "zebra":  # this machine's kernels, whatever backend the export was written with
+    if (
+        model_dir.model_type == "zebra"
+    ):  # this machine's kernels, whatever backend the export was written with
         kwargs["kernel_backend"] = "auto"
     try:
         lm = AutoModelForCausalLM.from_pretrained(str(model_dir.path), **kwargs)
