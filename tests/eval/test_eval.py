@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -56,10 +57,14 @@ def test_zebra_eval_equals_lm_eval_run_directly(run_dir, export, task_dir, tmp_p
     }  # fmt: skip
 
 
-def test_table_output_and_limit(export, task_dir):
+def test_table_output_and_limit(export, task_dir, tmp_path):
+    """On a copy of the export whose config.json names the fla backend (no CPU path): the CPU's kernels run."""
+    fla = shutil.copytree(export, tmp_path / "fla-backend")
+    config = json.loads((fla / "config.json").read_text())
+    (fla / "config.json").write_text(json.dumps({**config, "kernel_backend": "fla"}))
     result = runner.invoke(
         app,
-        ["eval", str(export), "--tasks", "zebra_toy_mc", "--include-path", str(task_dir), "--device", "cpu",
+        ["eval", str(fla), "--tasks", "zebra_toy_mc", "--include-path", str(task_dir), "--device", "cpu",
          "--batch-size", "2", "--limit", "3"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output

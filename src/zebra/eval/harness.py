@@ -19,7 +19,12 @@ from zebra.data.tokenizers import load_tokenizer
 from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError
 from zebra.eval.tasks import load_tasks, task_manager
-from zebra.generation.loading import register_model_types, resolve_model_dir, tokenizer_source
+from zebra.generation.loading import (
+    machine_kernels,
+    register_model_types,
+    resolve_model_dir,
+    tokenizer_source,
+)
 
 
 @dataclass(kw_only=True)
@@ -84,6 +89,7 @@ def run_eval(req: EvalRequest) -> dict[str, Any]:
             dtype=dtype or "auto",
             batch_size=batch_size,
             tokenizer=tokenizer,
+            **machine_kernels(model_dir),
         )
         results = _evaluate(lm, tasks, manager, req)
     results.pop("samples", None)

@@ -98,6 +98,12 @@ def register_model_types(model_dir: ModelDir) -> None:
             ) from None
 
 
+def machine_kernels(model_dir: ModelDir) -> dict[str, str]:
+    """`from_pretrained` keyword arguments that make a Zebra export run this machine's kernels (`auto`), whatever
+    backend its config.json names (an export whose writer forced `fla` would not run on a CPU)."""
+    return {"kernel_backend": "auto"} if model_dir.model_type == "zebra" else {}
+
+
 def tokenizer_source(model_dir: ModelDir, tokenizer: str | None = None) -> str:
     """Where MODEL's tokenizer comes from: `tokenizer` (`--tokenizer`: a name, hub id, folder or `byte`) when
     given, else the model folder's own files.
@@ -177,10 +183,7 @@ def _load(
     kwargs: dict[str, Any] = {}
     if (td := resolve_dtype(dtype, device, auto_on_gpu=auto_on_gpu)) is not None:
         kwargs["dtype"] = td
-    if (
-        model_dir.model_type == "zebra"
-    ):  # this machine's kernels, whatever backend the export was written with
-        kwargs["kernel_backend"] = "auto"
+    kwargs.update(machine_kernels(model_dir))
     try:
         lm = AutoModelForCausalLM.from_pretrained(str(model_dir.path), **kwargs)
     except (OSError, ValueError, SafetensorError) as e:  # SafetensorError: a truncated or corrupt shard
