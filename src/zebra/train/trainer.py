@@ -539,12 +539,11 @@ def kernels_in_use(config, device: torch.device) -> str:
     """The kernel backend the model's sublayers run on `device` ("torch", "fla"), and the Mamba2 scan's where it
     differs (auto runs it on mamba-ssm's kernels when they import). A ZebraError when a forced backend cannot run
     here (FLA or mamba-ssm missing), before the first step instead of inside it."""
-    from zebra.mixers import MIXERS
     from zebra_kernels.backend import resolve_backend, resolve_ssd_backend
 
     try:
         chosen = resolve_backend(config.kernel_backend, device)
-        mamba2 = any(MIXERS[c].name == "mamba2" for c in config.layer_pattern)
+        mamba2 = any(spec.name == "mamba2" for spec in arch.used_mixers(config.layer_pattern))
         scan = resolve_ssd_backend(config.kernel_backend, device, "chunk") if mamba2 else chosen
     except ValueError as error:
         raise ZebraError(
