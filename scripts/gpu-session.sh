@@ -15,6 +15,7 @@
 #                  (2026-12-04, batch 2: bf16 about 300 s with a cold Triton cache, FP8 12k tok/s: over 340 s)
 #   decode         zebra bench decode on DECODE_RECIPES                               decode_<recipe>.json
 #   profile        scripts/profile-train.py: top kernels and GPU idle gaps, zebra and FLA   profile.txt, trace_*.json.gz
+#   profile-ssd    the same for 1b-mamba-mla on FLA's and on mamba-ssm's Mamba2 scan   profile_ssd_{fla,mamba_ssm}.txt
 #   warm-spy       a warm `zebra bench train` (WARM_RECIPES) under py-spy, plain, and without zebra's bytecode cache   warm_spy.txt
 #   tests          the `gpu`-marked tests (TESTS, TESTS_K a -k expression, WORKERS xdist workers)   pytest_gpu.log
 #                  (68 tests; 6 workers ran 36 of them in 524 s on 2026-12-03: split them over two calls,
@@ -168,6 +169,12 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
     profile)
       timeout 300 python3 scripts/profile-train.py 1b-gdn-pure --batch 8 --against fla --trace "$OUT" > "$OUT/profile.txt" 2>> "$log"
       note "profile rc=$? (profile.txt)";;
+    profile-ssd)  # why 1b-mamba-mla's step is faster on mamba-ssm's scan while the scan alone is faster on FLA's
+      for b in fla mamba_ssm; do
+        timeout 240 python3 scripts/profile-train.py 1b-mamba-mla --batch 8 --top 40 --set model.kernel_backend=$b \
+          > "$OUT/profile_ssd_$b.txt" 2>> "$log"
+        note "profile-ssd $b rc=$? (profile_ssd_$b.txt)"
+      done;;
     tests)
       left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -gt ${TESTS_LIMIT:-570} ] && left=${TESTS_LIMIT:-570}
       timeout "$left" python3 -m pytest -m gpu -p no:cacheprovider -v -rA -n ${WORKERS:-6} --timeout 400 \
