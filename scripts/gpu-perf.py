@@ -50,6 +50,13 @@ VARIANTS: dict[str, tuple[int, str | None, list[str]]] = {
     # every sublayer compiled: torchao's float8 casts fuse only inside compiled code (the fp8 row above left the
     # GDN projections eager and ran 40% slower than bf16 on 2026-12-04)
     "fp8-all": (8, None, ["train.fp8=true", "train.compile=true"]),
+    # float8 only where the GEMMs are widest (the MLPs: 2048 x 8192), those compiled; the recurrent mixers' narrower
+    # projections stay bf16 and eager
+    "fp8-mlp": (
+        8,
+        None,
+        ["train.fp8=true", "train.fp8_sublayers=-", "train.compile=true", "train.compile_sublayers=-"],
+    ),
 }
 
 
@@ -208,8 +215,9 @@ def _levers_on(record: dict) -> list[str]:
         )
         if levers.get(k)
     ]
-    if levers.get("compile") and levers.get("compile_sublayers") != "all":
-        on[on.index("compile")] = f"compile[{levers['compile_sublayers']}]"
+    for lever in ("compile", "fp8"):
+        if levers.get(lever) and levers.get(f"{lever}_sublayers", "all") != "all":
+            on[on.index(lever)] = f"{lever}[{levers[f'{lever}_sublayers']}]"
     if levers.get("kernel_backend") not in (None, "auto"):
         on.append(f"backend={levers['kernel_backend']}")
     return on

@@ -11,7 +11,7 @@
 #   bench          zebra bench train 1b-gdn-pure vs FLA                               bench_train.json
 #   trainer        a 20-step `zebra train 1b-gdn-pure --mock-data` run (tokens/s, time to the first step)
 #   fp8-curve      1b-gdn-pure FP8 vs bf16 over 1,000 steps of python3.11-doc text (FP8_DATA, FP8_BATCH,
-#                  FP8_STEPS, FP8_COMPILE; scripts/fp8-curve.py)                     fp8_curve.json/png
+#                  FP8_STEPS, FP8_COMPILE, FP8_SUBLAYERS; scripts/fp8-curve.py)      fp8_curve.json/png
 #                  (2026-12-04, batch 2: bf16 about 300 s with a cold Triton cache, FP8 12k tok/s: over 340 s)
 #   decode         zebra bench decode on DECODE_RECIPES                               decode_<recipe>.json
 #   profile        scripts/profile-train.py: top kernels and GPU idle gaps, zebra and FLA   profile.txt, trace_*.json.gz
@@ -87,7 +87,8 @@ for phase in "${phases[@]}"; do
       data=${FP8_DATA:-data/parity-python-docs} batch=${FP8_BATCH:-2}
       for run in bf16 fp8; do
         levers=(); [ $run = fp8 ] && levers=(--set train.fp8=true --set train.compile=true \
-          --set train.compile_sublayers=${FP8_COMPILE:--})  # FP8_COMPILE=all: every sublayer compiled (gpu-perf's fp8-all)
+          --set train.compile_sublayers=${FP8_COMPILE:--} --set train.fp8_sublayers=${FP8_SUBLAYERS:-all})
+        # FP8_COMPILE=all: every sublayer compiled (gpu-perf's fp8-all); FP8_SUBLAYERS=-: float8 MLPs only (fp8-mlp)
         left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -lt 60 ] && { note "fp8-curve $run: not run ($left s left)"; continue; }
         timeout "$left" python3 -m zebra.cli.main train 1b-gdn-pure --data "$data/chunks" --run $run --output /tmp/fp8runs \
           --max-steps ${FP8_STEPS:-1000} --yes --resume never --set data.tokenizer="$data/tokenizer" \

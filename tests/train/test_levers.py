@@ -102,6 +102,34 @@ def test_regional_compile_gives_the_eager_loss_and_gradients():
         torch.testing.assert_close(compiled_grads[name], grad, rtol=1e-8, atol=1e-10, msg=name)
 
 
+def test_float8_sublayers_are_checked_before_torchao_is_needed():
+    """A typo in train.fp8_sublayers is named (with or without torchao installed), not a failed import."""
+    with pytest.raises(ZebraError, match=r"train\.fp8_sublayers='mlp'") as info:
+        apply_float8(tiny_model("tiny"), "mlp")
+    assert "--set train.fp8_sublayers=" in info.value.fix
+
+
+@pytest.mark.skipif(not HAS_TORCHAO, reason="needs torchao")
+def test_float8_on_the_chosen_sublayers_only():
+    """train.fp8_sublayers='-': the MLPs' Linear layers become float8, the Mamba2 mixer's (float8 with 'all' at
+    this width) stay bf16 Linear."""
+    from torchao.float8.float8_linear import Float8Linear
+
+    from zebra.models import ZebraForCausalLM
+
+    config = load_recipe("tiny").model.to_config(hidden_size=256, intermediate_size=1024)
+    float8_in = {}
+    for which in ("all", "-"):
+        model = ZebraForCausalLM(config)
+        apply_float8(model, which)
+        float8_in[which] = {sublayer_letter(layer): any(isinstance(m, Float8Linear) for m in layer.modules())
+                            for layer in model.model.layers}  # fmt: skip
+        assert not isinstance(model.lm_head, Float8Linear)
+    # MLA's, GDN's and KDA's projections at width 256 are below FLOAT8_MIN_DIM: bf16 either way
+    assert float8_in["all"] == {"-": True, "*": False, "M": True, "G": False, "K": False}
+    assert float8_in["-"] == {"-": True, "*": False, "M": False, "G": False, "K": False}
+
+
 @pytest.mark.skipif(HAS_TORCHAO, reason="checks the error without torchao")
 def test_float8_without_torchao_is_one_line_with_the_install():
     with pytest.raises(ZebraError, match=r"train\.fp8 needs torchao") as info:

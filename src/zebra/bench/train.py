@@ -81,6 +81,7 @@ LEVERS = (
     "fuse_projections",
     "optimizer_graph",
     "fp8",
+    "fp8_sublayers",
 )
 # Llama-3.2-1B's architecture (its config.json), randomly initialised: the dense baseline of `--against llama`
 LLAMA_3_2_1B = dict(

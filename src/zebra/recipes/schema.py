@@ -267,6 +267,9 @@ class TrainSpec:
         False, doc="replay AdamW's step from a CUDA graph (one GPU or DDP, not FSDP)"
     )
     fp8: bool = spec(False, doc="torchao float8 Linear layers, rowwise scales (zebra-llama[fp8], sm89+ GPU)")
+    fp8_sublayers: str = spec(
+        "all", doc="with fp8: the sublayers in float8, 'all' or pattern letters (e.g. '-' the MLPs)"
+    )
     log_interval: int = spec(10, doc="steps between log lines", min=1)
     eval_interval: int = spec(1000, doc="steps between validation losses (0 = never)", min=0)
     eval_steps: int = spec(10, doc="validation batches per evaluation", min=1)

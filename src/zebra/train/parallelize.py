@@ -54,17 +54,22 @@ def sublayer_letter(layer: torch.nn.Module) -> str | None:
     return getattr(getattr(layer, "_checkpoint_wrapped_module", layer), "char", None)
 
 
+def chosen_sublayers(model: torch.nn.Module, which: str, key: str) -> list[torch.nn.Module]:
+    """The sublayers a lever applies to: every one for `which == "all"`, else those whose pattern character is in
+    `which` (e.g. "-" for the MLPs); a ZebraError naming the recipe key `key` for anything else."""
+    if which != "all" and (not which or set(which) - set(MIXERS)):
+        raise ZebraError(
+            f"{key}={which!r} is neither 'all' nor letters of {''.join(MIXERS)!r}",
+            fix=f"set it to all, or to the sublayer kinds it applies to, e.g. --set {key}='*-'",
+        )
+    return [layer for layer in sublayers(model) if which == "all" or sublayer_letter(layer) in tuple(which)]
+
+
 def apply_compile(model: torch.nn.Module, which: str = "all") -> None:
     """torch.compile each sublayer in place (parameter names unchanged): every one, or those whose pattern
     character is in `which` (`train.compile_sublayers`, e.g. "-" for the MLPs only: regional compilation)."""
-    if which != "all" and (not which or set(which) - set(MIXERS)):
-        raise ZebraError(
-            f"train.compile_sublayers={which!r} is neither 'all' nor letters of {''.join(MIXERS)!r}",
-            fix="set it to all, or to the sublayer kinds to compile, e.g. --set train.compile_sublayers='*-'",
-        )
-    for layer in sublayers(model):
-        if which == "all" or sublayer_letter(layer) in tuple(which):
-            layer.compile()
+    for layer in chosen_sublayers(model, which, "train.compile_sublayers"):
+        layer.compile()
 
 
 def apply_fused_projections(model: torch.nn.Module) -> int:
@@ -89,9 +94,12 @@ def float8_eligible(module: torch.nn.Module, fqn: str) -> bool:
     return all(d % 16 == 0 and d >= FLOAT8_MIN_DIM for d in dims)
 
 
-def apply_float8(model: torch.nn.Module) -> None:
-    """torchao float8 training with rowwise scales on the `float8_eligible` Linear layers (in place; parameter
-    names unchanged). Projections fused by `fuse_projections` run as one bf16 GEMM instead."""
+def apply_float8(model: torch.nn.Module, which: str = "all") -> None:
+    """torchao float8 training with rowwise scales on the `float8_eligible` Linear layers of every sublayer, or
+    of those whose pattern character is in `which` (`train.fp8_sublayers`, e.g. "-" for the MLPs, whose GEMMs are
+    the widest), in place; parameter names unchanged. Projections fused by `fuse_projections` run as one bf16
+    GEMM instead."""
+    layers = chosen_sublayers(model, which, "train.fp8_sublayers")
     try:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except ImportError as error:
@@ -99,7 +107,8 @@ def apply_float8(model: torch.nn.Module) -> None:
             f"train.fp8 needs torchao ({error})", fix="pip install 'zebra-llama[fp8]', or drop train.fp8"
         ) from None
     config = Float8LinearConfig.from_recipe_name("rowwise")
-    convert_to_float8_training(model, config=config, module_filter_fn=float8_eligible)
+    for layer in layers:
+        convert_to_float8_training(layer, config=config, module_filter_fn=float8_eligible)
 
 
 def apply_fsdp(model: torch.nn.Module, env: DistEnv, *, bf16: bool) -> None:
@@ -127,7 +136,7 @@ def parallelize(
     if train.fuse_projections:
         apply_fused_projections(model)
     if train.fp8:
-        apply_float8(model)
+        apply_float8(model, train.fp8_sublayers)
     if train.activation_checkpointing:
         apply_activation_checkpointing(model)
     if train.compile:
