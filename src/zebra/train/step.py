@@ -192,6 +192,17 @@ class TrainStep:
             return contextlib.nullcontext()
         return self.model.no_sync()
 
+    def _clip_in_update(self) -> torch.Tensor:
+        """The gradient norm, with the clipping left to the fused AdamW: it divides each gradient by
+        `grad_scale` as it reads it, which saves `clip_grad_norm_`'s pass over every gradient (a read and a write
+        of 4 bytes per parameter). The same coefficient as `clip_grad_norm_`'s: max_norm / (norm + 1e-6), at most 1."""
+        import torch
+
+        norm = torch.nn.utils.get_total_norm([p.grad for p in self.params if p.grad is not None])
+        if self.clip_grad > 0:
+            self.optimizer.grad_scale = 1.0 / (self.clip_grad / (norm + 1e-6)).clamp(max=1.0)  # [] >= 1
+        return norm
+
     def forward_backward(
         self, tokens: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor, scale: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -233,9 +244,12 @@ class TrainStep:
         stats = all_reduce_sum(
             torch.cat([loss_acc, to_device(torch.tensor([float(f) for f in flags]), dev)]), self.env
         )
-        norm = torch.nn.utils.clip_grad_norm_(
-            self.params, self.clip_grad if self.clip_grad > 0 else math.inf, foreach=dev.type != "cpu"
-        )
+        if self.skip_on_device:
+            norm = self._clip_in_update()
+        else:
+            norm = torch.nn.utils.clip_grad_norm_(
+                self.params, self.clip_grad if self.clip_grad > 0 else math.inf, foreach=dev.type != "cpu"
+            )
         if hasattr(norm, "full_tensor"):  # FSDP2: a replicated DTensor
             norm = norm.full_tensor()
         stats = torch.cat([stats, norm.reshape(1).float()])  # [loss sum, *metric sums, *flags, grad norm]
