@@ -135,6 +135,18 @@ def test_a_split_without_validation_documents_is_refused_not_a_hang(tmp_path, va
     assert fix in error.value.fix
 
 
+@pytest.mark.parametrize("docs, split, valid_samples", [(1, "100,0,0", 0), (5, "90,10,0", 4)])
+def test_the_split_check_counts_every_document(tmp_path, docs, split, valid_samples):
+    """At the edge: one document trains with 100,0,0; five cut by 90,10,0 at round(4.5) = 4 leave validation one
+    (megatron's own cut), so both build."""
+    a = _write_prefix(tmp_path / "a", ord("a"), docs=docs)
+    recipe = load_recipe("tiny", overrides=[f"data.paths={a}", f"data.split={split}", "data.seq_len=8"])
+    train, valid = build_datasets(recipe, train_samples=8, valid_samples=valid_samples, cache_dir=tmp_path / "c")
+    assert len(train) >= 8
+    if valid_samples:
+        assert valid is not None and len(valid) >= valid_samples
+
+
 def test_a_split_with_validation_documents_builds_both(tmp_path):
     a = _write_prefix(tmp_path / "a", ord("a"), docs=40)
     recipe = load_recipe("tiny", overrides=[f"data.paths={a}", "data.split=90,10,0", "data.seq_len=8"])

@@ -186,7 +186,7 @@ def check_split_documents(recipe: Recipe, prefixes: list[str], *, eval_on: bool)
             fix="give the first (train) weight of data.split a share, e.g. --set data.split=99,1,0",
         )
     for prefix in prefixes:
-        documents = check_prefix(prefix).documents - 1  # the index stores document starts plus the end
+        documents = check_prefix(prefix).documents
         for part, bounds in zip(("training", "validation"), split_matrix[:2], strict=True):
             if bounds is None or round(bounds[0] * documents) < round(bounds[1] * documents):
                 continue
