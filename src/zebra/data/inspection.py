@@ -54,13 +54,15 @@ def inspect_data(
         )
     else:
         prefixes = [p]
-    lengths, shard_rows, dtype = [], [], None
+    lengths, shard_rows, dtype, readable = [], [], None, []
     for i, prefix in enumerate(prefixes):
         info = check_prefix(prefix)
-        ds = open_dataset(prefix)
-        dtype = np.dtype(ds.index.dtype).name
-        # a copy: the dataset's memory map closes with it
-        lengths.append(np.array(ds.sequence_lengths, dtype=np.int64))
+        if info.tokens:  # an empty shard (a prep with fewer documents than shards) has no .bin to map
+            ds = open_dataset(prefix)
+            dtype = np.dtype(ds.index.dtype).name
+            # a copy: the dataset's memory map closes with it
+            lengths.append(np.array(ds.sequence_lengths, dtype=np.int64))
+            readable.append(prefix)
         shard_rows.append({"prefix": prefix.name, "documents": info.documents, "tokens": info.tokens})
         if manifest is not None:
             _compare(prefix, info, manifest.shards[i], checksums)
@@ -85,7 +87,7 @@ def inspect_data(
         }
     name = tokenizer or (manifest.tokenizer.get("name") if manifest and manifest.tokenizer else None)
     loaded, report["tokenizer_check"] = _check_tokenizer(name, manifest)
-    report["samples"] = _decode_samples(prefixes, loaded, samples, sample_chars) if prefixes else []
+    report["samples"] = _decode_samples(readable[0], loaded, samples, sample_chars) if readable else []
     return report
 
 
@@ -126,8 +128,8 @@ def _check_tokenizer(name: str | None, manifest: Any) -> tuple[Any, dict[str, An
     return loaded, check | {"status": "ok" if ok else "mismatch", "detail": detail}
 
 
-def _decode_samples(prefixes: list[Path], tokenizer: Any, count: int, chars: int) -> list[dict[str, Any]]:
-    ds = open_dataset(prefixes[0])
+def _decode_samples(prefix: Path, tokenizer: Any, count: int, chars: int) -> list[dict[str, Any]]:
+    ds = open_dataset(prefix)
     out = []
     for i in range(min(count, len(ds))):
         ids = ds[i].tolist()
