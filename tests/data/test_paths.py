@@ -74,3 +74,16 @@ def test_prep_folder_and_weighted_entries(texts, tmp_path):
     assert sum(w for _, w in resolve_prefixes(str(out))) == pytest.approx(1.0)
     assert sum(w for _, w in resolve_prefixes(f"{out}:0.5")) == pytest.approx(0.5)
     assert resolve_prefixes(f"{prefix}:2") == [(str(prefix), 2.0)]
+
+
+def test_a_folder_or_prefix_without_documents_is_refused(tmp_path):
+    """A prep that skipped every row leaves a complete folder with empty shards: training refuses it by name
+    (before any run folder exists), as it refuses an empty PREFIX, instead of starting with no data."""
+    source = write_source("jsonl", tmp_path / "src", ["", ""])
+    out = tmp_path / "empty"
+    run_prep(plan_prep(open_source(str(source)), out, tokenizer="byte", shards=1, workers=1))
+    with pytest.raises(ZebraError, match=r"empty: no document was written \(2 row\(s\) read, all skipped\)"):
+        resolve_prefixes(str(out))
+    prefix = next(out.glob("*_00000.bin")).with_suffix("")
+    with pytest.raises(ZebraError, match=r"holds no tokens"):
+        resolve_prefixes(str(prefix))

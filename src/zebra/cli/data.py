@@ -140,7 +140,7 @@ def _prep_summary(
     skipped = manifest.skipped()
     if json_:
         out.json({"folder": str(folder), **manifest.to_json(), "seconds": seconds})
-        _check_has_documents(folder, manifest)
+        manifest.check_has_documents(folder)
         return
     rate = f", {manifest.tokens / seconds:,.0f} tok/s overall" if seconds else ""
     out.table(
@@ -163,20 +163,10 @@ def _prep_summary(
             + ", ".join(f"{n:,} {k.replace('_', ' ')}" for k, n in sorted(skipped.items()))
             + " documents"
         )
-    _check_has_documents(folder, manifest)
+    manifest.check_has_documents(folder)
     if seconds is not None:
         out.result(
             escape(f"wrote {folder} in {seconds:.1f} s{rate}; train on it with data.paths: [{folder}]")
-        )
-
-
-def _check_has_documents(folder: Path, manifest) -> None:
-    """A data folder without a document is nothing to train on: an error, not a success (exit 1)."""
-    if manifest.documents == 0:
-        read = f"{manifest.rows:,} row(s) read, all skipped" if manifest.rows else "the source holds no rows"
-        raise ZebraError(
-            f"{folder}: no document was written ({read})",
-            fix="check --text-field, and that the source holds UTF-8 text",
         )
 
 

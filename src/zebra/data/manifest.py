@@ -74,6 +74,15 @@ class Manifest:
                 total[k] = total.get(k, 0) + v
         return total
 
+    def check_has_documents(self, folder: Path) -> None:
+        """A data folder without a document is nothing to train on: a ZebraError for `folder` then."""
+        if self.documents == 0:
+            read = f"{self.rows:,} row(s) read, all skipped" if self.rows else "the source holds no rows"
+            raise ZebraError(
+                f"{folder}: no document was written ({read})",
+                fix="check --text-field, and that the source holds UTF-8 text",
+            )
+
     def to_json(self) -> dict:
         d = asdict(self)
         d["totals"] = {

@@ -45,7 +45,8 @@ def resolve_prefixes(entry: str, *, tokenizer: str = "byte") -> list[tuple[str, 
         return _folder_prefixes(folder, read_manifest(folder), weight)
     path = Path(target).expanduser()
     if Path(f"{path}.bin").exists() or Path(f"{path}.idx").exists():
-        check_prefix(path)
+        if not check_prefix(path).tokens:
+            raise ZebraError(f"data path {target}: {path}.bin holds no tokens", fix="pass a prefix with documents")
         return [(str(path.resolve()), weight)]
     if path.exists() and holds_text(path):  # text where tokenized data belongs (a .jsonl, a folder of .txt)
         out = default_folder(str(path))
@@ -77,9 +78,9 @@ def _folder_prefixes(folder: Path, manifest: Manifest, weight: float) -> list[tu
                 f"{prefix}.idx: {info.tokens} tokens, manifest.json says {shard.tokens}",
                 fix="delete the shard and re-run `zebra data prep`: it regenerates missing shards",
             )
-    total = manifest.tokens or 1
+    manifest.check_has_documents(folder)
     return [
-        (str(prefix), weight * s.tokens / total)
+        (str(prefix), weight * s.tokens / manifest.tokens)
         for prefix, s in zip(prefixes, manifest.shards, strict=True)
         if s.tokens  # a shard whose rows were all skipped holds no documents
     ]
