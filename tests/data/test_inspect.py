@@ -113,7 +113,7 @@ def test_a_malformed_manifest_is_one_line_wherever_it_is_read(folder, case, tmp_
 def test_a_folder_with_an_empty_shard_is_reported(tmp_path, texts):
     """Shards whose documents were all skipped (empty texts here): they read 0 documents instead of failing to
     memory-map their 0-byte .bin; the sample comes from the shard that has one."""
-    source = write_source("jsonl", tmp_path / "src", texts[:1] + ["", ""])
+    source = write_source("jsonl", tmp_path / "src", [*texts[:1], "", ""])
     run_prep(plan_prep(open_source(str(source)), tmp_path / "out", tokenizer="byte", shards=3, workers=1))
     r = inspect_data(str(tmp_path / "out"), checksums=True)
     assert r["documents"] == 1 and sorted(s["documents"] for s in r["shards"])[-1] == 1

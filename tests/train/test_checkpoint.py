@@ -112,6 +112,34 @@ def test_an_empty_or_corrupt_meta_json_falls_back_to_the_previous_checkpoint(tmp
     assert "step_0000006 could not be loaded" in warning and "falling back to step_0000004" in warning
 
 
+def test_resuming_with_another_model_is_refused_before_config_yaml_is_rewritten(tmp_path):
+    """`zebra train tiny --run R` on a tiny-gdn run R (or a --set of a model width) would write its config.yaml
+    over the run's and then fail to load every checkpoint: refused in the plan, naming the keys; a key that keeps
+    the model's shapes (the kernel backend) resumes."""
+    from zebra.recipes import dump_recipe
+
+    _saved(tmp_path / "run")
+    sets = ["data.mock=true", "data.paths=[]"]
+    saved = dump_recipe(load_recipe("tiny-gdn", overrides=sets))
+    (tmp_path / "run" / "config.yaml").write_text(saved)
+    cpu = RankLayout("cpu", nodes=1, ranks_per_node=1)
+    for name, more, keys in [("tiny", [], "model.num_layers, model.pattern"),
+                             ("tiny-gdn", ["model.hidden_size=48"], "model.hidden_size")]:  # fmt: skip
+        with pytest.raises(
+            ZebraError, match=f"run: its checkpoints hold another model .*\\({keys} differ"
+        ) as e:
+            resolve_run(load_recipe(name, overrides=sets + more), cpu, output=tmp_path, run="run")
+        assert "--run NAME" in e.value.fix
+    assert (tmp_path / "run" / "config.yaml").read_text() == saved
+    planned = resolve_run(
+        load_recipe("tiny-gdn", overrides=[*sets, "model.kernel_backend=torch"]),
+        cpu,
+        output=tmp_path,
+        run="run",
+    )
+    assert planned.changed == ["model.kernel_backend"] and planned.checkpoint_step == 6
+
+
 def test_running_out_of_memory_is_raised_not_taken_for_a_torn_checkpoint(tmp_path):
     ck = _saved(tmp_path)
 

@@ -141,7 +141,9 @@ def test_the_split_check_counts_every_document(tmp_path, docs, split, valid_samp
     (megatron's own cut), so both build."""
     a = _write_prefix(tmp_path / "a", ord("a"), docs=docs)
     recipe = load_recipe("tiny", overrides=[f"data.paths={a}", f"data.split={split}", "data.seq_len=8"])
-    train, valid = build_datasets(recipe, train_samples=8, valid_samples=valid_samples, cache_dir=tmp_path / "c")
+    train, valid = build_datasets(
+        recipe, train_samples=8, valid_samples=valid_samples, cache_dir=tmp_path / "c"
+    )
     assert len(train) >= 8
     if valid_samples:
         assert valid is not None and len(valid) >= valid_samples

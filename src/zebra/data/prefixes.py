@@ -46,7 +46,9 @@ def resolve_prefixes(entry: str, *, tokenizer: str = "byte") -> list[tuple[str, 
     path = Path(target).expanduser()
     if Path(f"{path}.bin").exists() or Path(f"{path}.idx").exists():
         if not check_prefix(path).tokens:
-            raise ZebraError(f"data path {target}: {path}.bin holds no tokens", fix="pass a prefix with documents")
+            raise ZebraError(
+                f"data path {target}: {path}.bin holds no tokens", fix="pass a prefix with documents"
+            )
         return [(str(path.resolve()), weight)]
     if path.exists() and holds_text(path):  # text where tokenized data belongs (a .jsonl, a folder of .txt)
         out = default_folder(str(path))

@@ -256,7 +256,36 @@ def resolve_run(
     saved = run_dir / "config.yaml"
     if saved.is_file() and resume == "auto" and found:
         resolved.changed = _changed_keys(saved, dump_recipe(recipe))
+        _check_same_model(saved, recipe, resolved.changed)
     return resolved
+
+
+def _check_same_model(saved: Path, recipe: Recipe, changed: list[str]) -> None:
+    """Resuming loads the run's checkpoints into the recipe's model: refuse, before anything is written, a recipe
+    whose layer pattern or parameter counts differ from those of the run's config.yaml (so its checkpoints)."""
+    from zebra import arch
+    from zebra.recipes import load_recipe
+
+    try:
+        before = load_recipe(saved)
+    except (
+        ZebraError
+    ):  # a config.yaml from another zebra version or edited by hand: the checkpoint load decides
+        return
+    old, new = (arch.as_config(r.model.flat()) for r in (before, recipe))
+    if (arch.resolve_pattern(old), arch.param_count(old)) == (
+        arch.resolve_pattern(new),
+        arch.param_count(new),
+    ):
+        return
+    keys = [k for k in changed if k.startswith("model.")]
+    run_dir = saved.parent
+    raise ZebraError(
+        f"{run_dir}: its checkpoints hold another model than this recipe's ({', '.join(keys[:6])} differ from "
+        f"its config.yaml)",
+        fix=f"pass --run NAME for a new run, --resume never --yes to start {run_dir.name} over, or train with "
+        "the run's model settings",
+    )
 
 
 def _changed_keys(saved: Path, new_yaml: str) -> list[str]:
