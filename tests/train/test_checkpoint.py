@@ -140,6 +140,23 @@ def test_resuming_with_another_model_is_refused_before_config_yaml_is_rewritten(
     assert planned.changed == ["model.kernel_backend"] and planned.checkpoint_step == 6
 
 
+def test_a_run_stopped_after_its_last_log_line_is_summarised_at_its_checkpoint(tmp_path):
+    """A signal saves the step in progress, past the last logged loss (every 2 steps here) and validation: the
+    summary's step is the checkpoint's, and each figure keeps the step it was logged at."""
+    import json
+
+    from zebra.train.summary import summarize_run
+
+    _saved(tmp_path / "run", steps=(2, 5))
+    lines = [{"step": 2, "loss": 3.0, "tokens_per_s": 10.0}, {"step": 2, "val_loss": 3.5},
+             {"step": 4, "loss": 2.5, "tokens_per_s": 10.0}]  # fmt: skip
+    (tmp_path / "run" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    summary = summarize_run(tmp_path / "run")
+    assert (summary["step"], summary["loss"], summary["loss_step"]) == (5, 2.5, 4)
+    assert (summary["val_loss"], summary["val_step"]) == (3.5, 2)
+    assert summary["checkpoint"].endswith("step_0000005")
+
+
 def test_running_out_of_memory_is_raised_not_taken_for_a_torn_checkpoint(tmp_path):
     ck = _saved(tmp_path)
 

@@ -215,9 +215,17 @@ def _show_result(run: TrainRun, stopped_by: str | None, json_: bool) -> None:
     if json_:
         out.json(summary)
         return
-    loss = f"loss {summary['loss']:.4f}" if summary["loss"] is not None else "no loss logged"
+
+    def at(step: int) -> str:  # the step a figure was logged at, when it is not the run's last
+        return "" if step == summary["step"] else f" at step {step}"
+
+    loss = (
+        f"loss {summary['loss']:.4f}{at(summary['loss_step'])}"
+        if summary["loss"] is not None
+        else "no loss logged"
+    )
     if summary["val_loss"] is not None:
-        loss += f", validation {summary['val_loss']:.4f}"
+        loss += f", validation {summary['val_loss']:.4f}{at(summary['val_step'])}"
     if stopped_by:
         out.result(
             f"stopped by {stopped_by} at step {summary['step']} ({loss}); checkpoint {summary['checkpoint']}"
