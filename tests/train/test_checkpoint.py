@@ -140,6 +140,23 @@ def test_resuming_with_another_model_is_refused_before_config_yaml_is_rewritten(
     assert planned.changed == ["model.kernel_backend"] and planned.checkpoint_step == 6
 
 
+def test_resuming_with_max_steps_below_the_checkpoint_is_refused(tmp_path):
+    """A run at step 6 asked for --max-steps 4 would report 6 steps trained under a header of 4 and write
+    max_steps 4 into its config.yaml: refused in the plan; at exactly 6 it only re-exports."""
+    _saved(tmp_path / "run")
+    cpu = RankLayout("cpu", nodes=1, ranks_per_node=1)
+    sets = ["data.mock=true", "data.paths=[]"]
+    with pytest.raises(ZebraError, match="already at step 6, past train.max_steps 4") as e:
+        resolve_run(
+            load_recipe("tiny", overrides=[*sets, "train.max_steps=4"]), cpu, output=tmp_path, run="run"
+        )
+    assert "--max-steps above 6" in e.value.fix
+    planned = resolve_run(
+        load_recipe("tiny", overrides=[*sets, "train.max_steps=6"]), cpu, output=tmp_path, run="run"
+    )
+    assert planned.checkpoint_step == 6
+
+
 def test_a_run_stopped_after_its_last_log_line_is_summarised_at_its_checkpoint(tmp_path):
     """A signal saves the step in progress, past the last logged loss (every 2 steps here) and validation: the
     summary's step is the checkpoint's, and each figure keeps the step it was logged at."""

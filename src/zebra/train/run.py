@@ -257,6 +257,11 @@ def resolve_run(
     if saved.is_file() and resume == "auto" and found:
         resolved.changed = _changed_keys(saved, dump_recipe(recipe))
         _check_same_model(saved, recipe, resolved.changed)
+    if resume == "auto" and (resolved.checkpoint_step or 0) > t.max_steps:
+        raise ZebraError(
+            f"{run_dir}: already at step {resolved.checkpoint_step}, past train.max_steps {t.max_steps}",
+            fix=f"pass --max-steps above {resolved.checkpoint_step} to train it further, or --run NAME for a new run",
+        )
     return resolved
 
 
