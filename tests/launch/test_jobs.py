@@ -4,7 +4,9 @@ files the tasks write."""
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -87,3 +89,36 @@ def test_jobs_cli_lists_and_prints_logs(tmp_path, cli):
     missing = cli("jobs", "logs", "987654323")  # task 0 wrote no log
     assert missing.exit_code == 1 and "no log yet" in missing.stderr
     assert cli("jobs", "logs", "--task", "5").exit_code == 1
+
+
+def test_cancelling_a_job_that_ended_cancels_nothing(tmp_path, cli):
+    job = record(tmp_path, "987654324")  # no controller knows this id: its state comes from the exit files
+    jobs.add_job(job)
+    write_exit(job, 0, 0)
+    write_exit(job, 1, 0)
+    result = cli("jobs", "cancel", "987654324")
+    assert result.exit_code == 0, result.output
+    assert "job 987654324 already ended (COMPLETED): nothing cancelled" in result.stdout
+    assert "✓" not in result.stdout
+
+
+@pytest.mark.infra
+def test_cancelling_a_completed_job_the_controller_remembers_cancels_nothing(tmp_path, cli, slurm_cluster):
+    """scancel returns 0 for a finished job that squeue still lists (MinJobAge), so zebra asks first."""
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", "-p", slurm_cluster, "-o", str(tmp_path / "%j.out"), "--wrap", "true"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    job_id = submitted.stdout.strip().split(";")[0]
+    try:
+        deadline = time.monotonic() + 120
+        while (state := jobs._squeue(job_id)) is None or state[0] != "COMPLETED":
+            assert time.monotonic() < deadline, f"job {job_id} did not complete: {state}"
+            time.sleep(0.5)
+        jobs.add_job(record(tmp_path, job_id))
+        result = cli("jobs", "cancel", job_id)
+        assert result.exit_code == 0, result.output
+        assert f"job {job_id} already ended (COMPLETED): nothing cancelled" in result.stdout
+        assert "✓ cancelled" not in result.stdout
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)

@@ -85,5 +85,8 @@ def cancel(job_id: Annotated[str, typer.Argument(help="Job id.")]) -> None:
     from zebra.launch.jobs import find_job
 
     job = find_job(job_id)
-    cancel_job(job)
+    ended = cancel_job(job)
+    if ended is not None:  # nothing to cancel: exit 0, as the job is not running either way
+        out.text(f"job {job.id} already ended ({ended.state}): nothing cancelled (run {job.run_dir})")
+        return
     out.result(f"cancelled job {job.id} (run {job.run_dir})")

@@ -224,11 +224,17 @@ def check_finished(job: JobRecord, status: JobStatus) -> None:
     )
 
 
-def cancel(job: JobRecord) -> None:
-    """`scancel` the job: its ranks get SIGTERM and save a checkpoint before they stop."""
+def cancel(job: JobRecord) -> JobStatus | None:
+    """`scancel` the job: its ranks get SIGTERM and save a checkpoint before they stop. Returns None, or the
+    status of a job that had already ended, which is left alone (scancel succeeds on a finished job the
+    controller still remembers, so it cannot tell)."""
+    status = job_status(job)
+    if status.finished:
+        return status
     try:
         r = subprocess.run(["scancel", job.id], capture_output=True, text=True, timeout=60)
     except OSError as e:
         raise ZebraError(f"scancel could not run: {e}", fix="run on the cluster's login node") from None
     if r.returncode != 0:
         raise ZebraError(f"scancel {job.id} failed: {(r.stderr or r.stdout).strip()[:200]}")
+    return None
