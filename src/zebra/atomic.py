@@ -56,3 +56,20 @@ def write_atomic(path: str | Path, text: str) -> None:
         os.fsync(f.fileno())
     tmp.replace(path)
     fsync_dir(path.parent)
+
+
+def save_figure(fig, path: Path, **savefig_kwargs) -> Path:
+    """Write a matplotlib figure to the image file `path` (its format from its suffix) under a temporary name,
+    then rename it into place; a one-line ZebraError when `path` is a folder. The caller closes the figure."""
+    if path.is_dir():
+        raise ZebraError(
+            f"{path}: is a folder, not an image file", fix=f"name the image, e.g. {path / 'loss.png'}"
+        )
+    make_folder(path.parent, fix="move that file away, or name another image")
+    tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
+    try:
+        fig.savefig(tmp, **savefig_kwargs)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

@@ -4,6 +4,7 @@ plan, and loss-curve plots."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -118,3 +119,7 @@ def test_plot_draws_and_compares_runs(cli, tmp_path):
     both = cli("plot", str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(tmp_path / "cmp.png"), "--log")
     assert both.exit_code == 0 and (tmp_path / "cmp.png").stat().st_size > 1000
     _one_line_error(cli("plot", str(tmp_path / "nothing")), "no training loss logged")
+    _one_line_error(cli("plot", str(tmp_path / "a"), "-o", str(tmp_path / "b")), "b: is a folder", "loss.png")
+    svg = cli("plot", str(tmp_path / "a"), "-o", str(tmp_path / "a.svg"))  # the format follows the suffix
+    assert svg.exit_code == 0 and (tmp_path / "a.svg").read_text().lstrip().startswith("<?xml")
+    assert not list(tmp_path.glob(".*tmp*")) and not list(Path.cwd().glob(".*.tmp.*"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zebra.atomic import make_folder
+from zebra.atomic import save_figure
 from zebra.errors import ZebraError
 from zebra.train.metrics import read_metrics
 
@@ -48,12 +48,10 @@ def plot_runs(run_dirs: list[Path], output: Path, *, log_y: bool = False) -> Pat
     ax.legend()
     ax.set_title(run_dirs[0].name if len(run_dirs) == 1 else "loss")
     fig.tight_layout()
-    make_folder(output.parent, fix="move that file away, or choose another -o")
-    tmp = output.with_name(f".{output.stem}.tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(output)
-    return output
+    try:
+        return save_figure(fig, output)
+    finally:
+        plt.close(fig)
 
 
 def _plot_distillation(ax, records: list[dict], name: str, color: str) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zebra.atomic import save_figure
 from zebra.errors import ZebraError
 
 if TYPE_CHECKING:
@@ -174,8 +175,7 @@ def plot_scores(smart: dict[str, Any], path: Path) -> Path:
     ax.set_ylabel("KL lowered by MLA here")
     ax.set_title(f"SMART scores, {smart['sequences']} calibration sequences")
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    try:
+        return save_figure(fig, path, dpi=120)
+    finally:
+        plt.close(fig)
