@@ -80,9 +80,31 @@ def test_bad_overrides_are_one_line_errors_naming_set(assignment, message):
     assert "\n" not in err.value.message
 
 
-def test_override_is_checked_against_cross_field_rules():
-    with pytest.raises(ZebraError, match=r"train.min_lr: 0.5 exceeds train.lr"):
-        load("train.min_lr=0.5")
+@pytest.mark.parametrize(
+    ("assignments", "message"),
+    [
+        (["train.min_lr=0.5"], "train.min_lr: 0.5 exceeds train.lr"),
+        (["train.lr=1e-5"], "train.min_lr: 0.0003 exceeds train.lr 1e-05"),  # the other key of the rule
+        (["train.micro_batch_size=100"], "train.micro_batch_size: 100 exceeds global_batch_size 8"),
+        (["model.pattern=XYZ"], "model.pattern: layer pattern 'XYZ' has unknown characters"),
+        (["model.num_layers=4"], "model.pattern: '*-M-G-K-' has 8 sublayers but model.num_layers is 4"),
+        (["model.gdn.num_v_heads=3"], "model.gdn.num_v_heads: 3 is not a multiple of num_heads 2"),
+        (["data.split=1,2"], "data.split: '1,2' (expected three"),
+        (["data.paths=a:-1"], "data.paths: 'a:-1': weight '-1' is not a positive number"),
+    ],
+)
+def test_override_is_checked_against_cross_field_rules_naming_set(assignments, message):
+    with pytest.raises(ZebraError) as err:
+        load(*assignments)
+    assert err.value.message.startswith(f"--set: {message}"), err.value.message
+
+
+def test_a_cross_field_error_of_the_file_names_the_file_despite_other_overrides(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("extends: tiny\ntrain: {lr: 1.0e-3, min_lr: 1.0e-2}\n")
+    with pytest.raises(ZebraError) as err:
+        load_recipe(path, overrides=["train.max_steps=5", "model.hidden_size=64"])
+    assert err.value.message.startswith(f"{path}: train.min_lr: 0.01 exceeds train.lr 0.001")
 
 
 @pytest.mark.parametrize("name", ["tiny", "tiny-mamba", "1b-kda-mla", "8b-mamba-mla"])

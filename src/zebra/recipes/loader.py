@@ -231,34 +231,44 @@ def build(cls: type, data: Any, path: str, source: str) -> Any:
     return cls(**kwargs)
 
 
-def _check(recipe: Recipe, source: str) -> None:
-    """Cross-field rules the per-field ranges cannot express."""
+def _check(recipe: Recipe, source: str, overridden: set[str]) -> None:
+    """Cross-field rules the per-field ranges cannot express. An error names `--set` when one of the keys it
+    involves was set there (`overridden`: the dotted keys of the overrides), else the recipe file `source`."""
 
-    def fail(where: str, problem: str) -> None:
-        raise ZebraError(f"{source}: {where}: {problem}")
+    def fail(where: str, problem: str, *also: str) -> None:
+        keys = (where, *also)
+        from_cli = any(
+            o == k or k.startswith(f"{o}.") or o.startswith(f"{k}.") for o in overridden for k in keys
+        )
+        raise ZebraError(f"{'--set' if from_cli else source}: {where}: {problem}")
 
     m, t = recipe.model, recipe.train
     flat = arch.as_config(m.flat())
+    shape = ("model.num_layers", "model.recurrent_type", "model.hybrid_attention_ratio", "model.pattern")
     try:
         pattern = arch.resolve_pattern(flat)
     except ValueError as e:
-        fail("model.pattern" if m.pattern else "model.hybrid_attention_ratio", str(e))
+        fail("model.pattern" if m.pattern else "model.hybrid_attention_ratio", str(e), *shape)
     if m.pattern and len(m.pattern) != m.num_layers:
         fail(
             "model.pattern",
             f"{m.pattern!r} has {len(m.pattern)} sublayers but model.num_layers is {m.num_layers} "
             "(expected one character per sublayer)",
+            "model.num_layers",
         )
     if not m.pattern and m.num_layers % 2:
         fail("model.num_layers", f"{m.num_layers} is odd (expected an even count: each mixer has its MLP)")
     for mixer in arch.used_mixers(pattern):
         for name, problem in mixer.check(flat):
-            fail(".".join(filter(None, ("model", mixer.section, name))), problem)
+            section = ".".join(filter(None, ("model", mixer.section)))
+            fail(f"{section}.{name}", problem, section, "model.hidden_size", *shape)
     if t.min_lr > t.lr:
-        fail("train.min_lr", f"{t.min_lr} exceeds train.lr {t.lr} (expected min_lr <= lr)")
+        fail("train.min_lr", f"{t.min_lr} exceeds train.lr {t.lr} (expected min_lr <= lr)", "train.lr")
     if t.micro_batch_size > t.global_batch_size:
         fail(
-            "train.micro_batch_size", f"{t.micro_batch_size} exceeds global_batch_size {t.global_batch_size}"
+            "train.micro_batch_size",
+            f"{t.micro_batch_size} exceeds global_batch_size {t.global_batch_size}",
+            "train.global_batch_size",
         )
     for p in recipe.data.paths:
         try:
@@ -286,7 +296,7 @@ def load_recipe(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
         apply_override(raw, assignment)
     recipe = build(Recipe, raw, "", str(path))
     recipe.source = str(path)
-    _check(recipe, str(path))
+    _check(recipe, str(path), {assignment.split("=", 1)[0].strip() for assignment in overrides})
     return recipe
 
 
