@@ -104,3 +104,13 @@ def test_missing_image(cli, tmp_path, docker_client):
     one_line_error(result, "zebra-test/no-such-image:1", "pulling it failed")
     assert "docker pull" in result.stderr
     assert not (tmp_path / "tiny").exists()
+
+
+@pytest.mark.infra
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_a_partition_the_cluster_lacks_is_refused_before_anything_is_written(
+    cli, tmp_path, slurm_cluster, dry_run
+):
+    result = cli("train", *TINY, *SLURM, "--partition", "nosuch", *dry_run, "-o", str(tmp_path / "runs"))
+    one_line_error(result, "--partition nosuch", "no such partition", slurm_cluster)
+    assert not (tmp_path / "runs").exists()

@@ -4,10 +4,12 @@ arguments), with secret values masked everywhere and nothing written."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from cli_results import assert_one_line_error
 from zebra.launch import make_plan, with_launch_lists
 from zebra.launch.container import container_mounts
 from zebra.launch.environment import MASK, EnvVar, is_secret, mask_urls, passthrough, resolve
@@ -18,8 +20,9 @@ SECRETS = {"HF_TOKEN": "hf_fakeSecretValue0123456789", "WANDB_API_KEY": "wandb-f
 ENV = {**SECRETS, "NCCL_DEBUG": "INFO", "HSA_ENABLE_SDMA": "0", "SOME_OTHER_VAR": "not-passed"}
 
 
-def dry_run(cli, tmp_path, *args: str) -> dict:
-    result = cli("train", *args, "--mock-data", "--dry-run", "--json", "-o", str(tmp_path / "runs"), env=ENV)
+def dry_run(cli, tmp_path, *args: str, env: dict[str, str] | None = None) -> dict:
+    runs = str(tmp_path / "runs")
+    result = cli("train", *args, "--mock-data", "--dry-run", "--json", "-o", runs, env={**ENV, **(env or {})})
     assert result.exit_code == 0, result.output
     for value in SECRETS.values():
         assert value not in result.output
@@ -27,11 +30,22 @@ def dry_run(cli, tmp_path, *args: str) -> dict:
     return json.loads(result.stdout)
 
 
+def fake_sinfo(tmp_path, lines: str) -> dict[str, str]:
+    """The environment of a machine whose `sinfo` prints `lines` (whatever Slurm runs here)."""
+    bin_dir = tmp_path / "fake-bin"
+    bin_dir.mkdir(exist_ok=True)
+    sinfo = bin_dir / "sinfo"
+    sinfo.write_text(f"#!/bin/sh\nprintf '{lines}'\n")
+    sinfo.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
 def test_slurm_plan_two_nodes_of_eight_gpus(cli, tmp_path):
     info = dry_run(
         cli, tmp_path, "1b-gdn-pure", "--launcher", "slurm", "--nodes", "2", "--gpus", "8",
         "--partition", "mi300x", "--account", "proj42", "--qos", "high", "--time", "1-12:00:00",
         "--sbatch-extra=--exclusive", "--sbatch-extra=--mem=0",
+        env=fake_sinfo(tmp_path, "debug* 1:00:00\\nmi300x 2-00:00:00\\n"),
     )  # fmt: skip
     assert (info["world_size"], info["micro_batch"] * 16 * info["accumulation"]) == (16, info["global_batch"])
     launch = info["launch"]
@@ -59,6 +73,21 @@ def test_slurm_plan_two_nodes_of_eight_gpus(cli, tmp_path):
     ]  # fmt: skip
     assert launch["env"]["HF_TOKEN"] == MASK and launch["env"]["WANDB_API_KEY"] == MASK
     assert launch["env"]["NCCL_DEBUG"] == "INFO" and "SOME_OTHER_VAR" not in launch["env"]
+
+
+@pytest.mark.parametrize("sinfo", [True, False])
+def test_a_partition_the_cluster_lacks_is_refused_by_the_plan(cli, tmp_path, sinfo):
+    """Where a Slurm client answers, --dry-run (and the run, before it writes anything) checks the partition;
+    a plan made elsewhere (no sinfo here) is for another cluster and is not checked."""
+    env = fake_sinfo(tmp_path, "debug* 1:00:00\\ngpu 2-00:00:00\\n") if sinfo else {"PATH": str(tmp_path)}
+    args = ["tiny", "--launcher", "slurm", "--nproc", "1", "--partition", "nosuch", "--dry-run"]
+    result = cli("train", *args, "-o", str(tmp_path / "runs"), env=env)
+    if sinfo:
+        error = assert_one_line_error(result)
+        assert "--partition nosuch: no such partition" in error and "debug, gpu" in error, error
+    else:
+        assert result.exit_code == 0, result.output
+    assert not (tmp_path / "runs").exists()
 
 
 def test_human_dry_run_masks_secrets_too(cli, tmp_path):

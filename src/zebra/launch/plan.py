@@ -25,7 +25,7 @@ from zebra.launch.container import ContainerSpec, container_spec
 from zebra.launch.environment import EnvVar, masked, passthrough
 from zebra.launch.fields import check_fields
 from zebra.launch.ranks import count_ranks
-from zebra.launch.slurm_spec import SlurmSpec, slurm_spec
+from zebra.launch.slurm_spec import SlurmSpec, check_partition_if_here, slurm_spec
 from zebra.recipes import Recipe
 from zebra.train.run import TrainRun, resolve_run
 
@@ -157,6 +157,8 @@ def _plan_launch(run: TrainRun) -> LaunchPlan:
     env = passthrough(extra=spec.env, secret=spec.secret_env)
     if launcher != "local":  # what reaches sbatch or a container spec stays on its line
         check_fields(run, env)
+    if launcher == "slurm":  # also in --dry-run, where a Slurm client answers here
+        check_partition_if_here(spec.partition)
     return LaunchPlan(
         launcher=launcher,
         run=run,

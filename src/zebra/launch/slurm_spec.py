@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,9 @@ from zebra.train.run import TrainRun
 
 SIGNAL_DELAY_S = 120  # USR2 this long before the time limit: time to save a checkpoint
 LOG_NAME = "{job}_{task}_log.out"  # each task's log (stdout and stderr) in the run's slurm/ folder
+SLURM_FIX = (
+    "run on the cluster's login node (sinfo, sbatch and squeue must be on PATH), or use --launcher local"
+)
 
 # Flags zebra sets itself: --sbatch-extra may not give them.
 RESERVED = {
@@ -61,6 +66,46 @@ def parse_time(text: str) -> int | None:
     if seconds <= 0:
         raise ValueError(text)
     return math.ceil(seconds / 60)
+
+
+def partitions() -> list[tuple[str, str]]:
+    """sinfo's partitions as (name, time limit), the default one's name ending in `*` (hidden ones too:
+    `--all`)."""
+    try:
+        r = subprocess.run(
+            ["sinfo", "--all", "-h", "-o", "%P %l"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        raise ZebraError(f"sinfo could not run: {e}", fix=SLURM_FIX) from None
+    if r.returncode != 0:
+        raise ZebraError(f"sinfo failed: {(r.stderr or r.stdout).strip()[:200]}", fix=SLURM_FIX)
+    rows = [line.split() for line in r.stdout.splitlines()]
+    return [(row[0], row[1]) for row in rows if len(row) == 2]
+
+
+def check_partition(partition: str | None, rows: list[tuple[str, str]] | None = None) -> None:
+    """A one-line ZebraError naming `--partition` unless the cluster has that partition (`rows`: sinfo's
+    `partitions()`, asked here when not given)."""
+    if not partition:
+        return
+    names = [name.rstrip("*") for name, _ in (partitions() if rows is None else rows)]
+    if partition not in names:
+        raise ZebraError(
+            f"--partition {partition}: no such partition on this cluster (sinfo lists {', '.join(names) or 'none'})",
+            fix=f"pick one of: {', '.join(names)}" if names else SLURM_FIX,
+        )
+
+
+def check_partition_if_here(partition: str | None) -> None:
+    """`check_partition` where a Slurm client answers here; a plan may be made for a cluster elsewhere (a
+    `--dry-run` on a laptop), where nothing can be checked (`check_launcher` requires the client)."""
+    if not partition or not shutil.which("sinfo"):
+        return
+    try:
+        rows = partitions()
+    except ZebraError:  # sinfo here, no controller answering: the launcher's own check says so
+        return
+    check_partition(partition, rows)
 
 
 def parse_sbatch_extra(flags: list[str]) -> dict[str, str | bool]:

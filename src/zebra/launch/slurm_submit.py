@@ -7,24 +7,20 @@ from __future__ import annotations
 
 import datetime
 import shutil
-import subprocess
 
 from zebra.errors import ZebraError
 from zebra.launch.jobs import JobRecord, add_job
 from zebra.launch.plan import LaunchPlan
-from zebra.launch.slurm_spec import parse_time
+from zebra.launch.slurm_spec import SLURM_FIX, check_partition, parse_time, partitions
 from zebra.launch.slurm_task import SlurmTask
 
 MAX_REQUEUES = 100  # submitit's bound on time-limit requeues
 UNLIMITED_MIN = 365 * 24 * 60  # what "no limit" becomes for submitit's bookkeeping
-SLURM_FIX = (
-    "run on the cluster's login node (sinfo, sbatch and squeue must be on PATH), or use --launcher local"
-)
 
 
 def require_slurm() -> None:
     """A one-line ZebraError unless the Slurm client commands and submitit are here."""
-    missing = [c for c in ("sbatch", "srun", "squeue") if not shutil.which(c)]
+    missing = [c for c in ("sinfo", "sbatch", "srun", "squeue") if not shutil.which(c)]
     if missing:
         raise ZebraError(
             f"--launcher slurm: {', '.join(missing)} not found on PATH (no Slurm client here)", fix=SLURM_FIX
@@ -37,19 +33,14 @@ def require_slurm() -> None:
 
 def partition_limit(partition: str | None) -> int | None:
     """The time limit (minutes) of `partition` (default: the cluster's default one); None when unlimited."""
-    r = subprocess.run(["sinfo", "-h", "-o", "%P %l"], capture_output=True, text=True, timeout=30)
-    if r.returncode != 0:
-        raise ZebraError(f"sinfo failed: {(r.stderr or r.stdout).strip()[:200]}", fix=SLURM_FIX)
-    rows = [line.split() for line in r.stdout.splitlines() if len(line.split()) == 2]
+    rows = partitions()
+    check_partition(partition, rows)
     for name, limit in rows:
         if (partition and name.rstrip("*") == partition) or (not partition and name.endswith("*")):
             try:
                 return parse_time(limit)
             except ValueError:
                 return None
-    if partition:
-        names = ", ".join(n.rstrip("*") for n, _ in rows)
-        raise ZebraError(f"--partition {partition}: no such partition", fix=f"pick one of: {names}")
     return None
 
 

@@ -24,6 +24,7 @@ from zebra.launch.docker import check_docker, run_docker
 from zebra.launch.jobs import JobRecord, JobStatus, check_finished, follow_log, job_status, load_jobs
 from zebra.launch.local import run_local
 from zebra.launch.plan import LaunchPlan
+from zebra.launch.slurm_spec import check_partition
 from zebra.launch.slurm_submit import require_slurm, submit
 from zebra.locks import FolderLock
 from zebra.train.run import run_lock
@@ -66,11 +67,12 @@ def check_launcher(
 ) -> None:
     """Fail early, before the run directory is written: the Docker engine and the image are there (pulled
     if needed, reporting `progress(done_mb, total_mb)`) and no container runs this run already, or the Slurm
-    client commands are."""
+    client commands are and the cluster has the partition."""
     if plan.launcher == "docker":
         check_docker(plan.image or "", log, progress, plan.container.name if plan.container else None)
     elif plan.launcher == "slurm":
         require_slurm()
+        check_partition(plan.slurm.partition if plan.slurm else None)
 
 
 @contextlib.contextmanager
