@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -60,6 +62,39 @@ def test_sigterm_saves_a_checkpoint_and_exits_zero(cli, tmp_path, sample_prefix)
     assert more.exit_code == 0, more.output
     assert f"resumed from {newest}" in more.output.replace("\n", "")
     assert sorted(losses(run)) == list(range(1, step + 3))
+
+
+_SIGTERM_WHILE_BUILDING = """
+import os, signal, sys
+from zebra.recipes import load_recipe
+from zebra.train import trainer
+from zebra.train.run import RankLayout, prepare_run, resolve_run
+
+build = trainer.build_model
+
+def build_then_terminated(*args, **kwargs):  # Slurm's pre-emption, while the model is being built
+    os.kill(os.getpid(), signal.SIGTERM)
+    return build(*args, **kwargs)
+
+trainer.build_model = build_then_terminated
+sets = ["data.mock=true", "data.paths=[]", "train.max_steps=50", "train.eval_interval=0"]
+run = resolve_run(load_recipe("tiny", overrides=sets), RankLayout("cpu", 1, 1), output=sys.argv[1])
+prepare_run(run)
+result = trainer.train_rank(run.run_dir)
+print("stopped_by", result.stopped_by, "step", result.step)
+"""
+
+
+def test_sigterm_during_start_up_stops_at_the_first_step_saved(tmp_path):
+    """A SIGTERM before the loop (here while the model is built) is kept, not fatal: the rank stops after its
+    first step, which it saves, and exits 0 like a SIGTERM in the loop (it used to die at once, silently)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _SIGTERM_WHILE_BUILDING, str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "stopped_by SIGTERM step 1" in proc.stdout
+    assert [p.name for p in committed(tmp_path / "tiny" / "checkpoints")] == ["step_0000001"]
 
 
 def test_corrupted_newest_checkpoint_falls_back_to_the_previous_one(cli, tmp_path, sample_prefix):

@@ -105,16 +105,22 @@ class OptimizerState:
 class StopSignals:
     """SIGTERM / SIGUSR1 (Slurm pre-emption) / SIGINT ask the loop to save and stop after the current step.
 
-    A second SIGINT more than a second after the first interrupts at once (Ctrl-C twice).
+    Entered for the whole of a rank's work: a SIGTERM or SIGUSR1 that arrives while the model is built or the data
+    opened is kept, and the loop stops (all ranks alike) after its first step, saving it. A SIGINT before the
+    loop (`looping` still False) interrupts at once: there is nothing to save yet. In the loop, a second SIGINT
+    more than a second after the first interrupts at once (Ctrl-C twice).
     """
 
     def __init__(self) -> None:
         self.received: str | None = None
+        self.looping = False
         self._first_at = 0.0
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, _frame) -> None:
         name = signal.Signals(signum).name
+        if name == "SIGINT" and not self.looping:
+            raise KeyboardInterrupt
         if name == "SIGINT" and self.received == "SIGINT" and time.monotonic() - self._first_at > 1.0:
             raise KeyboardInterrupt
         if self.received is None:
@@ -288,8 +294,12 @@ class Trainer:
         all_reduce_sum(totals, self.env)
         return (totals[0] / totals[1].clamp(min=1)).item()
 
-    def fit(self, resume: str = "auto") -> TrainResult:
-        """Train to `train.max_steps` (or until a stop signal), saving, evaluating and exporting on the way."""
+    def fit(self, resume: str = "auto", signals: StopSignals | None = None) -> TrainResult:
+        """Train to `train.max_steps` (or until a stop signal), saving, evaluating and exporting on the way.
+        `signals`: the rank's StopSignals when they were entered before the trainer was built (`train_rank`)."""
+        if signals is None:
+            with StopSignals() as signals:
+                return self.fit(resume, signals)
         t, p, view = self.recipe.train, self.progress, self.view
         restored = self.restore(resume, view.warn)
         if restored is not None:
@@ -304,7 +314,7 @@ class Trainer:
             )
         view.note(self.describe())
         try:
-            end = self.loop(batches, valid, last_saved=p.step if restored is not None else None)
+            end = self.loop(batches, valid, signals, last_saved=p.step if restored is not None else None)
         finally:
             if self.metrics:
                 self.metrics.close()
@@ -349,7 +359,7 @@ class Trainer:
         )
         return batches, valid_ds
 
-    def loop(self, batches, valid, *, last_saved: int | None) -> LoopEnd:
+    def loop(self, batches, valid, signals: StopSignals, *, last_saved: int | None) -> LoopEnd:
         """Optimizer steps until `train.max_steps` or a stop signal all ranks agree on.
 
         A step's figures are read once the next step is queued (`StepResult`: on a GPU the host then never waits
@@ -361,40 +371,38 @@ class Trainer:
         unread = None  # (step, result, lr) of the last step, read after the next one is queued
         first_step = True
         view.begin(step=p.step, total=t.max_steps)
+        signals.looping = True
         try:
-            with StopSignals() as signals:
-                while p.step < t.max_steps:
-                    lr = self.scheduler.get_last_lr()[0]
-                    res = self.step_fn(
-                        [next(batches) for _ in range(self.accumulation)],
-                        flags=(1.0 if signals.received else 0.0,),
-                    )
-                    p.step += 1
-                    p.consumed_samples += t.global_batch_size
-                    p.tokens += res.tokens
-                    stop = unread is not None and self.read(*unread, meter, end)
-                    unread = (p.step, res, lr)
-                    last = p.step == t.max_steps
-                    evaluate = (
-                        valid is not None and t.eval_interval and (p.step % t.eval_interval == 0 or last)
-                    )
-                    save = t.save_interval and p.step % t.save_interval == 0 and not last
-                    if stop or first_step or p.step % t.log_interval == 0 or last or evaluate or save:
-                        stop = self.read(*unread, meter, end) or stop
-                        unread = None
-                    if first_step:
-                        self.first_step_done()
-                        first_step = False
-                    if evaluate:
-                        with meter.paused():
-                            end.val_loss = self.validate(valid)
-                    if stop:
-                        end.stopped_by = signals.received or "signal"
-                        break
-                    if save:
-                        with meter.paused():
-                            view.note(f"saved {self.save()}")
-                        end.last_saved = p.step
+            while p.step < t.max_steps:
+                lr = self.scheduler.get_last_lr()[0]
+                res = self.step_fn(
+                    [next(batches) for _ in range(self.accumulation)],
+                    flags=(1.0 if signals.received else 0.0,),
+                )
+                p.step += 1
+                p.consumed_samples += t.global_batch_size
+                p.tokens += res.tokens
+                stop = unread is not None and self.read(*unread, meter, end)
+                unread = (p.step, res, lr)
+                last = p.step == t.max_steps
+                evaluate = valid is not None and t.eval_interval and (p.step % t.eval_interval == 0 or last)
+                save = t.save_interval and p.step % t.save_interval == 0 and not last
+                if stop or first_step or p.step % t.log_interval == 0 or last or evaluate or save:
+                    stop = self.read(*unread, meter, end) or stop
+                    unread = None
+                if first_step:
+                    self.first_step_done()
+                    first_step = False
+                if evaluate:
+                    with meter.paused():
+                        end.val_loss = self.validate(valid)
+                if stop:
+                    end.stopped_by = signals.received or "signal"
+                    break
+                if save:
+                    with meter.paused():
+                        view.note(f"saved {self.save()}")
+                    end.last_saved = p.step
         finally:
             view.end()
         return end
@@ -585,9 +593,12 @@ def train_rank(
         raise ZebraError(f"{config}: not found", fix="start runs with `zebra train RECIPE`, which writes it")
     recipe = load_recipe(config)
     use_kernel_cache()
-    env = init_distributed(device)
-    try:
-        with watch_peers(env, run_dir):  # a peer gone: one line naming its node
-            return Trainer(recipe, run_dir, env, view).fit(resume)
-    finally:
-        destroy_distributed()
+    with (
+        StopSignals() as signals
+    ):  # from here on a SIGTERM stops the run at a step it saves (see StopSignals)
+        env = init_distributed(device)
+        try:
+            with watch_peers(env, run_dir):  # a peer gone: one line naming its node
+                return Trainer(recipe, run_dir, env, view).fit(resume, signals)
+        finally:
+            destroy_distributed()
