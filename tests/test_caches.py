@@ -27,6 +27,22 @@ def test_use_kernel_cache_sets_only_what_is_unset():
     }
 
 
+def test_inductors_own_default_counts_as_unset():
+    """Inductor writes its default folder into os.environ on first use (`import megatron.core` does): that is
+    no choice of the user's, so zebra's cache replaces it."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    from zebra.caches import inductor_default_dir, set_by_torch
+
+    assert inductor_default_dir() == default_cache_dir()  # computed as torch does
+    env = {"ZEBRA_KERNEL_CACHE": "/fast/k", "TORCHINDUCTOR_CACHE_DIR": default_cache_dir()}
+    assert use_kernel_cache(env)["TORCHINDUCTOR_CACHE_DIR"] == "/fast/k/inductor"
+    assert set_by_torch("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())
+    assert not set_by_torch("TORCHINDUCTOR_CACHE_DIR", "/mine") and not set_by_torch(
+        "HF_HOME", default_cache_dir()
+    )
+
+
 def test_bytecode_goes_to_zebras_cache_only_where_python_was_told_to_write_none():
     from types import SimpleNamespace
 

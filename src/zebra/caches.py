@@ -16,7 +16,11 @@ on a fresh machine that is minutes before a 1B model's first step. Kept on disk,
 
 `use_kernel_cache()` points these at `kernel_cache_dir()` unless they are set already (a value you set wins).
 Triton and inductor read them when they compile, so it works when called any time before the first kernel; the
-trainer, the benchmarks and the inference loaders call it.
+trainer, the benchmarks and the inference loaders call it. One value is not yours although it is set: the first
+time inductor asks for its folder (any `torch.compile`, such as the decorators `import megatron.core` runs) it
+writes its default, `$TMPDIR/torchinductor_USER`, into `os.environ`, and every child process inherits it. That
+value counts as unset (`set_by_torch`): `use_kernel_cache()` replaces it, and launchers do not pass it to the
+ranks (which then choose for themselves). Set to that very folder by hand, it is indistinguishable and moves too.
 
 Python's own bytecode is the other half of a warm start: container images often set PYTHONDONTWRITEBYTECODE=1
 (or run `python -B`), and where the installed packages ship no `__pycache__` every process then compiles the
@@ -63,11 +67,35 @@ def cache_settings(env: MutableMapping[str, str] = os.environ) -> dict[str, str]
     }
 
 
+def inductor_default_dir() -> str:
+    """The folder inductor uses when TORCHINDUCTOR_CACHE_DIR is unset, and then writes into `os.environ`:
+    `torch._inductor.runtime.cache_dir_utils.default_cache_dir()`, computed as torch does without importing it
+    (tests/test_caches.py compares the two)."""
+    import getpass
+    import re
+    import tempfile
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        user = f"uid_{os.getuid()}"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+
+
+def set_by_torch(name: str, value: str) -> bool:
+    """Whether `name=value` is a default torch wrote into the environment itself, not a choice: inductor's cache
+    folder, set on its first use (any `torch.compile`, e.g. `import megatron.core`)."""
+    return name == "TORCHINDUCTOR_CACHE_DIR" and os.path.abspath(value) == os.path.abspath(
+        inductor_default_dir()
+    )
+
+
 def use_kernel_cache(env: MutableMapping[str, str] = os.environ) -> dict[str, str]:
-    """Set each cache variable that is not set yet to its folder under `kernel_cache_dir()`; returns the values in
-    effect (yours where you set one)."""
+    """Set each cache variable that is not set yet (or holds torch's own default, `set_by_torch`) to its folder
+    under `kernel_cache_dir()`; returns the values in effect (yours where you set one)."""
     for key, value in cache_settings(env).items():
-        env.setdefault(key, value)
+        if key not in env or set_by_torch(key, env[key]):
+            env[key] = value
     return {key: env[key] for key in cache_settings(env)}
 
 

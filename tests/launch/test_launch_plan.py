@@ -255,6 +255,22 @@ def test_url_credentials_and_variables_marked_secret_are_masked(cli, tmp_path, j
         assert f"DB_PASS={MASK}" in result.stdout and f"https://{MASK}@wandb.example" in result.stdout
 
 
+def test_the_ranks_get_no_inductor_folder_torch_chose_for_this_process(zebra, tmp_path):
+    """On a fresh cache the sample corpus is tokenized, which imports megatron.core, whose torch.compile
+    decorators make inductor write its default folder (/tmp/torchinductor_USER) into os.environ: the plan
+    must not hand that to the ranks as if the user had chosen it (each rank picks zebra's kernel cache)."""
+    args = ["tiny", "--launcher", "slurm", "--nproc", "1", "--dry-run", "--json"]
+    mine = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "mine")}
+    for env in ({}, mine):
+        result = zebra("train", *args, "-o", str(tmp_path / "runs"), env=env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        passed = json.loads(result.stdout)["launch"]["env"]
+        assert passed.get("TORCHINDUCTOR_CACHE_DIR") == env.get("TORCHINDUCTOR_CACHE_DIR"), passed
+    from zebra.caches import inductor_default_dir
+
+    assert passthrough({"TORCHINDUCTOR_CACHE_DIR": inductor_default_dir()}) == []
+
+
 def test_url_credentials_are_masked_in_any_value_and_never_pickled():
     text = "a http://u@h1/x b https://u:p@h2/p@q c user@host d https://h3/no-user"
     assert mask_urls(text) == f"a http://{MASK}@h1/x b https://{MASK}@h2/p@q c user@host d https://h3/no-user"
