@@ -230,6 +230,23 @@ def test_bench_data_json(cli):
     assert report["speedup"] == pytest.approx(report["baseline_seconds"] / report["ours_seconds"])
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "No such file or directory"),
+        ('{"txt": "a"}\n', "line 1 has no string 'text' field"),
+        ('{"text": "a"}\nnot json\n', "line 2 is not JSON"),
+    ],
+)
+def test_bench_data_bad_corpus_is_one_line(cli, tmp_path, content, message):
+    corpus = tmp_path / "corpus.jsonl"
+    if content is not None:
+        corpus.write_text(content)
+    r = cli("bench", "data", "--corpus", corpus, "--rounds", "1")
+    one_line_error(r, f"--corpus {corpus}: {message}")
+    assert 'one {"text": "..."} object per line' in r.stderr
+
+
 def test_terminal_asks_which_sample(tmp_path):
     """On a TTY with neither --sample nor --source, prep asks (questionary); the choice goes to the hub."""
     import os

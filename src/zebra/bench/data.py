@@ -28,6 +28,7 @@ from zebra.data.bundled_corpus import CORPUS_PATH
 from zebra.data.indexed import megatron_indexed, open_dataset
 from zebra.data.prep import default_workers, plan_prep, run_prep
 from zebra.data.text_sources import open_source
+from zebra.errors import ZebraError, first_line
 
 _BASELINE: dict[str, Any] = {}
 
@@ -105,7 +106,7 @@ def bench_data(
     megatron_indexed()  # import once, outside the timings
     with tempfile.TemporaryDirectory(prefix="zebra-bench-data-") as tmp_dir:
         tmp = Path(tmp_dir)
-        path = Path(corpus) if corpus else _bundled_jsonl(tmp / "corpus.jsonl", repeat)
+        path = check_corpus(Path(corpus)) if corpus else _bundled_jsonl(tmp / "corpus.jsonl", repeat)
         name = tokenizer
         if train_bpe:
             say(f"training a {train_bpe}-token BPE on the corpus")
@@ -148,6 +149,29 @@ def bench_data(
         identical_output=identical,
         encoders=_encoders(result.manifest),
     )
+
+
+def check_corpus(path: Path) -> Path:
+    """`path` when it is a readable jsonl file with a string `text` on every line (what both pipelines read).
+
+    Raises:
+        ZebraError: naming `--corpus` and the first bad line.
+    """
+    fix = 'pass a jsonl file with one {"text": "..."} object per line'
+    try:
+        with path.open("rb") as f:
+            for number, line in enumerate(f, 1):
+                try:
+                    row = json.loads(line)
+                except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+                    raise ZebraError(
+                        f"--corpus {path}: line {number} is not JSON ({first_line(e)})", fix=fix
+                    ) from None
+                if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+                    raise ZebraError(f"--corpus {path}: line {number} has no string 'text' field", fix=fix)
+    except OSError as e:
+        raise ZebraError(f"--corpus {path}: {e.strerror or first_line(e)}", fix=fix) from None
+    return path
 
 
 def _encoders(manifest: Any) -> dict[str, int]:
