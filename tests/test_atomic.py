@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -103,3 +104,14 @@ def test_make_folder_names_the_file_in_the_way(tmp_path):
     for target in (tmp_path / "f", tmp_path / "f" / "g" / "h"):
         with pytest.raises(ZebraError, match=rf"{target}: cannot be a folder, {tmp_path / 'f'} is a file"):
             make_folder(target)
+
+
+def test_make_folder_says_why_a_folder_cannot_be_made():
+    """/proc takes no new folders (a permission error would do, but the tests may run as root): one line with the
+    reason, not an OSError taken for a bug."""
+    from zebra.atomic import make_folder
+    from zebra.errors import ZebraError
+
+    with pytest.raises(ZebraError, match=r"/proc/zebra-test/run: cannot create this folder \(.+\)") as e:
+        make_folder(Path("/proc/zebra-test/run"))
+    assert "choose another place" in e.value.fix

@@ -17,12 +17,18 @@ OUTPUT_FIX = "move that file away, or choose another --output"
 
 
 def make_folder(folder: Path, *, fix: str = OUTPUT_FIX) -> None:
-    """`folder` and its parents created, or a one-line ZebraError naming the file in the way (`fix`: what to do)."""
+    """`folder` and its parents created, or a one-line ZebraError naming the file in the way (`fix`: what to do)
+    or saying why the folder cannot be made."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), folder)
         raise ZebraError(f"{folder}: cannot be a folder, {blocker} is a file", fix=fix) from None
+    except OSError as e:  # no permission, a read-only or special file system (/proc), a full disk
+        raise ZebraError(
+            f"{folder}: cannot create this folder ({e.strerror})",
+            fix="check that you can write there (and that the disk has room), or choose another place",
+        ) from None
 
 
 def fsync_dir(path: str | Path) -> None:

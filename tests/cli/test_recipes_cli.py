@@ -79,6 +79,7 @@ def test_missing_recipe_without_a_tty_names_the_argument(zebra):
     lines = r.stderr.splitlines()
     assert lines[0] == "error: missing RECIPE"
     assert lines[1].startswith("hint: pass RECIPE (one of: 1b-gdn")
+    assert all(name in lines[1] for name in ("tiny", "tiny-gdn", "tiny-kda", "tiny-mamba"))  # every recipe
     assert "Traceback" not in r.stderr
 
 

@@ -22,7 +22,8 @@ def choose(message: str, choices: list[str], *, yes: bool, flag: str, default: s
     if not can_prompt(yes):
         if default is not None:
             return default
-        raise ZebraError(f"missing {flag}", fix=f"pass {flag} (one of: {', '.join(choices[:8])})")
+        listed = ", ".join(choices[:16]) + (" ..." if len(choices) > 16 else "")
+        raise ZebraError(f"missing {flag}", fix=f"pass {flag} (one of: {listed})")
     import questionary
 
     answer = questionary.select(message, choices=choices, default=default).ask()
