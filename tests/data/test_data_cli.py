@@ -94,16 +94,17 @@ def test_prep_without_a_source_and_no_tty(cli):
 
 
 @pytest.mark.parametrize(
-    ("args", "what"),
+    ("args", "what", "local"),
     [
-        (["--sample", "10BT"], "HuggingFaceFW/fineweb-edu sample-10BT"),
-        (["--source", "HuggingFaceFW/fineweb-edu", "--config", "x"], "HuggingFaceFW/fineweb-edu x"),
-        (["--source", "someone/corpus"], "someone/corpus"),
+        (["--sample", "10BT"], "HuggingFaceFW/fineweb-edu sample-10BT", ""),
+        (["--source", "HuggingFaceFW/fineweb-edu", "--config", "x"], "HuggingFaceFW/fineweb-edu x", ""),
+        # a mistyped local path looks like a dataset id: the error says there is no such path either
+        (["--source", "someone/corpus"], "someone/corpus", "; no local file or folder someone/corpus either"),
     ],
 )
-def test_hub_offline_says_use_source(cli, args, what, tmp_path):
+def test_hub_offline_says_use_source(cli, args, what, local, tmp_path):
     r = cli("data", "prep", *args, "-t", "byte", "-o", tmp_path / "out", "--yes", env={"HF_HUB_OFFLINE": "1"})
-    one_line_error(r, f"cannot reach the Hugging Face Hub for {what} (HF_HUB_OFFLINE is set)")
+    one_line_error(r, f"cannot reach the Hugging Face Hub for {what} (HF_HUB_OFFLINE is set{local})")
     assert "--source PATH" in r.stderr
 
 

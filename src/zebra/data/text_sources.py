@@ -478,9 +478,13 @@ def _hub_error(src: Source, error: BaseException | None = None) -> ZebraError:
             fix="accept its terms on huggingface.co and set HF_TOKEN",
         )
     what = f"{src.name} {src.config}" if src.config else src.name
+    # a --source OWNER/NAME reads as a dataset id because no such local path exists: it may be a mistyped path
+    typed = src.name != FINEWEB_EDU and src.config is None and not Path(src.name).exists()
+    local = f"; no local file or folder {src.name} either" if typed else ""
     return ZebraError(
-        f"cannot reach the Hugging Face Hub for {what} ({why})",
-        fix="download the data elsewhere and pass local jsonl/json/parquet/arrow files with --source PATH",
+        f"cannot reach the Hugging Face Hub for {what} ({why}{local})",
+        fix="check the path, or download the data elsewhere and pass local jsonl/json/parquet/arrow files with "
+        "--source PATH",
     )
 
 
