@@ -114,3 +114,13 @@ def test_a_partition_the_cluster_lacks_is_refused_before_anything_is_written(
     result = cli("train", *TINY, *SLURM, "--partition", "nosuch", *dry_run, "-o", str(tmp_path / "runs"))
     one_line_error(result, "--partition nosuch", "no such partition", slurm_cluster)
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.infra
+def test_slurm_without_gpus_or_nproc_sees_the_nodes(cli, tmp_path, slurm_cluster):
+    """The test cluster's nodes have no GPUs: zebra asks sinfo and says so, rather than that it cannot see them."""
+    result = cli(
+        "train", *TINY, "--launcher", "slurm", "--partition", slurm_cluster, "--dry-run", "-o", str(tmp_path)
+    )
+    one_line_error(result, "ranks per node", f"partition {slurm_cluster} has", "node(s) with no GPU(s)")
+    assert "--nproc N" in result.stderr and "not visible" not in result.stderr

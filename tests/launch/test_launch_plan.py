@@ -30,12 +30,13 @@ def dry_run(cli, tmp_path, *args: str, env: dict[str, str] | None = None) -> dic
     return json.loads(result.stdout)
 
 
-def fake_sinfo(tmp_path, lines: str) -> dict[str, str]:
-    """The environment of a machine whose `sinfo` prints `lines` (whatever Slurm runs here)."""
+def fake_sinfo(tmp_path, lines: str, gres: str = "") -> dict[str, str]:
+    """The environment of a machine whose `sinfo` prints `lines` (partitions and time limits), or `gres` when
+    asked for the nodes' generic resources (`%G`), whatever Slurm runs here."""
     bin_dir = tmp_path / "fake-bin"
     bin_dir.mkdir(exist_ok=True)
     sinfo = bin_dir / "sinfo"
-    sinfo.write_text(f"#!/bin/sh\nprintf '{lines}'\n")
+    sinfo.write_text(f"#!/bin/sh\ncase \"$*\" in *%G*) printf '{gres}';; *) printf '{lines}';; esac\n")
     sinfo.chmod(0o755)
     return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
@@ -88,6 +89,33 @@ def test_a_partition_the_cluster_lacks_is_refused_by_the_plan(cli, tmp_path, sin
     else:
         assert result.exit_code == 0, result.output
     assert not (tmp_path / "runs").exists()
+
+
+def test_slurm_ranks_per_node_default_to_the_gpus_sinfo_shows_on_the_nodes(cli, tmp_path):
+    partitions, gres = (
+        "cpu* infinite\\ngpu 1-00:00:00\\n",
+        "cpu* 4 (null)\\ngpu 2 gpu:mi300x:8(S:0-1),nvme:1\\n",
+    )
+    env = fake_sinfo(tmp_path, partitions, gres=gres)
+    info = dry_run(cli, tmp_path, "1b-gdn-pure", "--launcher", "slurm", "--partition", "gpu", env=env)
+    assert (info["launch"]["device"], info["launch"]["ranks_per_node"]) == ("cuda", 8)
+    assert info["launch"]["slurm"]["sbatch"]["gpus-per-node"] == 8
+
+
+@pytest.mark.parametrize(
+    ("gres", "needle"),
+    [
+        ("debug* 2 (null)\\n", "the default partition has 2 node(s) with no GPU(s) (sinfo)"),
+        ("debug* 1 gpu:8\\ndebug* 1 gpu:4\\n", "has 1 node(s) with 4 GPU(s), 1 node(s) with 8 GPU(s)"),
+        (None, "no Slurm client here (sinfo) shows the nodes' GPUs"),
+    ],
+)
+def test_slurm_without_gpus_or_nproc_says_what_the_nodes_have(cli, tmp_path, gres, needle):
+    env = fake_sinfo(tmp_path, "", gres=gres) if gres is not None else {"PATH": str(tmp_path)}
+    result = cli("train", "tiny", "--launcher", "slurm", "--dry-run", "-o", str(tmp_path / "runs"), env=env)
+    error = assert_one_line_error(result)
+    assert "how many ranks per node?" in error and needle in error, error
+    assert "--nproc N" in result.stderr
 
 
 def test_human_dry_run_masks_secrets_too(cli, tmp_path):

@@ -1,14 +1,16 @@
 """How many ranks a run has and on which device, counted where the launcher runs them: this machine's GPUs
-for the local launcher, the host's GPUs handed to a container, the flags alone for Slurm's nodes (not visible
-from here). The flags `--gpus`, `--nproc`, `--nodes` and `--rdzv-endpoint` are checked here, once.
+for the local launcher, the host's GPUs handed to a container, the GPUs of the partition's nodes as `sinfo` shows
+them for Slurm. The flags `--gpus`, `--nproc`, `--nodes` and `--rdzv-endpoint` are checked here, once.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 
 from zebra.errors import ZebraError
 from zebra.launch.devices import host_gpus
+from zebra.launch.slurm_spec import partition_gpus
 from zebra.recipes import LaunchSpec
 from zebra.train.run import RankLayout
 
@@ -43,10 +45,21 @@ def _ranks_per_node(launch: LaunchSpec, gpus: int | None, nproc: int | None) -> 
     if launch.launcher == "docker":
         _, count = host_gpus()
         return ("cuda", count) if count else ("cpu", 1)
-    raise ZebraError(
-        "--launcher slurm: how many ranks per node? (launch.gpus is 0 and Slurm nodes are not visible from here)",
-        fix="pass --gpus N (GPUs per node; one task per GPU), or --nproc N for CPU ranks",
-    )
+    return "cuda", _slurm_node_gpus(launch.partition or None)
+
+
+def _slurm_node_gpus(partition: str | None) -> int:
+    """The GPUs each node of `partition` has (sinfo's gres), when they all have the same number, more than 0."""
+    question = "--launcher slurm: how many ranks per node? launch.gpus is 0 and"
+    fix = "pass --gpus N (GPUs per node; one task per GPU), or --nproc N for CPU ranks"
+    if not shutil.which("sinfo"):
+        raise ZebraError(f"{question} no Slurm client here (sinfo) shows the nodes' GPUs", fix=fix)
+    counts = partition_gpus(partition)
+    if len(counts) == 1 and (gpus := next(iter(counts))) > 0:
+        return gpus
+    where = f"partition {partition}" if partition else "the default partition"
+    nodes = ", ".join(f"{n} node(s) with {g or 'no'} GPU(s)" for g, n in sorted(counts.items()))
+    raise ZebraError(f"{question} {where} has {nodes or 'no nodes'} (sinfo)", fix=fix)
 
 
 def _local_gpus(gpus: int | None, wanted: int) -> tuple[str, int]:

@@ -83,6 +83,28 @@ def partitions() -> list[tuple[str, str]]:
     return [(row[0], row[1]) for row in rows if len(row) == 2]
 
 
+def partition_gpus(partition: str | None) -> dict[int, int]:
+    """{GPUs per node: nodes} of `partition` (None: the default one), from the nodes' generic resources as
+    sinfo shows them (`gpu:8`, `gpu:mi300x:8(S:0-1)`, `(null)`: none)."""
+    try:
+        r = subprocess.run(
+            ["sinfo", "--all", "-h", "-o", "%P %D %G"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        raise ZebraError(f"sinfo could not run: {e}", fix=SLURM_FIX) from None
+    if r.returncode != 0:
+        raise ZebraError(f"sinfo failed: {(r.stderr or r.stdout).strip()[:200]}", fix=SLURM_FIX)
+    counts: dict[int, int] = {}
+    for row in (line.split(None, 2) for line in r.stdout.splitlines()):
+        if len(row) != 3 or not row[1].isdigit():
+            continue
+        name, nodes, gres = row
+        if (partition and name.rstrip("*") == partition) or (not partition and name.endswith("*")):
+            gpus = sum(int(n) for n in re.findall(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)", gres))
+            counts[gpus] = counts.get(gpus, 0) + int(nodes)
+    return counts
+
+
 def check_partition(partition: str | None, rows: list[tuple[str, str]] | None = None) -> None:
     """A one-line ZebraError naming `--partition` unless the cluster has that partition (`rows`: sinfo's
     `partitions()`, asked here when not given)."""

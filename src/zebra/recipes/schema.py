@@ -314,7 +314,7 @@ class DistillSpec:
 @dataclass(kw_only=True)
 class LaunchSpec:
     launcher: str = spec("local", doc="where to run", choices=("local", "docker", "slurm"))
-    gpus: int = spec(0, doc="GPUs per node (0 = all visible, CPU if none)", min=0, max=64)
+    gpus: int = spec(0, doc="GPUs per node (0 = all visible, CPU if none; slurm: the nodes')", min=0, max=64)
     nodes: int = spec(1, doc="nodes", min=1)
     image: str = spec("rocm/primus:v25.10", doc="container image (docker launcher, slurm with container)")
     gpu_vendor: str = spec(
