@@ -86,6 +86,9 @@ def test_a_prep_that_writes_no_document_is_an_error(cli, tmp_path, json_flag):
     one_line_error(r, "out: no document was written (1 row(s) read, all skipped)")
     assert "✓" not in r.stdout
     assert '"non_utf8": 1' in r.stdout if json_flag else "1 non utf8" in r.stderr  # why, in each form
+    again = cli("data", "prep", "--source", tmp_path / "binary.txt", "-t", "byte", "-o", tmp_path / "out")
+    one_line_error(again, "out: no document was written")  # the complete folder: not "nothing to do" first
+    assert "✓" not in again.stdout and "already complete" not in again.stdout
 
 
 def test_prep_without_a_source_and_no_tty(cli):

@@ -113,6 +113,7 @@ def prep(
         nominal_tokens=fineweb_sample_tokens(sample) if sample else None,
     )
     if plan.manifest.complete:
+        plan.manifest.check_has_documents(plan.folder)  # nothing to do, but nothing to train on either
         out.result(
             escape(f"{plan.folder} is already complete ({plan.manifest.tokens:,} tokens); nothing to do")
         )
@@ -127,14 +128,22 @@ def prep(
             raise ZebraError("cancelled", exit_code=1)
     if plan.resumed:
         out.text(escape(f"resuming {plan.folder}: {len(plan.manifest.shards)} shard(s) already done"))
+    tokens_before = plan.manifest.tokens  # the shards a resumed prep keeps: not part of this run's rate
     with progress_callback("tokenizing") as on_progress:
         result = run_prep(plan, on_progress=on_progress)
-    _prep_summary(result.folder, result.manifest, result.notes, json_, seconds=result.seconds)
+    rate = (result.manifest.tokens - tokens_before) / result.seconds if result.seconds else None
+    _prep_summary(result.folder, result.manifest, result.notes, json_, seconds=result.seconds, rate=rate)
 
 
 def _prep_summary(
-    folder: Path, manifest, notes: list[str], json_: bool, seconds: float | None = None
+    folder: Path,
+    manifest,
+    notes: list[str],
+    json_: bool,
+    seconds: float | None = None,
+    rate: float | None = None,
 ) -> None:
+    """The folder's table, what was skipped, and (after a run) its time and its rate: tokens written per second."""
     for note in notes:
         out.warn(note)
     skipped = manifest.skipped()
@@ -142,7 +151,7 @@ def _prep_summary(
         out.json({"folder": str(folder), **manifest.to_json(), "seconds": seconds})
         manifest.check_has_documents(folder)
         return
-    rate = f", {manifest.tokens / seconds:,.0f} tok/s overall" if seconds else ""
+    rate_text = f", {rate:,.0f} tok/s overall" if rate else ""
     out.table(
         ["folder", "shards", "documents", "tokens", "dtype", "tokenizer"],
         [
@@ -166,7 +175,7 @@ def _prep_summary(
     manifest.check_has_documents(folder)
     if seconds is not None:
         out.result(
-            escape(f"wrote {folder} in {seconds:.1f} s{rate}; train on it with data.paths: [{folder}]")
+            escape(f"wrote {folder} in {seconds:.1f} s{rate_text}; train on it with data.paths: [{folder}]")
         )
 
 
