@@ -213,5 +213,29 @@ def test_generate_flag_errors(random_export, args, message):
     assert done.returncode == 1 and message in done.stderr
 
 
+@pytest.mark.parametrize(
+    "args",
+    [["generate", "--prompt", "The zebra", "--max-new", "50"], ["chat"]],
+    ids=["generate", "chat"],
+)
+def test_a_reader_that_left_ends_the_command_quietly(random_export, args):
+    """`zebra generate ... | head -c 5`: stdout's reader has gone, so the next write fails; zebra ends as Unix
+    tools do on SIGPIPE (status 141, nothing on stderr), not with the bug hint."""
+    import os
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader left before the first write: the failure does not depend on timing
+    command, *flags = args
+    done = subprocess.run(
+        [sys.executable, "-m", "zebra.cli.main", command, str(random_export), "--device", "cpu", *flags],
+        input="The zebra\n/quit\n",
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(write_end)
+    assert (done.returncode, done.stderr) == (141, "")
+
+
 def _clean(text: str) -> str:
     return text.replace("\r", "").strip()

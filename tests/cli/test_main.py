@@ -100,6 +100,22 @@ def test_a_table_written_to_a_pipe_is_not_folded_to_80_columns():
     assert 80 < max(len(line) for line in r.stdout.splitlines()) <= 160
 
 
+def test_a_table_written_to_a_reader_that_left_ends_quietly():
+    """Rich's output, like `zebra generate`'s, ends with the SIGPIPE status when stdout's reader has gone."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.cli.conftest import ENTRY
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    r = subprocess.run([sys.executable, "-c", ENTRY, "recipes", "list"], stdout=write_end, stderr=subprocess.PIPE,
+                       text=True, stdin=subprocess.DEVNULL, timeout=120)  # fmt: skip
+    os.close(write_end)
+    assert (r.returncode, r.stderr) == (141, "")
+
+
 @pytest.mark.parametrize("kind", ["warn", "error", "hint"])
 def test_a_long_message_on_a_piped_stderr_stays_one_line(kind, capsys, monkeypatch):
     """A log or `2> file` keeps each warning, error and hint on one line (grep finds it whole)."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 from rich.markup import escape
@@ -29,6 +30,33 @@ from rich.text import Text
 from zebra.train.view import TrainView
 
 PIPE_WIDTH = 160  # columns of stdout written to a pipe or file (a log, `| tee`, a Slurm job's output)
+# The exit status after stdout's reader has gone (`zebra generate ... | head`). Python ignores SIGPIPE, so a write
+# raises BrokenPipeError instead of ending the process as it ends `cat` or `yes`; we end as they do, quietly, with
+# the status a shell reports for them (128 + SIGPIPE): `set -o pipefail` treats zebra like any Unix tool, and a
+# script can tell a cut-off output from a finished one. (Python's own recipe, Click and Rich use 1, which reads as
+# a failure of the command.)
+BROKEN_PIPE_EXIT = 141
+
+
+def stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (so a BrokenPipeError came from stdout, not from a
+    socket or a child process's pipe)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no file descriptor; no poll() on this platform
+        return False
+
+
+def leave_on_broken_pipe() -> NoReturn:
+    """End quietly after stdout's reader has gone: stdout points at /dev/null first, so the interpreter's last
+    flush of what is still buffered cannot fail again and print a traceback."""
+    with contextlib.suppress(OSError, ValueError):  # no file descriptor (an in-process test runner's stdout)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    raise SystemExit(BROKEN_PIPE_EXIT)
 
 
 def stdout_width() -> int | None:
@@ -37,12 +65,18 @@ def stdout_width() -> int | None:
     return None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:  # Rich's own ends with status 1
+        self.quiet = True
+        leave_on_broken_pipe()
+
+
 class Output:
     """Human output on stdout, errors and hints on stderr; `json()` for scripts."""
 
     def __init__(self) -> None:
-        self.console = Console(highlight=False, soft_wrap=False, width=stdout_width())
-        self.stderr = Console(stderr=True, highlight=False)
+        self.console = _Console(highlight=False, soft_wrap=False, width=stdout_width())
+        self.stderr = _Console(stderr=True, highlight=False)
 
     def text(self, message: str = "", *, wrap: bool = True) -> None:
         """`wrap=False` for a line a user copies (a command): the terminal folds it, Rich does not break it."""

@@ -21,7 +21,7 @@ from zebra.cli import generate as generate_cli
 from zebra.cli import train as train_cli
 from zebra.cli import upcycle as upcycle_cli
 from zebra.cli._help import print_group_help
-from zebra.cli._output import out
+from zebra.cli._output import leave_on_broken_pipe, out, stdout_reader_gone
 from zebra.errors import ZebraError
 
 
@@ -46,6 +46,8 @@ class _ZebraGroup(TyperGroup):
         except Exception as e:
             if _is_cli_control(e) or os.environ.get("ZEBRA_DEBUG"):
                 raise
+            if isinstance(e, BrokenPipeError) and stdout_reader_gone():  # `zebra generate ... | head`
+                leave_on_broken_pipe()
             out.error(f"{type(e).__name__}: {e}")
             out.hint(
                 "this looks like a bug in zebra; rerun with ZEBRA_DEBUG=1 for the traceback and report it"
