@@ -244,6 +244,19 @@ def test_container_mounts_the_teacher_file_folder_and_the_init_export(tmp_path):
     assert not any(m.purpose == "teacher" for m in container_mounts(run))
 
 
+def test_a_relative_resume_path_reaches_the_container_absolute_and_mounted(tmp_path, monkeypatch):
+    """--resume runs/old/checkpoints/step_0000050 is relative to where zebra was started; the container starts
+    in the run folder: its rank command gets the absolute path, and that folder is bound read-only."""
+    checkpoint = tmp_path / "runs" / "old" / "checkpoints" / "step_0000050"
+    checkpoint.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    recipe = load_recipe("tiny", overrides=["launch.launcher=docker", "data.mock=true"])
+    plan = make_plan(recipe, output=tmp_path / "runs", run="new", resume="runs/old/checkpoints/step_0000050")
+    assert plan.rank_command[plan.rank_command.index("--resume") + 1] == str(checkpoint)
+    mounts = {m.target: m for m in container_mounts(plan.run)}
+    assert mounts[str(checkpoint)].purpose == "resume" and mounts[str(checkpoint)].read_only
+
+
 def test_the_secret_check_names_credentials():
     assert all(map(is_secret, ["HF_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY", "MY_PASSWORD"]))
     assert not any(map(is_secret, ["NCCL_DEBUG", "HF_HOME", "TOKENIZERS_PARALLELISM"]))

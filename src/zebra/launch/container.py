@@ -120,8 +120,8 @@ def _inside(path: str, mounts: list[Mount]) -> bool:
 
 def container_mounts(run: TrainRun) -> list[Mount]:
     """What a container running `run` binds: the project, the run directory, the data and tokenizer folders,
-    the distillation teacher's and the `train.init` export's folders, the HF cache, then the recipe's
-    `launch.mounts` (which win on a clash)."""
+    the distillation teacher's and the `train.init` export's folders, a `--resume PATH` checkpoint's, the HF
+    cache, then the recipe's `launch.mounts` (which win on a clash)."""
     mounts, _ = project_source()
     run_dir = str(run.run_dir.resolve())
     mounts.append(Mount(run_dir, run_dir, False, "run"))
@@ -133,6 +133,7 @@ def container_mounts(run: TrainRun) -> list[Mount]:
         ("tokenizer", run.recipe.data.tokenizer),
         ("teacher", run.recipe.distill.teacher),
         ("init", run.recipe.train.init),
+        ("resume", None if run.resume in ("auto", "never") else run.resume),  # --resume PATH of another run
     )
     for (
         purpose,

@@ -231,8 +231,12 @@ def resolve_run(
     recipe = copy.deepcopy(recipe)
     t = recipe.train
     micro, accumulation = batch_plan(t.global_batch_size, t.micro_batch_size, ranks.world_size)
-    if resume not in ("auto", "never") and not Path(resume).exists():
-        raise ZebraError(f"--resume {resume}: no such checkpoint", fix="pass auto, never or an existing path")
+    if resume not in ("auto", "never"):
+        if not Path(resume).exists():
+            raise ZebraError(
+                f"--resume {resume}: no such checkpoint", fix="pass auto, never or an existing path"
+            )
+        resume = str(Path(resume).resolve())  # ranks may start elsewhere: a container, a Slurm task's folder
     if t.optimizer_graph:
         check_optimizer_graph(ranks.device)
     if recipe.model.kernel_backend in ("fla", "mamba_ssm") and ranks.device != "cuda":
