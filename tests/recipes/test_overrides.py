@@ -57,6 +57,7 @@ def test_null_for_a_required_field_is_an_error():
         ("trian.lr=1", r"--set: trian: unknown key \(did you mean 'train'\?\)"),
         ("model.mla.num_head=8", r"--set: model.mla.num_head: unknown key \(did you mean 'num_heads'\?\)"),
         ("train.max_steps=abc", r"--set: train.max_steps: got 'abc' \(expected an integer\)"),
+        ("data.paths=[a, b", r"--set: data.paths: got '\[a, b' \(unbalanced brackets"),
         ("train.max_steps=1.5", r"--set: train.max_steps: got '1.5' \(expected an integer\)"),
         ("train.lr=fast", r"--set: train.lr: got 'fast' \(expected a number\)"),
         ("train.lr=inf", r"--set: train.lr: got inf \(expected a finite number\)"),

@@ -25,6 +25,19 @@ def test_invalid_yaml_reports_the_line(write):
     assert message.startswith("line 4")
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "key"),
+    [
+        ("train:\n  lr: 1.0e-3\n  lr: 2.0e-3\n", 3, "lr"),
+        ("train: {}\nmodel: {}\ntrain: {lr: 1.0}\n", 3, "train"),
+    ],
+)
+def test_a_key_given_twice_is_refused_with_its_line(write, text, line, key):
+    """Plain YAML keeps the last of two equal keys silently: the recipe would train with a value its reader
+    may not see. One line names the key and the line of its second use."""
+    assert error_of(write, text) == f"line {line}: not valid YAML ({key!r} is given twice)"
+
+
 def test_a_recipe_must_be_a_mapping(write):
     assert error_of(write, "- model\n- train\n").startswith("a recipe must be a mapping of sections")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import types
 import typing
@@ -53,6 +54,26 @@ def find_recipe(name_or_path: str | Path, *, relative_to: Path | None = None) ->
     raise ZebraError(f"unknown recipe {text!r}", fix=hint)
 
 
+@functools.cache
+def _unique_keys_loader() -> type:
+    """yaml's SafeLoader, refusing a key given twice in one mapping (plain YAML keeps the last one silently)."""
+    import yaml
+
+    class UniqueKeysLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"{key!r} is given twice", key_node.start_mark
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return UniqueKeysLoader
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     import yaml
 
@@ -61,7 +82,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as e:
         raise ZebraError(f"{path}: cannot read the recipe ({e})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_unique_keys_loader())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -159,6 +180,8 @@ def _coerce(value: Any, tp: Any, where: str, meta: dict[str, Any]) -> Any:
     expected = _type_name(tp)
     if origin is list:
         if from_cli:
+            if value.startswith("[") != value.endswith("]"):
+                raise ValueError(f"got {value!r} (unbalanced brackets; expected a,b or [a, b])")
             value = [] if value in ("", "[]") else [v.strip() for v in value.strip("[]").split(",")]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ValueError(f"got {value!r} (expected {expected})")
