@@ -106,6 +106,11 @@ def test_other_tokenizer_in_output_folder_is_one_line_error(texts, bpe_dir, tmp_
     assert "--force" in e.value.fix
     with pytest.raises(ZebraError, match=r"other settings \(config: max_docs was None, now 5\)"):
         prep(source, tmp_path / "out", max_docs=5)
+    other = write_source("jsonl", tmp_path / "other", [t + " more" for t in texts])
+    with pytest.raises(ZebraError, match=r"other settings \(source: ") as e:
+        prep(other, tmp_path / "out")
+    shown = e.value.message.split("(source: ", 1)[1]  # each old and new value cut to 60 characters
+    assert "..." in shown and all(len(part) < 80 for part in shown.replace(", now ", " was ").split(" was "))
     prep(source, tmp_path / "out", str(bpe_dir), force=True)
     assert read_all(tmp_path / "out") == expected_ids(str(bpe_dir), texts)
     assert read_manifest(tmp_path / "out").tokenizer["name"] == str(bpe_dir)

@@ -130,7 +130,8 @@ def resume_manifest(folder: Path, fresh: Manifest, *, force: bool) -> Manifest:
     if old.tokenizer.get("vocab_hash") != fresh.tokenizer.get("vocab_hash"):
         raise ZebraError(
             f"{folder} holds data tokenized with {old.tokenizer.get('name')} "
-            f"(vocab hash {str(old.tokenizer.get('vocab_hash'))[:12]}), not {fresh.tokenizer.get('name')}",
+            f"(vocab hash {str(old.tokenizer.get('vocab_hash'))[:12]}), not "
+            f"{fresh.tokenizer.get('name') or 'without a tokenizer (none given)'}",
             fix=_FIX,
         )
     changed = _changed_files(old.source, fresh.source)
@@ -171,8 +172,14 @@ def _changed_files(old: dict[str, Any], new: dict[str, Any]) -> str | None:
 def _diff(old: Any, new: Any) -> str:
     if isinstance(old, dict) and isinstance(new, dict):
         keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
-        return "; ".join(f"{k} was {old.get(k)!r}, now {new.get(k)!r}" for k in keys)
-    return f"was {old!r}, now {new!r}"
+        return "; ".join(f"{k} was {_short(old.get(k))}, now {_short(new.get(k))}" for k in keys)
+    return f"was {_short(old)}, now {_short(new)}"
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """`repr(value)`, cut to `limit` characters (a source's file fingerprints would fill the terminal)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _clear(folder: Path) -> None:
