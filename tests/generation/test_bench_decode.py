@@ -70,3 +70,5 @@ def test_bench_decode_table_and_errors():
     assert bad.exit_code == 1 and "--batch 1,x" in bad.stderr
     bad = runner.invoke(app, ["bench", "decode", "tiny", "--cache", "paged", "--device", "cpu"])
     assert bad.exit_code == 1 and "--cache paged" in bad.stderr
+    bad = runner.invoke(app, ["bench", "decode", "tiny", "--batch", "1,0", "--device", "cpu"])
+    assert bad.exit_code == 1 and bad.stderr.startswith("error: --batch 1,0: batch sizes must be at least 1")

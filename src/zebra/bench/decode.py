@@ -112,7 +112,7 @@ def run_decode_bench(
     `on_progress(done, total, note)` is called as each phase starts (build, bandwidth, FLA's model, then one
     engine run, one HF run and one FLA run per batch size), with the phases done so far.
     """
-    _check_config(cfg)
+    check_decode_config(cfg)
     device = resolve_device(cfg.device)
     use_kernel_cache()
     phases = 3 + len(cfg.batches) * (1 + 2 * cfg.hf)
@@ -180,11 +180,15 @@ class _Progress:
         self.done += 1
 
 
-def _check_config(cfg: DecodeBenchConfig) -> None:
-    if cfg.prompt < 1 or cfg.new < 2 or not cfg.batches or min(cfg.batches) < 1:
+def check_decode_config(cfg: DecodeBenchConfig) -> None:
+    """A one-line ZebraError naming the flag of a value the bench cannot run (before any model loads)."""
+    for flag, value, least in (("--prompt", cfg.prompt, 1), ("--new", cfg.new, 2)):
+        if value < least:
+            raise ZebraError(f"{flag} {value}: must be at least {least}", fix="e.g. --prompt 2048 --new 256")
+    if not cfg.batches or min(cfg.batches) < 1:
         raise ZebraError(
-            "need --prompt >= 1, --new >= 2 and batch sizes >= 1",
-            fix="e.g. --batch 1,8 --prompt 2048 --new 256",
+            f"--batch {','.join(map(str, cfg.batches))}: batch sizes must be at least 1",
+            fix="e.g. --batch 1,8",
         )
     if cfg.cache not in ("auto", "static", "dynamic"):
         raise ZebraError(f"--cache {cfg.cache}: unknown", fix="use auto, static or dynamic")

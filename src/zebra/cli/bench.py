@@ -83,7 +83,7 @@ def decode(
     from zebra.model_folder import model_dir_or_recipe
 
     model_dir_or_recipe(model)  # a mistyped MODEL told before torch is imported
-    from zebra.bench.decode import DecodeBenchConfig, run_decode_bench
+    from zebra.bench.decode import DecodeBenchConfig, check_decode_config, run_decode_bench
 
     try:
         batches = [int(b) for b in batch.split(",") if b.strip()]
@@ -101,6 +101,7 @@ def decode(
         cuda_graph=cuda_graph,
         compile=compile_,
     )
+    check_decode_config(cfg)  # before the progress bar draws
     with out.progress("decode bench", unit="phase") as bar:
         report = run_decode_bench(cfg, on_progress=bar)
     if json_:
