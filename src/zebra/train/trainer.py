@@ -105,8 +105,8 @@ class OptimizerState:
 class StopSignals:
     """SIGTERM / SIGUSR1 (Slurm pre-emption) / SIGINT ask the loop to save and stop after the current step.
 
-    Entered for the whole of a rank's work: a SIGTERM or SIGUSR1 that arrives while the model is built or the data
-    opened is kept, and the loop stops (all ranks alike) after its first step, saving it. A SIGINT before the
+    Entered once the rank has joined its peers (`train_rank`): a SIGTERM or SIGUSR1 that arrives while the model is
+    built or the data opened is kept, and the loop stops (all ranks alike) after its first step, saving it. A SIGINT before the
     loop (`looping` still False) interrupts at once: there is nothing to save yet. In the loop, a second SIGINT
     more than a second after the first interrupts at once (Ctrl-C twice).
     """
@@ -593,12 +593,12 @@ def train_rank(
         raise ZebraError(f"{config}: not found", fix="start runs with `zebra train RECIPE`, which writes it")
     recipe = load_recipe(config)
     use_kernel_cache()
-    with (
-        StopSignals() as signals
-    ):  # from here on a SIGTERM stops the run at a step it saves (see StopSignals)
-        env = init_distributed(device)
-        try:
-            with watch_peers(env, run_dir):  # a peer gone: one line naming its node
-                return Trainer(recipe, run_dir, env, view).fit(resume, signals)
-        finally:
-            destroy_distributed()
+    # waiting for peers here, a SIGTERM still ends the rank at once (nothing to save yet)
+    env = init_distributed(device)
+    try:
+        # from here on a SIGTERM stops the run at a step it saves, even while the model is built (StopSignals);
+        # a peer gone: one line naming its node (watch_peers)
+        with StopSignals() as signals, watch_peers(env, run_dir):
+            return Trainer(recipe, run_dir, env, view).fit(resume, signals)
+    finally:
+        destroy_distributed()
