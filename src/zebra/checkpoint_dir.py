@@ -7,12 +7,20 @@ and conversion reads them (`zebra.convert.formats`); both import this module, no
 
     committed(run / "checkpoints")    # [step_0000100, step_0000050]: complete ones, `latest` first
     read_meta(found[0])["step"]       # 100
+
+A reader (`zebra convert` of a live run) holds the checkpoint it reads with `read_hold`, a shared `flock` on the
+step folder itself; the trainer's keep_last pruning removes a folder only through `remove_unless_held`, which
+skips a held one (it goes at a later save, once released). The kernel drops a hold when its process exits.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +72,43 @@ def committed(checkpoints: Path) -> list[Path]:
         name = pointer.read_text().strip()
         found.sort(key=lambda p: p.name != name)  # stable: `latest` first, the rest stay newest-first
     return found
+
+
+def read_hold(path: Path) -> int | None:
+    """Hold checkpoint `path` for reading, so that pruning leaves it alone (`remove_unless_held`).
+
+    Returns the descriptor to `os.close` once done, or None when `path` is gone or no longer complete (pruned
+    meanwhile: the caller takes the next `latest`). Where the file system has no locks, nothing is held.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    with contextlib.suppress(OSError):  # no locks on this file system: read unprotected, as before
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits while a pruner is removing it
+    if is_complete(path):
+        return fd
+    os.close(fd)
+    return None
+
+
+def remove_unless_held(path: Path) -> bool:
+    """Delete checkpoint folder `path` unless a reader holds it (`read_hold`); True when it was removed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # a reader holds it: a later save prunes it
+        except OSError:
+            pass  # no locks on this file system
+        shutil.rmtree(path, ignore_errors=True)
+        return True
+    finally:
+        os.close(fd)
 
 
 def find_checkpoints(source: str | Path, run_dir: Path) -> list[Path]:

@@ -234,7 +234,7 @@ def test_convert_without_source_takes_the_run_under_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     r = zebra("convert", "--to", "fla")
     assert r.exit_code == 0, r.output
-    assert "runs/gdn (zebra) -> runs/gdn-fla (fla)" in r.stdout
+    assert "runs/gdn (zebra, step 20) -> runs/gdn-fla (fla)" in r.stdout
     assert (tmp_path / "runs" / "gdn-fla" / "config.json").is_file()
 
 
@@ -267,3 +267,37 @@ def test_convert_without_source_on_a_terminal_offers_the_runs(tmp_path):
     child.close()
     assert child.exitstatus == 0, child.before
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["new", "old", "old-fla"]
+
+
+def test_a_live_run_pruning_its_checkpoints_converts_the_step_it_read(tmp_path, monkeypatch):
+    """The trainer's keep_last pruning used to delete the checkpoint `convert` was reading ('a .distcp file is
+    truncated or missing'): it now leaves a checkpoint being read, and convert says which step it converted."""
+    from zebra.checkpoint_dir import committed
+    from zebra.convert.tensor_sources import DCPSource
+    from zebra.train.checkpoint import Checkpointer
+    from zebra.train.dist import DistEnv
+
+    recipe, model = build_model("gdn")
+    run = tmp_path / "run"
+    write_run(run, recipe, model, step=20)
+    env = DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
+    trainer = Checkpointer(run, keep_last=1, env=env)
+    state = {"model": model.state_dict(), "progress": {"step": torch.tensor(0)}}
+    get, saved = DCPSource.get, []
+
+    def get_while_training(self, name):
+        if not saved:  # the run saves step 40 (keep_last=1) while step 20 is being converted
+            saved.append(trainer.save(40, state, {}))
+        return get(self, name)
+
+    monkeypatch.setattr(DCPSource, "get", get_while_training)
+    r = zebra("convert", run, "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["step"] == 20
+    assert [p.name for p in committed(run / "checkpoints")] == ["step_0000040", "step_0000020"]
+    trainer.save(60, state, {})  # released: the next save prunes it
+    assert [p.name for p in committed(run / "checkpoints")] == ["step_0000060"]
+
+    r = zebra("convert", run, "-o", tmp_path / "out2")
+    assert r.exit_code == 0, r.output
+    assert "(zebra, step 60) ->" in r.stdout

@@ -86,8 +86,9 @@ def convert(
         return
     for note in result.notes:
         out.warn(note)
+    step = f", step {result.step}" if result.step is not None else ""
     out.result(
-        f"{result.source} ({result.source_format}) -> {result.output} ({result.target}): "
+        f"{result.source} ({result.source_format}{step}) -> {result.output} ({result.target}): "
         f"{result.tensors} tensors, pattern {result.pattern}"
     )
     out.hint(f"check it: zebra verify {result.output} --against {result.source}")

@@ -14,12 +14,13 @@ each layer holds.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zebra.checkpoint_dir import committed, is_complete
+from zebra.checkpoint_dir import committed, is_complete, read_hold
 from zebra.convert.fla import FLA_FAMILIES, FLA_TO_ZEBRA, read_fla_config
 from zebra.convert.keymap import plan_keys
 from zebra.convert.megatron import is_torch_dist, is_torch_format, read_megatron, resolve_iteration_dir
@@ -49,6 +50,7 @@ class Checkpoint:
         tensors: a lazy source under `ZebraForCausalLM.state_dict()` names.
         tokenizer: tokenizer name or directory recorded by the source (None when unknown).
         recipe: the training recipe, for Zebra runs.
+        step: the training step of a Zebra run's checkpoint (None for other formats).
         notes: things the user should know (folded norms, dropped tensors).
     """
 
@@ -59,6 +61,7 @@ class Checkpoint:
     tokenizer: str | None = None
     recipe: Any = None
     notes: list[str] = field(default_factory=list)
+    step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -147,19 +150,46 @@ def _check_run_has_a_checkpoint(path: Path) -> None:
 
 
 def _open_zebra_run(path: Path) -> Checkpoint:
-    step = _step_dir(path)
-    assert step is not None
-    run = step.parent.parent
-    recipe_file = run / "config.yaml"
-    if not recipe_file.is_file():
-        raise ZebraError(
-            f"{step}: no {recipe_file} next to its checkpoints/",
-            fix="convert the checkpoint inside its run directory (the run's config.yaml holds the architecture)",
-        )
-    recipe = load_recipe(str(recipe_file))
-    tensors = DCPSource(step, lambda k: k[len("model.") :] if k.startswith("model.") else None)
+    step, hold = _held_step(path)
+    try:
+        run = step.parent.parent
+        recipe_file = run / "config.yaml"
+        if not recipe_file.is_file():
+            raise ZebraError(
+                f"{step}: no {recipe_file} next to its checkpoints/",
+                fix="convert the checkpoint inside its run directory (the run's config.yaml holds the architecture)",
+            )
+        recipe = load_recipe(str(recipe_file))
+        tensors = DCPSource(step, lambda k: k[len("model.") :] if k.startswith("model.") else None, hold=hold)
+    except BaseException:
+        if hold is not None:
+            os.close(hold)
+        raise
     return Checkpoint(
-        "zebra", path, recipe.model.to_config(), tensors, tokenizer=recipe.data.tokenizer, recipe=recipe
+        "zebra",
+        path,
+        recipe.model.to_config(),
+        tensors,
+        tokenizer=recipe.data.tokenizer,
+        recipe=recipe,
+        step=int(step.name.removeprefix("step_")),
+    )
+
+
+def _held_step(path: Path) -> tuple[Path, int | None]:
+    """The checkpoint `path` stands for, held against a live run's keep_last pruning (`read_hold`) until the
+    source is closed. A step pruned before it could be held is replaced by the run's next `latest`."""
+    for _ in range(20):
+        step = _step_dir(path)
+        if step is None:
+            break
+        hold = read_hold(step)
+        if hold is not None or is_complete(step):
+            return step, hold
+    raise ZebraError(
+        f"{path}: the checkpoint was removed while it was being opened (a running training prunes old ones, "
+        "train.keep_last)",
+        fix="convert the run folder, which follows its newest checkpoint, or raise train.keep_last",
     )
 
 

@@ -26,7 +26,8 @@ TARGETS = ("hf", "fla", "zebra")
 
 @dataclass
 class ConvertResult:
-    """What `convert` did: where from, what to, how many tensors, and notes for the user."""
+    """What `convert` did: where from (`step`: a Zebra run's checkpoint step), what to, how many tensors, and
+    notes for the user."""
 
     source: Path
     source_format: str
@@ -35,6 +36,7 @@ class ConvertResult:
     tensors: int
     pattern: str
     notes: list[str] = field(default_factory=list)
+    step: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: str(v) if isinstance(v, Path) else v for k, v in self.__dict__.items()}
@@ -136,7 +138,7 @@ def convert(
         notes.append(
             "no tokenizer recorded in the source: the output has no tokenizer files (pass --tokenizer)"
         )
-    return ConvertResult(src, ckpt.format, to, out, len(shapes), pattern, notes)
+    return ConvertResult(src, ckpt.format, to, out, len(shapes), pattern, notes, step=ckpt.step)
 
 
 def export_run(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pickle
 import re
 import warnings
@@ -144,15 +145,18 @@ class DCPSource(TensorSource):
         directory: holds `.metadata` and `__*_*.distcp` files.
         accept: which checkpoint keys are model tensors; returns the name to expose, or None to skip
             (optimizer state, RNG state, TE extra state, ...).
+        hold: a descriptor holding the checkpoint against pruning (`zebra.checkpoint_dir.read_hold`), closed
+            by `close()`.
     """
 
-    def __init__(self, directory: Path, accept):
+    def __init__(self, directory: Path, accept, *, hold: int | None = None):
         from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
         from zebra.safe_dcp import SafeFileSystemReader
 
         self.origin = str(directory)
         self.directory = Path(directory)
+        self._hold = hold
         try:
             self._reader = SafeFileSystemReader(str(directory))  # reads .metadata without running code
             metadata = self._reader.read_metadata()
@@ -199,6 +203,11 @@ class DCPSource(TensorSource):
                 fix="a .distcp file is truncated or missing; use a complete checkpoint",
             ) from None
         return out[key]
+
+    def close(self) -> None:
+        if self._hold is not None:
+            os.close(self._hold)
+            self._hold = None
 
 
 class ConvertedSource(TensorSource):

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from zebra.atomic import fsync_dir, fsync_tree, write_atomic
-from zebra.checkpoint_dir import committed, read_meta, step_name
+from zebra.checkpoint_dir import committed, read_meta, remove_unless_held, step_name
 from zebra.errors import ZebraError, error_summary
 from zebra.train.dist import DistEnv, all_reduce_sum, barrier
 
@@ -185,8 +185,8 @@ class Checkpointer:
         return final
 
     def _prune(self) -> None:
-        for old in committed(self.dir)[self.keep_last :]:
-            shutil.rmtree(old, ignore_errors=True)
+        for old in committed(self.dir)[self.keep_last :]:  # rank 0 only; one being converted stays for now
+            remove_unless_held(old)
         for stale in self.dir.glob("step_*.partial"):
             shutil.rmtree(stale, ignore_errors=True)
 
