@@ -81,3 +81,14 @@ def test_exported_files_import_only_torch_transformers_and_the_standard_library(
         assert outside == set(), stem
         assert set(get_relative_imports(path)) <= set(files), stem  # every relative import is a file here
     assert "try:" in files["zebra_kernels_delta_rule_fla"].read_text()  # the FLA backend import is guarded
+
+
+def test_exported_code_files_follow_the_umask_so_other_users_can_load_them(tmp_path):
+    """mkstemp made every .py 0600: another user's trust_remote_code import failed with a permission error."""
+    old = os.umask(0o022)
+    try:
+        write_remote_code(tmp_path)
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.glob("*.py")}
+    assert modes and set(modes.values()) == {0o644}, modes

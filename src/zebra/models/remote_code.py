@@ -225,9 +225,16 @@ def _unguarded_optional_imports(tree: ast.Module) -> list[ast.stmt]:
     return found
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask sets it: set it straight back
+    os.umask(mask)
+    return mask
+
+
 def _write_atomic(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600: other users could not import the export's code
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
