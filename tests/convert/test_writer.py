@@ -100,6 +100,29 @@ def test_output_dir_cleans_folders_left_by_killed_runs(tmp_path):
     assert (tmp_path / "out" / "done").is_file()
 
 
+def _dead_pid():
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    return int(dead.stdout)
+
+
+@pytest.mark.parametrize("replaced", [False, True])
+def test_an_old_output_set_aside_by_a_killed_force_run_comes_back_or_goes(tmp_path, replaced):
+    """Killed between `out -> .out.old-PID` and `.tmp -> out`: no output was left, and the copy never went."""
+    old = tmp_path / f".out.old-{_dead_pid()}"
+    old.mkdir()
+    (old / "config.json").write_text('{"old": true}')
+    out = tmp_path / "out"
+    if replaced:  # the new output did arrive (or someone made one since): the set-aside copy is stale
+        out.mkdir()
+        (out / "config.json").write_text('{"new": true}')
+    with pytest.raises(ZebraError, match="already exists"), output_dir(out, force=False):
+        pass  # not reached: the output is back, and replacing it needs force
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert (out / "config.json").read_text() == ('{"new": true}' if replaced else '{"old": true}')
+
+
 def test_output_dir_flushes_the_new_output_before_the_rename_and_the_rename_after(tmp_path, monkeypatch):
     """fsync calls and renames in order, the fsynced descriptors named through /proc (Linux)."""
     events = []

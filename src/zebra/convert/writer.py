@@ -190,13 +190,14 @@ def output_dir(path: Path, *, force: bool, flag: str = "--output") -> Iterator[P
     Before the rename every file and folder of the new output is on the disk, and the rename itself is flushed
     after it (`zebra.atomic`), so a crash leaves the old output or the whole new one. An existing `path` needs
     `force`, and must be empty or a model folder (config.json): anything else is refused, never deleted.
-    Temporary folders left by killed runs (`.NAME.tmp-PID` of a dead PID) are removed first, so an interrupted
-    conversion can simply be run again.
+    Temporary folders left by killed runs (`.NAME.tmp-PID` of a dead PID) are removed first, and an old output a
+    run killed between its two renames set aside (`.NAME.old-PID`) is put back when nothing replaced it (else
+    removed), so an interrupted conversion can simply be run again.
     """
     path = Path(path).absolute()
+    _remove_stale_temps(path)
     check_output(path, force=force, flag=flag)
     make_folder(path.parent, fix=f"move that file away, or choose another {flag}")
-    _remove_stale_temps(path)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -215,6 +216,14 @@ def output_dir(path: Path, *, force: bool, flag: str = "--output") -> Iterator[P
 
 
 def _remove_stale_temps(path: Path) -> None:
+    for stale in path.parent.glob(f".{path.name}.old-*"):  # killed between `path -> old` and `tmp -> path`
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            if path.exists() or path.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.rename(path)  # the old output comes back, as the crash never happened
+                fsync_dir(path.parent)
     for stale in path.parent.glob(f".{path.name}.tmp-*"):
         pid = stale.name.rsplit("-", 1)[-1]
         if pid.isdigit() and not _alive(int(pid)):
