@@ -123,6 +123,17 @@ def test_an_old_output_set_aside_by_a_killed_force_run_comes_back_or_goes(tmp_pa
     assert (out / "config.json").read_text() == ('{"new": true}' if replaced else '{"old": true}')
 
 
+def test_an_output_another_process_made_meanwhile_is_not_replaced_without_force(tmp_path):
+    """Two converts into one new output both passed the check at the start; the second replaced the first."""
+    out = tmp_path / "out"
+    with pytest.raises(ZebraError, match="another process created it"), output_dir(out, force=False) as tmp:
+        (tmp / "config.json").write_text('{"second": true}')
+        out.mkdir()
+        (out / "config.json").write_text('{"first": true}')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert (out / "config.json").read_text() == '{"first": true}'
+
+
 def test_output_dir_flushes_the_new_output_before_the_rename_and_the_rename_after(tmp_path, monkeypatch):
     """fsync calls and renames in order, the fsynced descriptors named through /proc (Linux)."""
     events = []

@@ -25,7 +25,7 @@ import torch
 from zebra.atomic import fsync_dir, fsync_tree, make_folder
 from zebra.data.tokenizers import load_tokenizer
 from zebra.errors import ZebraError
-from zebra.model_folder import check_output
+from zebra.model_folder import check_output, check_replaceable
 
 _DTYPE_CODES = {
     torch.float64: "F64",
@@ -192,7 +192,8 @@ def output_dir(path: Path, *, force: bool, flag: str = "--output") -> Iterator[P
     `force`, and must be empty or a model folder (config.json): anything else is refused, never deleted.
     Temporary folders left by killed runs (`.NAME.tmp-PID` of a dead PID) are removed first, and an old output a
     run killed between its two renames set aside (`.NAME.old-PID`) is put back when nothing replaced it (else
-    removed), so an interrupted conversion can simply be run again.
+    removed), so an interrupted conversion can simply be run again. The output is checked again just before
+    the rename: one that another process made meanwhile is not replaced without `force`.
     """
     path = Path(path).absolute()
     _remove_stale_temps(path)
@@ -204,6 +205,12 @@ def output_dir(path: Path, *, force: bool, flag: str = "--output") -> Iterator[P
     try:
         yield tmp
         fsync_tree(tmp)
+        if path.exists() and not force:
+            raise ZebraError(
+                f"{flag} {path}: another process created it while this one was writing (left as it is)",
+                fix="pass --force to replace it, or choose another path",
+            )
+        check_replaceable(path, flag=flag)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
