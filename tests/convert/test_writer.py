@@ -134,6 +134,12 @@ def test_an_output_another_process_made_meanwhile_is_not_replaced_without_force(
     assert (out / "config.json").read_text() == '{"first": true}'
 
 
+@pytest.mark.parametrize("size", ["0", "0GB", 0, -1])
+def test_a_shard_size_below_one_byte_is_refused(size):
+    with pytest.raises(ZebraError, match=r"--max-shard-size .*at least one byte"):
+        parse_size(size)
+
+
 def test_output_dir_flushes_the_new_output_before_the_rename_and_the_rename_after(tmp_path, monkeypatch):
     """fsync calls and renames in order, the fsynced descriptors named through /proc (Linux)."""
     events = []

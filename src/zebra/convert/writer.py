@@ -62,14 +62,20 @@ class TensorSpec:
 def parse_size(size: int | str) -> int:
     """`5GB`, `500MB`, `2GiB` or a byte count -> bytes."""
     if isinstance(size, int):
-        return size
+        return _positive(size, size)
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B)?\s*", size, re.IGNORECASE)
     if not m:
         raise ZebraError(f"--max-shard-size {size}: not a size", fix="use e.g. 5GB, 500MB or a byte count")
     unit = (m.group(2) or "B").upper()
     base = 1024 if "I" in unit else 1000
     power = {"B": 0, "K": 1, "M": 2, "G": 3, "T": 4}[unit[0] if unit != "B" else "B"]
-    return int(float(m.group(1)) * base**power)
+    return _positive(int(float(m.group(1)) * base**power), size)
+
+
+def _positive(nbytes: int, size: int | str) -> int:
+    if nbytes < 1:  # 0 used to write one tensor per shard
+        raise ZebraError(f"--max-shard-size {size}: must be at least one byte", fix="use e.g. 5GB or 500MB")
+    return nbytes
 
 
 def stored_dtype(specs: list[TensorSpec]) -> str:
