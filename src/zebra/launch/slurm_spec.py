@@ -68,34 +68,28 @@ def parse_time(text: str) -> int | None:
     return math.ceil(seconds / 60)
 
 
-def partitions() -> list[tuple[str, str]]:
-    """sinfo's partitions as (name, time limit), the default one's name ending in `*` (hidden ones too:
-    `--all`)."""
+def _sinfo(fields: str) -> list[str]:
+    """The lines of `sinfo --all -h -o FIELDS` (every partition, hidden ones too), or a one-line ZebraError."""
     try:
-        r = subprocess.run(
-            ["sinfo", "--all", "-h", "-o", "%P %l"], capture_output=True, text=True, timeout=30
-        )
+        r = subprocess.run(["sinfo", "--all", "-h", "-o", fields], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError) as e:
         raise ZebraError(f"sinfo could not run: {e}", fix=SLURM_FIX) from None
     if r.returncode != 0:
         raise ZebraError(f"sinfo failed: {(r.stderr or r.stdout).strip()[:200]}", fix=SLURM_FIX)
-    rows = [line.split() for line in r.stdout.splitlines()]
+    return r.stdout.splitlines()
+
+
+def partitions() -> list[tuple[str, str]]:
+    """sinfo's partitions as (name, time limit), the default one's name ending in `*`."""
+    rows = [line.split() for line in _sinfo("%P %l")]
     return [(row[0], row[1]) for row in rows if len(row) == 2]
 
 
 def partition_gpus(partition: str | None) -> dict[int, int]:
     """{GPUs per node: nodes} of `partition` (None: the default one), from the nodes' generic resources as
     sinfo shows them (`gpu:8`, `gpu:mi300x:8(S:0-1)`, `(null)`: none)."""
-    try:
-        r = subprocess.run(
-            ["sinfo", "--all", "-h", "-o", "%P %D %G"], capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.SubprocessError) as e:
-        raise ZebraError(f"sinfo could not run: {e}", fix=SLURM_FIX) from None
-    if r.returncode != 0:
-        raise ZebraError(f"sinfo failed: {(r.stderr or r.stdout).strip()[:200]}", fix=SLURM_FIX)
     counts: dict[int, int] = {}
-    for row in (line.split(None, 2) for line in r.stdout.splitlines()):
+    for row in (line.split(None, 2) for line in _sinfo("%P %D %G")):
         if len(row) != 3 or not row[1].isdigit():
             continue
         name, nodes, gres = row
