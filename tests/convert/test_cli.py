@@ -63,6 +63,20 @@ def test_verify_fails_with_exit_1_when_logits_differ(tmp_path, gdn_export):
     assert report["audits"][0]["ok"] and not report["parity"][0]["ok"]
 
 
+def test_verify_against_a_model_of_another_vocabulary_fails_the_check_in_one_line(tmp_path, gdn_export):
+    """Used to end in 'RuntimeError: The size of tensor a ... must match' with the bug hint."""
+    recipe, other = build_model("gdn", extra=("model.vocab_size=300",))
+    different = export_hf(other.state_dict(), recipe, tmp_path / "other")
+    r = zebra("verify", gdn_export, "--against", different, "--json")
+    assert r.exit_code == 1, r.output
+    (parity,) = json.loads(r.stdout)["parity"]
+    assert not parity["ok"] and parity["problem"] == "vocabularies differ (300 vs 272)"
+    r = zebra("verify", gdn_export, "--against", different)
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert f"logits not compared with {different}: vocabularies differ (300 vs 272)" in r.output
+    assert "verification failed" in r.output
+
+
 def test_verify_names_missing_tensors(tmp_path, gdn_export):
     from safetensors.torch import load_file, save_file
 

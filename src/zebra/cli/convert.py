@@ -176,11 +176,13 @@ def _render(report) -> None:
                 [
                     p.reference,
                     p.candidate,
-                    f"{p.max_abs:.3g}",
-                    f"{p.max_rel:.3g}",
-                    f"{p.cosine:.8f}",
+                    *(
+                        [f"{p.max_abs:.3g}", f"{p.max_rel:.3g}", f"{p.cosine:.8f}"]
+                        if p.problem is None
+                        else ["-", "-", "-"]
+                    ),
                     f"rel <= {p.threshold_rel:g}, cos >= {p.threshold_cosine}",
-                    "[green]ok[/]" if p.ok else "[red]FAIL[/]",
+                    "[green]ok[/]" if p.ok else f"[red]FAIL[/]{f' ({p.problem})' if p.problem else ''}",
                 ]
                 for p in report.parities
             ],

@@ -47,18 +47,22 @@ _PRECISION_ORDER = ("bfloat16", "float16", "float32", "float64")
 
 @dataclass
 class Parity:
-    """One logits comparison over all prompts and positions."""
+    """One logits comparison over all prompts and positions; `problem` says why the logits could not be
+    compared at all (then the numbers are None and the check fails)."""
 
     reference: str
     candidate: str
-    max_abs: float
-    max_rel: float
-    cosine: float
+    max_abs: float | None
+    max_rel: float | None
+    cosine: float | None
     threshold_rel: float
     threshold_cosine: float
+    problem: str | None = None
 
     @property
     def ok(self) -> bool:
+        if self.problem is not None or self.max_rel is None or self.cosine is None:
+            return False
         return self.max_rel <= self.threshold_rel and self.cosine >= self.threshold_cosine
 
     def to_dict(self) -> dict[str, Any]:
@@ -144,10 +148,20 @@ def verify(
         src = open_checkpoint(against)
         report.audits.append(zebra_audit(_shapes(src), src.config, subject=f"{against} ({src.format})"))
         lowest = min(precision, _weights_dtype(src), key=_PRECISION_ORDER.index)
-        ref_model = _load(src, device)
-        ref = _logits(ref_model, inputs)
-        report.parities.append(_compare(ref, ours, f"{against} ({src.format})", f"{directory}", lowest))
-        del ref_model
+        ref_name = f"{against} ({src.format})"
+        if (
+            src.config.vocab_size != ckpt.config.vocab_size
+        ):  # the logits cannot be compared, nor the ids shared
+            src.tensors.close()
+            rel, cos = THRESHOLDS[lowest]
+            problem = f"vocabularies differ ({src.config.vocab_size} vs {ckpt.config.vocab_size})"
+            report.parities.append(Parity(ref_name, str(directory), None, None, None, rel, cos, problem))
+            report.notes.append(f"logits not compared with {against}: {problem}")
+        else:
+            ref_model = _load(src, device)
+            ref = _logits(ref_model, inputs)
+            report.parities.append(_compare(ref, ours, ref_name, f"{directory}", lowest))
+            del ref_model
     if ckpt.format == "fla" and on_gpu:
         fla_model = _load_fla(directory, device)
         fla = _logits(fla_model, inputs)
