@@ -214,6 +214,35 @@ def test_generate_flag_errors(random_export, args, message):
 
 
 @pytest.mark.parametrize(
+    "command", [["generate", "--prompt", "The zebra"], ["chat"]], ids=["generate", "chat"]
+)
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [(["--top-p", "0"], "Invalid value for '--top-p': 0.0 is not in the range 0<x<=1")],
+)
+def test_sampling_flags_outside_the_engines_range_are_usage_errors(random_export, command, flags, message):
+    """Refused while the flags are read, before the model loads (chat took them and failed at the first reply)."""
+    name, *command_flags = command
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "zebra.cli.main",
+            name,
+            str(random_export),
+            "--device",
+            "cpu",
+            *command_flags,
+            *flags,
+        ],
+        input="The zebra\n/quit\n",
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and message in " ".join(done.stderr.replace("│", "").split()), done.stderr
+
+
+@pytest.mark.parametrize(
     "args",
     [["generate", "--prompt", "The zebra", "--max-new", "50"], ["chat"]],
     ids=["generate", "chat"],

@@ -37,7 +37,18 @@ CompileOpt = Annotated[bool, typer.Option("--compile", help="torch.compile the d
 # Token sampling (zebra.generation.SamplingParams); each command picks its own defaults.
 TemperatureOpt = Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy.")]
 TopKOpt = Annotated[int, typer.Option("--top-k", min=0, help="Sample from the k most likely (0 = all).")]
-TopPOpt = Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass.")]
+
+
+def _nucleus_mass(value: float) -> float:
+    """`--top-p` is in (0, 1], SamplingParams' range: click's ranges are closed, and 0 would keep no token."""
+    if not 0.0 < value <= 1.0:
+        raise typer.BadParameter(f"{value} is not in the range 0<x<=1 (1 = no limit)")
+    return value
+
+
+TopPOpt = Annotated[
+    float, typer.Option("--top-p", callback=_nucleus_mass, help="Nucleus sampling mass, in (0, 1].")
+]
 
 
 def tokenizer_option(default: str, *, short: bool = False) -> Any:
