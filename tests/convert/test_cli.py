@@ -77,6 +77,12 @@ def test_verify_against_a_model_of_another_vocabulary_fails_the_check_in_one_lin
     assert "verification failed" in r.output
 
 
+def test_verify_refuses_an_empty_prompt_in_one_line(gdn_export):
+    """An empty --prompt became an empty float tensor of token ids and crashed the forward."""
+    r = zebra("verify", gdn_export, "--prompt", "")
+    assert_one_line_error(r, "--prompt '': an empty prompt")
+
+
 def test_verify_names_missing_tensors(tmp_path, gdn_export):
     from safetensors.torch import load_file, save_file
 

@@ -124,6 +124,8 @@ def verify(
         max_new_tokens: length of the greedy continuation.
         tokenizer: a tokenizer to use when the directory has none.
     """
+    if any(not p for p in prompts):  # told before anything is loaded
+        raise ZebraError("--prompt '': an empty prompt", fix="give some text, e.g. --prompt 'Zebras are'")
     device = resolve_device(device)
     directory = Path(directory)
     ckpt = open_checkpoint(directory)
@@ -237,7 +239,10 @@ def _encode(prompts, tok, vocab: int) -> list[Any]:
     if tok is None:
         gen = torch.Generator().manual_seed(1234)
         return [torch.randint(0, min(vocab, 256), (1, 8 + 3 * i), generator=gen) for i in range(len(prompts))]
-    return [torch.tensor([tok(p, add_special_tokens=True)["input_ids"]]) for p in prompts]
+    encoded = [tok(p, add_special_tokens=True)["input_ids"] for p in prompts]
+    if empty := next((p for p, ids in zip(prompts, encoded, strict=True) if not ids), None):
+        raise ZebraError(f"--prompt {empty!r}: the tokenizer makes no tokens of it", fix="give some text")
+    return [torch.tensor([ids], dtype=torch.long) for ids in encoded]
 
 
 def _logits(model: Any, inputs: list[Any]) -> list[Any]:
