@@ -83,6 +83,23 @@ def test_verify_refuses_an_empty_prompt_in_one_line(gdn_export):
     assert_one_line_error(r, "--prompt '': an empty prompt")
 
 
+def test_verify_fails_on_weights_that_make_nan_logits(tmp_path, gdn_export):
+    """Corrupt data bytes (NaN weights) used to pass `zebra verify DIR` with '✓ verified'."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(gdn_export / "model.safetensors")
+    tensors["model.layers.1.mixer.up_proj.weight"][0, 0] = float("nan")
+    save_file(tensors, gdn_export / "model.safetensors", metadata={"format": "pt"})
+    r = zebra("verify", gdn_export, "--json", "--max-new-tokens", "1")
+    assert r.exit_code == 1, r.output
+    (problem,) = json.loads(r.stdout)["problems"]
+    assert (
+        "logits hold NaN or infinite values" in problem and "model.layers.1.mixer.up_proj.weight" in problem
+    )
+    r = zebra("verify", gdn_export, "--max-new-tokens", "1")
+    assert r.exit_code == 1 and "logits hold NaN" in r.output and "verification failed" in r.output
+
+
 def test_verify_names_missing_tensors(tmp_path, gdn_export):
     from safetensors.torch import load_file, save_file
 

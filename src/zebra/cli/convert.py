@@ -202,6 +202,8 @@ def _render(report) -> None:
     out.text(f"greedy: {report.prompt!r} -> {report.continuation!r}")
     for note in report.notes:
         out.warn(note)
+    for problem in report.problems:
+        out.warn(problem)
     if report.ok:
         out.result("verified")
     else:

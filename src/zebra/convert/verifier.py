@@ -82,10 +82,11 @@ class VerifyReport:
     continuation: str = ""
     continuation_ids: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # failed checks besides the audits and parities
 
     @property
     def ok(self) -> bool:
-        return all(a.ok for a in self.audits) and all(p.ok for p in self.parities)
+        return all(a.ok for a in self.audits) and all(p.ok for p in self.parities) and not self.problems
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -101,6 +102,7 @@ class VerifyReport:
             "continuation": self.continuation,
             "continuation_ids": self.continuation_ids,
             "notes": self.notes,
+            "problems": self.problems,
         }
 
 
@@ -146,6 +148,7 @@ def verify(
     model = _load(ckpt, device)
     inputs = _encode(prompts, tok, model.config.vocab_size)
     ours = _logits(model, inputs)
+    _check_finite(model, ours, str(directory), report)
     if against is not None:
         src = open_checkpoint(against)
         report.audits.append(zebra_audit(_shapes(src), src.config, subject=f"{against} ({src.format})"))
@@ -162,6 +165,7 @@ def verify(
         else:
             ref_model = _load(src, device)
             ref = _logits(ref_model, inputs)
+            _check_finite(ref_model, ref, ref_name, report)
             report.parities.append(_compare(ref, ours, ref_name, f"{directory}", lowest))
             del ref_model
     if ckpt.format == "fla" and on_gpu:
@@ -249,6 +253,15 @@ def _logits(model: Any, inputs: list[Any]) -> list[Any]:
     device = next(model.parameters()).device
     with torch.no_grad():
         return [model(input_ids=ids.to(device)).logits.float().cpu() for ids in inputs]
+
+
+def _check_finite(model: Any, logits: list[Any], name: str, report: VerifyReport) -> None:
+    """A failed check when the logits hold NaN or infinities (corrupt weights), naming the weights that do."""
+    if all(bool(torch.isfinite(x).all()) for x in logits):
+        return
+    bad = [n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
+    where = f" (non-finite weights: {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''})" if bad else ""
+    report.problems.append(f"{name}: the logits hold NaN or infinite values{where}")
 
 
 def _compare(ref, out, ref_name: str, out_name: str, dtype: str, thresholds=THRESHOLDS) -> Parity:
