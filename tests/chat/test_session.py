@@ -216,6 +216,28 @@ def test_repl_resets_when_the_context_is_full(loaded):
     assert session.context_tokens == 0
 
 
+def repl_lines(export, lines: list[str]) -> tuple[list[str], ChatSession]:
+    """What a Repl over `export` says to `lines` (then /quit), one entry per line said; and its session."""
+    import io
+
+    from zebra.chat.repl import Repl
+    from zebra.generation.loading import load_model
+
+    model, tokenizer = load_model(export, device="cpu")
+    session = ChatSession(Engine(model), tokenizer, ChatSettings(temperature=0.0))
+    feed = iter([*lines, "/quit"])
+    out = io.StringIO()
+    Repl(session, read_line=lambda _prompt: next(feed), stream=out).run()
+    return out.getvalue().splitlines()[1:], session  # past the banner
+
+
+def test_temp_refuses_what_is_not_a_finite_number_at_least_zero(random_export):
+    said, session = repl_lines(random_export, ["/temp nan", "/temp inf", "/temp -1", "/temp 0.5"])
+    usage = "[usage: /temp X with X a finite number >= 0, e.g. /temp 0.7; 0 is greedy]"
+    assert said == [usage, usage, usage, "[temperature 0.5]"]
+    assert session.settings.temperature == 0.5
+
+
 def test_an_export_written_with_a_gpu_backend_loads_on_the_cpu(random_export, tmp_path):
     """config.json's kernel_backend is the writer's: a folder that says `fla` (an older export, or one made by
     hand) loads with this machine's kernels and decodes as the same weights with the torch reference."""

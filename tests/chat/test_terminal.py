@@ -218,7 +218,11 @@ def test_generate_flag_errors(random_export, args, message):
 )
 @pytest.mark.parametrize(
     ("flags", "message"),
-    [(["--top-p", "0"], "Invalid value for '--top-p': 0.0 is not in the range 0<x<=1")],
+    [
+        (["--top-p", "0"], "Invalid value for '--top-p': 0.0 is not in the range 0<x<=1"),
+        (["--temperature", "inf"], "Invalid value for '--temperature': inf is not a finite number >= 0"),
+        (["--temperature", "nan"], "Invalid value for '--temperature': nan is not a finite number >= 0"),
+    ],
 )
 def test_sampling_flags_outside_the_engines_range_are_usage_errors(random_export, command, flags, message):
     """Refused while the flags are read, before the model loads (chat took them and failed at the first reply)."""

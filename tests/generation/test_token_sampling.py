@@ -81,3 +81,9 @@ def test_start_refuses_more_stop_ids_than_slots():
     chooser = TokenChooser(1, 10, torch.device("cpu"), stop_slots=2)
     with pytest.raises(ValueError, match="at most 2 stop ids"):
         chooser.start(SamplingParams(), {1, 2, 3}, 4, None)
+
+
+@pytest.mark.parametrize("temperature", [float("nan"), float("inf"), -0.5])
+def test_sampling_params_refuse_a_temperature_that_is_not_finite_and_at_least_zero(temperature):
+    with pytest.raises(ValueError, match="temperature must be a finite number >= 0"):
+        SamplingParams(temperature=temperature)

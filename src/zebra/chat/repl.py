@@ -6,6 +6,7 @@ line; Ctrl-D or /quit ends the session.
 
 from __future__ import annotations
 
+import math
 import signal
 import sys
 import threading
@@ -82,8 +83,8 @@ class Repl:
             self._say("[system prompt set; conversation reset]" if arg else "[system prompt cleared]")
         elif name == "/temp":
             value = _number(arg, float)
-            if value is None or value < 0:
-                self._say("[usage: /temp X with X >= 0, e.g. /temp 0.7; 0 is greedy]")
+            if value is None or not (math.isfinite(value) and value >= 0):
+                self._say("[usage: /temp X with X a finite number >= 0, e.g. /temp 0.7; 0 is greedy]")
             else:
                 s.temperature = value
                 self._say(f"[temperature {value:g}]")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 import typer
@@ -34,8 +35,18 @@ CudaGraphOpt = Annotated[
 ]
 CompileOpt = Annotated[bool, typer.Option("--compile", help="torch.compile the decode step (GPU only).")]
 
+
 # Token sampling (zebra.generation.SamplingParams); each command picks its own defaults.
-TemperatureOpt = Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy.")]
+def _temperature(value: float) -> float:
+    """`--temperature` is a finite number >= 0 (inf would divide every score to 0, nan poisons them)."""
+    if not (math.isfinite(value) and value >= 0.0):
+        raise typer.BadParameter(f"{value} is not a finite number >= 0 (0 = greedy)")
+    return value
+
+
+TemperatureOpt = Annotated[
+    float, typer.Option("--temperature", callback=_temperature, help="0 = greedy; a finite number >= 0.")
+]
 TopKOpt = Annotated[int, typer.Option("--top-k", min=0, help="Sample from the k most likely (0 = all).")]
 
 
