@@ -219,17 +219,24 @@ def test_convert_json(tmp_path, gdn_export):
     assert result["source_format"] == "hf" and result["target"] == "fla" and result["pattern"] == "G-G-"
 
 
-def test_truncated_distcp_fails_mid_write_and_leaves_nothing(tmp_path):
-    """The tensor data is read while the output is being written: the temporary folder must go too."""
+@pytest.mark.parametrize("damage", ["truncate", "delete"])
+def test_truncated_distcp_fails_mid_write_and_leaves_nothing(tmp_path, damage):
+    """The tensor data is read while the output is being written: the temporary folder must go too. The error
+    shows the exception and the .distcp file (it showed torch's `(exception, stack)` tuple)."""
     from megatron_writer import write_torch_dist
 
     _, model = build_model("kda")
     root = write_torch_dist(tmp_path / "primus", model, "K-K-", te=True)
     for data in (root / "iter_0000100").glob("*.distcp"):
+        if damage == "delete":
+            data.unlink()
+            continue
         with open(data, "r+b") as f:
             f.truncate(os.path.getsize(data) // 3)
     r = zebra("convert", root, "-o", tmp_path / "out", "--tokenizer", "none")
-    assert_one_line_error(r, "iter_0000100: cannot read")
+    line = assert_one_line_error(r, "iter_0000100: cannot read", ".distcp")
+    assert "tuple" not in line and "FrameSummary" not in line
+    assert ("FileNotFoundError" if damage == "delete" else "Error") in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["primus"]
 
 

@@ -160,6 +160,7 @@ class DCPSource(TensorSource):
         try:
             self._reader = SafeFileSystemReader(str(directory))  # reads .metadata without running code
             metadata = self._reader.read_metadata()
+            self._metadata = metadata
         except ZebraError:
             raise
         except Exception as e:
@@ -196,13 +197,28 @@ class DCPSource(TensorSource):
                 dcp.load(out, storage_reader=self._reader, no_dist=True)
         except (Exception, CheckpointException) as e:  # CheckpointException derives from BaseException
             if isinstance(e, CheckpointException):  # the first rank's own exception says what went wrong
-                failure = next(iter(e.failures.values()), e)
-                e = getattr(failure, "exception", failure)
+                failure = next(iter(e.failures.values()), e)  # (exception, its stack) in torch 2.x
+                e = failure[0] if isinstance(failure, tuple) else getattr(failure, "exception", failure)
+            files = self._files_of(key)
+            named = getattr(e, "filename", None) or (files[0] if len(files) == 1 else None)
+            where = f" from {Path(named).name}" if named else ""
             raise ZebraError(
-                f"{self.directory}: cannot read {key} ({error_summary(e)})",
-                fix="a .distcp file is truncated or missing; use a complete checkpoint",
+                f"{self.directory}: cannot read {key}{where} ({error_summary(e)})",
+                fix=f"{Path(named).name if named else 'a .distcp file'} is truncated or missing; "
+                "use a complete checkpoint",
             ) from None
         return out[key]
+
+    def _files_of(self, key: str) -> list[str]:
+        """The .distcp files holding `key`'s data (from the metadata's storage index)."""
+        storage = getattr(self._metadata, "storage_data", None) or {}
+        return sorted(
+            {
+                str(getattr(info, "relative_path", ""))
+                for index, info in storage.items()
+                if getattr(index, "fqn", None) == key and getattr(info, "relative_path", None)
+            }
+        )
 
     def close(self) -> None:
         if self._hold is not None:
