@@ -238,6 +238,14 @@ def test_temp_refuses_what_is_not_a_finite_number_at_least_zero(random_export):
     assert session.settings.temperature == 0.5
 
 
+def test_max_refuses_more_tokens_than_a_reply_may_ask_for(random_export):
+    """`/max 99999999999999999999` then a message ended the session with OverflowError in the engine."""
+    said, session = repl_lines(random_export, ["/max 99999999999999999999", "/max 0", "/max 3", "The zebra"])
+    usage = "[usage: /max N with 1 <= N <= 1,000,000, e.g. /max 200]"
+    assert said[:3] == [usage, usage, "[max 3 new tokens]"]
+    assert session.last.new_tokens <= 3 and session.context_tokens > 0
+
+
 def test_an_export_written_with_a_gpu_backend_loads_on_the_cpu(random_export, tmp_path):
     """config.json's kernel_backend is the writer's: a folder that says `fla` (an older export, or one made by
     hand) loads with this machine's kernels and decodes as the same weights with the torch reference."""

@@ -222,9 +222,10 @@ def test_generate_flag_errors(random_export, args, message):
         (["--top-p", "0"], "Invalid value for '--top-p': 0.0 is not in the range 0<x<=1"),
         (["--temperature", "inf"], "Invalid value for '--temperature': inf is not a finite number >= 0"),
         (["--temperature", "nan"], "Invalid value for '--temperature': nan is not a finite number >= 0"),
+        (["--max-new", "99999999999999999999"], "Invalid value for '--max-new'"),
     ],
 )
-def test_sampling_flags_outside_the_engines_range_are_usage_errors(random_export, command, flags, message):
+def test_flags_outside_the_engines_range_are_usage_errors(random_export, command, flags, message):
     """Refused while the flags are read, before the model loads (chat took them and failed at the first reply)."""
     name, *command_flags = command
     done = subprocess.run(

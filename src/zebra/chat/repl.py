@@ -14,6 +14,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import TextIO
 
+from zebra.chat import MAX_NEW_TOKENS
 from zebra.chat.session import ChatSession
 from zebra.generation import CacheFullError
 
@@ -90,8 +91,8 @@ class Repl:
                 self._say(f"[temperature {value:g}]")
         elif name == "/max":
             value = _number(arg, int)
-            if value is None or value < 1:
-                self._say("[usage: /max N with N >= 1, e.g. /max 200]")
+            if value is None or not 1 <= value <= MAX_NEW_TOKENS:
+                self._say(f"[usage: /max N with 1 <= N <= {MAX_NEW_TOKENS:,}, e.g. /max 200]")
             else:
                 s.max_new_tokens = value
                 self._say(f"[max {value} new tokens]")

@@ -7,6 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
+from zebra.chat import MAX_NEW_TOKENS
+
 YesOpt = Annotated[
     bool, typer.Option("--yes", "-y", help="Never prompt: take defaults, confirm downloads and overwrites.")
 ]
@@ -60,6 +62,14 @@ def _nucleus_mass(value: float) -> float:
 TopPOpt = Annotated[
     float, typer.Option("--top-p", callback=_nucleus_mass, help="Nucleus sampling mass, in (0, 1].")
 ]
+
+
+def max_new_option(help_text: str) -> Any:
+    """`--max-new`: new tokens at most, 1 to MAX_NEW_TOKENS; `help_text` says what they make.
+
+    Use as `max_new: Annotated[int, max_new_option("...")] = 128`.
+    """
+    return typer.Option("--max-new", min=1, max=MAX_NEW_TOKENS, help=help_text)
 
 
 def tokenizer_option(default: str, *, short: bool = False) -> Any:

@@ -19,6 +19,7 @@ from zebra.cli._options import (
     TopPOpt,
     YesOpt,
     examples,
+    max_new_option,
     tokenizer_option,
 )
 from zebra.cli._output import out
@@ -42,9 +43,7 @@ def chat_command(
     temperature: TemperatureOpt = 0.7,
     top_k: TopKOpt = 0,
     top_p: TopPOpt = 0.95,
-    max_new: Annotated[
-        int, typer.Option("--max-new", min=1, help="Longest reply in tokens (/max N in the chat).")
-    ] = 256,
+    max_new: Annotated[int, max_new_option("Longest reply in tokens (/max N in the chat).")] = 256,
     system: Annotated[str | None, typer.Option("--system", help="System prompt.")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Seed for sampling.")] = None,
     tokenizer: Annotated[str | None, tokenizer_option("the model's")] = None,

@@ -17,6 +17,7 @@ from zebra.cli._options import (
     TopKOpt,
     TopPOpt,
     examples,
+    max_new_option,
     tokenizer_option,
 )
 from zebra.errors import ZebraError
@@ -36,7 +37,7 @@ def generate_command(
     file: Annotated[
         Path | None, typer.Option("--file", "-f", help="Read the prompt from a file (- for stdin).")
     ] = None,
-    max_new: Annotated[int, typer.Option("--max-new", min=1, help="New tokens at most.")] = 128,
+    max_new: Annotated[int, max_new_option("New tokens at most.")] = 128,
     temperature: TemperatureOpt = 0.0,
     top_k: TopKOpt = 0,
     top_p: TopPOpt = 1.0,
