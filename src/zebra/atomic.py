@@ -8,7 +8,10 @@ rename, then fsync the folder that holds the name. Checkpoints (zebra.train) and
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 from zebra.errors import ZebraError
@@ -29,6 +32,50 @@ def make_folder(folder: Path, *, fix: str = OUTPUT_FIX) -> None:
             f"{folder}: cannot create this folder ({e.strerror})",
             fix="check that you can write there (and that the disk has room), or choose another place",
         ) from None
+
+
+@contextlib.contextmanager
+def sigterm_raises(command: str) -> Iterator[None]:
+    """While a command runs, SIGTERM raises a ZebraError (exit status 143) where it lands, so the handlers that
+    remove temporary outputs run, as they do for Ctrl-C (the default action killed the process on the spot and
+    left them). A second SIGTERM kills as usual. Outside the main thread, or where a handler is set already (the
+    trainer's), nothing changes."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def terminated(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise ZebraError(
+            f"zebra {command}: terminated (SIGTERM)",
+            fix="run it again: nothing half-written was left behind",
+            exit_code=143,
+        )
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def sigterm_deferred() -> Iterator[None]:
+    """SIGTERM held back (delivered at the end) for a few steps that must not be split, e.g. two renames."""
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    except (AttributeError, OSError, ValueError):  # no signal masks here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def fsync_dir(path: str | Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -345,3 +346,35 @@ def test_a_live_run_pruning_its_checkpoints_converts_the_step_it_read(tmp_path, 
     r = zebra("convert", run, "-o", tmp_path / "out2")
     assert r.exit_code == 0, r.output
     assert "(zebra, step 60) ->" in r.stdout
+
+
+TERMINATED_MID_WRITE = """
+import os, signal, sys
+import zebra.convert.hf_export as hf
+real = hf.write_safetensors
+def write_terminated(*args, **kwargs):  # SIGTERM lands in Python code right after: the output half-written
+    os.kill(os.getpid(), signal.SIGTERM)
+    return real(*args, **kwargs)
+hf.write_safetensors = write_terminated
+from zebra.cli.main import main
+sys.argv = ["zebra", *sys.argv[1:]]
+main()
+"""
+
+
+def run_terminated_mid_write(*args):
+    """`zebra ARGS` in a child process that sends itself SIGTERM while it writes the output's weights."""
+    return subprocess.run(
+        [sys.executable, "-c", TERMINATED_MID_WRITE, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+
+
+def test_sigterm_during_convert_removes_the_temporary_output_and_says_so(tmp_path, gdn_export):
+    """SIGTERM (a job scheduler, `kill`) ended convert with status 143, no message and a `.out.tmp-PID` folder."""
+    r = run_terminated_mid_write("convert", gdn_export, "-o", tmp_path / "out")
+    assert r.returncode == 143, r.stderr
+    assert "Traceback" not in r.stderr and "zebra convert: terminated (SIGTERM)" in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["zebra"]

@@ -90,3 +90,29 @@ def test_a_teacher_file_that_is_no_checkpoint_is_one_line(tmp_path, name, conten
     result = zebra("upcycle", tmp_path / name, "--output", tmp_path / "student")
     assert_one_line_error(result, f"{name}: unreadable torch checkpoint")
     assert not (tmp_path / "student").exists()
+
+
+def test_sigterm_during_upcycle_removes_the_temporary_output_and_says_so(tmp_path, teacher):
+    """SIGTERM ended upcycle with status 143, no message and a large `.student.tmp-PID` folder left behind."""
+    import os
+    import subprocess
+    import sys
+
+    script = (  # the child sends itself SIGTERM while it writes the student's weights
+        "import os, signal, sys\n"
+        "import zebra.convert.hf_export as hf\n"
+        "real = hf.write_safetensors\n"
+        "def write_terminated(*args, **kwargs):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return real(*args, **kwargs)\n"
+        "hf.write_safetensors = write_terminated\n"
+        "from zebra.cli.main import main\n"
+        "sys.argv = ['zebra', *sys.argv[1:]]\n"
+        "main()\n"
+    )
+    args = ["upcycle", str(teacher), "--output", str(tmp_path / "student"), "--mixer", "gdn"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env)
+    assert r.returncode == 143, r.stderr
+    assert "Traceback" not in r.stderr and "zebra upcycle: terminated (SIGTERM)" in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["llama"]

@@ -59,6 +59,7 @@ def convert(
     if src is None:
         src = _newest_run(yes)
     existing_path(src)  # told before the model library is imported
+    from zebra.atomic import sigterm_raises
     from zebra.convert.formats import detect_format
     from zebra.convert.pipeline import TARGETS, check_output_apart, default_output
     from zebra.convert.pipeline import convert as run_convert
@@ -69,7 +70,7 @@ def convert(
     target = output or default_output(src, to, fmt)
     check_output_apart(src, target, to, fmt)
     force = confirm_overwrite(target, force=force, yes=yes)
-    with out.progress("converting", unit="B", enabled=not json_) as bar:
+    with sigterm_raises("convert"), out.progress("converting", unit="B", enabled=not json_) as bar:
         result = run_convert(
             src,
             to,

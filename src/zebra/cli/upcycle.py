@@ -97,6 +97,7 @@ def upcycle_command(
 ) -> None:
     """Initialise a hybrid from a Transformer: copy embeddings, norms and MLPs, factorise attention into MLA,
     copy Q/K/V/O into the recurrent mixers; write a Zebra HF export with upcycle.json."""
+    from zebra.atomic import sigterm_raises
     from zebra.upcycle.calibration import Calibration
     from zebra.upcycle.run import upcycle
     from zebra.upcycle.student import StudentOptions, parse_mla_layers
@@ -113,7 +114,7 @@ def upcycle_command(
                              fix="pass --svd activation when upcycling the students from the teacher")  # fmt: skip
         from zebra.upcycle.compose import compose as compose_students
 
-        with out.progress("composing", unit="B", enabled=not json_) as bar:
+        with sigterm_raises("upcycle"), out.progress("composing", unit="B", enabled=not json_) as bar:
             report = compose_students(*compose, output, mla=mla, mla_layers=mla_layers, placement=placement,
                                       calibration=calibration, samples=calibration_samples, seq_len=seq_len,
                                       device=device, force=force, on_progress=bar)  # fmt: skip
@@ -138,7 +139,7 @@ def upcycle_command(
         qk_rope_head_dim=qk_rope_head_dim,
         recipe=recipe,
     )
-    with out.progress("upcycling", unit="B", enabled=not json_) as bar:
+    with sigterm_raises("upcycle"), out.progress("upcycling", unit="B", enabled=not json_) as bar:
         report = upcycle(
             teacher,
             output,

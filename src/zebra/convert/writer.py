@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from zebra.atomic import fsync_dir, fsync_tree, make_folder
+from zebra.atomic import fsync_dir, fsync_tree, make_folder, sigterm_deferred
 from zebra.data.tokenizers import load_tokenizer
 from zebra.errors import ZebraError
 from zebra.model_folder import check_output, check_replaceable
@@ -221,9 +221,10 @@ def output_dir(path: Path, *, force: bool, flag: str = "--output") -> Iterator[P
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     old = path.parent / f".{path.name}.old-{os.getpid()}"
-    if path.exists():
-        path.rename(old)
-    tmp.rename(path)
+    with sigterm_deferred():  # `sigterm_raises` may not land between the two renames
+        if path.exists():
+            path.rename(old)
+        tmp.rename(path)
     fsync_dir(path.parent)
     shutil.rmtree(old, ignore_errors=True)
 
