@@ -94,6 +94,17 @@ def test_bad_input_is_one_line(export, task_dir, args, message):
     assert "Traceback" not in result.output
 
 
+def test_an_unknown_task_suggests_names_spelled_alike():
+    """`piqaa` holds no known name, yet `piqa` is one letter away."""
+    from zebra.errors import ZebraError
+    from zebra.eval.tasks import load_tasks, task_manager
+
+    with pytest.raises(ZebraError) as raised:
+        load_tasks(["piqaa"], task_manager())
+    assert raised.value.message == "--tasks piqaa: not an lm-eval task, group or tag"
+    assert raised.value.fix.startswith("did you mean one of: piqa, ")
+
+
 def test_bad_model_dir_is_one_line(tmp_path):
     result = runner.invoke(app, ["eval", str(tmp_path), "--tasks", "zebra_toy_mc"])
     assert result.exit_code == 1

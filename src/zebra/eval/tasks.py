@@ -8,6 +8,7 @@ that needs the network fails in one line before minutes of model loading.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 from pathlib import Path
@@ -77,7 +78,7 @@ def load_tasks(names: list[str], manager: Any) -> list[Any]:
             raise ZebraError(f"--tasks {name}: no such task file", fix="check the path to the task YAML")
     for name in names:
         if not name.endswith((".yaml", ".yml")) and name not in manager.all_tasks:
-            close = [t for t in manager.all_tasks if name.lower() in t.lower()][:5]
+            close = close_task_names(name, manager.all_tasks)
             raise ZebraError(
                 f"--tasks {name}: not an lm-eval task, group or tag",
                 fix=(f"did you mean one of: {', '.join(close)}? " if close else "")
@@ -87,6 +88,18 @@ def load_tasks(names: list[str], manager: Any) -> list[Any]:
     for name in names:
         objects.extend(_load_one(name, manager))
     return objects
+
+
+def close_task_names(name: str, known: list[str], limit: int = 5) -> list[str]:
+    """Names like `name` for a "did you mean": the closest by spelling (difflib), then those holding it.
+
+    >>> close_task_names("piqaa", ["piqa", "arc_easy", "piqa_ar"])
+    ['piqa', 'piqa_ar']
+    """
+    spelled = difflib.get_close_matches(name.lower(), [t.lower() for t in known], n=limit)
+    by_spelling = [t for s in spelled for t in known if t.lower() == s]
+    holding = [t for t in known if name.lower() in t.lower()]
+    return list(dict.fromkeys(by_spelling + holding))[:limit]
 
 
 def _load_one(name: str, manager: Any) -> list[Any]:
