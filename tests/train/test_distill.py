@@ -142,6 +142,23 @@ def test_a_teacher_with_another_tokenizer_is_refused(cli, tmp_path, sample_prefi
     assert "its tokenizer (260 ids" in result.output and "data.tokenizer byte (259 ids" in result.output
 
 
+def test_init_without_a_teacher_refuses_data_of_another_tokenizer(cli, tmp_path, student):
+    """--init without --teacher trained an export's embeddings on another tokenizer's ids, and the run's export
+    then shipped that tokenizer beside them."""
+    from zebra.data.tokenizers import byte_tokenizer
+
+    other = tmp_path / "other-tokenizer"
+    tokenizer = byte_tokenizer()
+    tokenizer.add_tokens(["<|tool|>"])  # one more id than the export's byte tokenizer
+    tokenizer.save_pretrained(other)
+    result = cli("train", "tiny", "--mock-data", "--init", str(student), "--set", f"data.tokenizer={other}",
+                 "--output", str(tmp_path / "runs"), "--max-steps", "1")  # fmt: skip
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"train.init {student.resolve()}: its tokenizer (259 ids" in result.output
+    assert f"data.tokenizer {other} (260 ids" in result.output
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_hub_teacher_goes_up_to_the_network_offline(cli, tmp_path, sample_prefix, student, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     result = cli("train", "tiny", "--data", sample_prefix, "--init", str(student),

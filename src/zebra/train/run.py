@@ -151,12 +151,33 @@ def resolve_distill(recipe: Recipe) -> None:
                 fix="pass --init with an export folder (zebra upcycle's output, or a run's export/)",
             )
         t.init = str(init.resolve())
+        _check_init_tokenizer(recipe)
     if d.teacher:
         from zebra.train.teacher import check_teacher
         from zebra.upcycle.teacher import resolve_teacher_spec
 
         d.teacher = resolve_teacher_spec(d.teacher)
         check_teacher(recipe)
+
+
+def _check_init_tokenizer(recipe: Recipe) -> None:
+    """Refuse a data.tokenizer whose vocabulary differs from the `train.init` export's tokenizer: the student's
+    embeddings belong to the export's ids, and the run's export would ship data.tokenizer beside them."""
+    init = Path(recipe.train.init)
+    if not (init / "tokenizer.json").is_file():
+        return
+    from transformers import PreTrainedTokenizerFast  # not AutoTokenizer: an export's config is remote code
+
+    from zebra.data.tokenizers import vocabulary
+
+    theirs = vocabulary(PreTrainedTokenizerFast.from_pretrained(str(init)))
+    ours = vocabulary(load_tokenizer(recipe.data.tokenizer))
+    if ours != theirs:
+        raise ZebraError(
+            f"train.init {init}: its tokenizer ({theirs[0]} ids, vocabulary {theirs[1][:12]}) differs from "
+            f"data.tokenizer {recipe.data.tokenizer} ({ours[0]} ids, vocabulary {ours[1][:12]})",
+            fix=f"--set data.tokenizer={init} and data prepared with it (zebra data prep --tokenizer {init})",
+        )
 
 
 def distill_overrides(teacher: str | None, init: str | None) -> list[str]:
