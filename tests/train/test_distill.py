@@ -159,6 +159,29 @@ def test_init_without_a_teacher_refuses_data_of_another_tokenizer(cli, tmp_path,
     assert not (tmp_path / "runs").exists()
 
 
+def test_init_names_a_missing_folder_and_a_run_folder_for_what_they_are(tmp_path, monkeypatch):
+    """Both used to say 'config.json unreadable (FileNotFoundError)'."""
+    from zebra.errors import ZebraError
+    from zebra.train.init_weights import init_overrides
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ZebraError, match=r"--init nope: no such folder"):
+        init_overrides("nope")
+    run = Path("runs/tiny-gdn")
+    (run / "export").mkdir(parents=True)
+    (run / "config.yaml").write_text("name: tiny\n")
+    with pytest.raises(ZebraError, match=r"--init runs/tiny-gdn: a training run folder") as caught:
+        init_overrides("runs/tiny-gdn")
+    assert (
+        caught.value.fix
+        == "export its latest checkpoint first: zebra convert runs/tiny-gdn, then --init runs/tiny-gdn/export"
+    )
+    (run / "export" / "config.json").write_text("{}")
+    with pytest.raises(ZebraError) as caught:
+        init_overrides("runs/tiny-gdn")
+    assert caught.value.fix == "did you mean --init runs/tiny-gdn/export"
+
+
 def test_a_hub_teacher_goes_up_to_the_network_offline(cli, tmp_path, sample_prefix, student, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     result = cli("train", "tiny", "--data", sample_prefix, "--init", str(student),

@@ -23,6 +23,7 @@ def init_overrides(folder: str | Path) -> list[str]:
 
     path = Path(folder).expanduser().resolve()
     config = path / "config.json"
+    _check_export_folder(folder, path)
     try:
         cfg = json.loads(config.read_text())
     except (OSError, json.JSONDecodeError) as e:
@@ -36,6 +37,21 @@ def init_overrides(folder: str | Path) -> list[str]:
             fix="upcycle the model first (zebra upcycle MODEL --output DIR), then pass --init DIR",
         )
     return [f"train.init={path}", *ModelSpec.overrides_from_config(cfg)]
+
+
+def _check_export_folder(folder: str | Path, path: Path) -> None:
+    """A missing folder, or a training run's folder instead of its export, told as such."""
+    fix = "pass an export folder (zebra upcycle's output, or a run's export/)"
+    if not path.is_dir():
+        raise ZebraError(f"--init {folder}: no such folder", fix=fix)
+    if not (path / "config.json").exists() and (path / "config.yaml").is_file():
+        export = Path(folder) / "export"
+        raise ZebraError(
+            f"--init {folder}: a training run folder, not an export",
+            fix=f"did you mean --init {export}"
+            if (path / "export" / "config.json").is_file()
+            else f"export its latest checkpoint first: zebra convert {folder}, then --init {export}",
+        )
 
 
 def init_state(folder: str | Path, config: Any) -> dict[str, Any]:
