@@ -100,5 +100,18 @@ def test_fla_settings_without_a_zebra_equivalent_are_refused(tmp_path):
     fla_dir = convert(src, "fla", tmp_path / "fla").output
     cfg = json.loads((fla_dir / "config.json").read_text())
     (fla_dir / "config.json").write_text(json.dumps({**cfg, "use_gate": False}))
-    with pytest.raises(ZebraError, match="use_gate=false"):
+    with pytest.raises(ZebraError, match="use_gate=false") as caught:
         open_checkpoint(fla_dir)
+    assert caught.value.fix == "Zebra's GDN always gates its output: keep using this model with FLA itself"
+
+
+@pytest.mark.parametrize("flag", ["allow_neg_eigval", "safe_gate"])
+def test_kda_settings_without_a_zebra_equivalent_say_what_to_do(tmp_path, flag):
+    """The fix used to read `hint: -`."""
+    _, src = _export(tmp_path, "kda")
+    fla_dir = convert(src, "fla", tmp_path / "fla").output
+    cfg = json.loads((fla_dir / "config.json").read_text())
+    (fla_dir / "config.json").write_text(json.dumps({**cfg, flag: True}))
+    with pytest.raises(ZebraError, match=f"{flag}=true has no Zebra equivalent") as caught:
+        open_checkpoint(fla_dir)
+    assert caught.value.fix == f"Zebra's KDA has no {flag}: keep using this model with FLA itself"

@@ -102,7 +102,10 @@ def _ffn(cfg: dict[str, Any]) -> int:
 def _gdn_to_zebra(cfg: dict[str, Any]) -> dict[str, Any]:
     src = cfg["_source"]
     if not cfg.get("use_gate", True):
-        raise ZebraError(f"{src}: use_gate=false (GDN without output gate) has no Zebra equivalent", fix="-")
+        raise ZebraError(
+            f"{src}: use_gate=false (GDN without output gate) has no Zebra equivalent",
+            fix="Zebra's GDN always gates its output: keep using this model with FLA itself",
+        )
     if cfg.get("output_gate_activation", "swish") not in ("swish", "silu"):
         raise ZebraError(
             f"{src}: output_gate_activation={cfg['output_gate_activation']!r} has no Zebra equivalent (swish only)",
@@ -128,7 +131,10 @@ def _kda_to_zebra(cfg: dict[str, Any]) -> dict[str, Any]:
         )
     for flag in ("allow_neg_eigval", "safe_gate"):
         if cfg.get(flag):
-            raise ZebraError(f"{src}: {flag}=true has no Zebra equivalent", fix="-")
+            raise ZebraError(
+                f"{src}: {flag}=true has no Zebra equivalent",
+                fix=f"Zebra's KDA has no {flag}: keep using this model with FLA itself",
+            )
     return {
         "recurrent_type": "kda",
         "kda_num_heads": cfg["num_heads"],
