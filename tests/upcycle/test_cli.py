@@ -49,7 +49,14 @@ def test_upcycle_json_is_the_report(tmp_path, teacher):
         (["--kv-lora-rank", "100"], ["--kv-lora-rank 100 is above the rank of [W_k; W_v] (64"]),
         (["--mla-layers", "0,7"], ["layer 7 is outside 0..1"]),
         (["--mla", "3"], ["--mla 3: must be between 0 and 2"]),
-        (["--recipe", "1b-gdn-pure"], ["does not fit the teacher", "hidden_size 2048 (teacher: 64)"]),
+        (
+            ["--recipe", "1b-gdn-pure"],
+            [
+                "does not fit the teacher",
+                "hidden_size 2048 (teacher: 64)",
+                "model.num_layers 32 = 16 layers (teacher: 2 layers)",
+            ],
+        ),
         (["--dtype", "int8"], ["--dtype int8: unknown"]),
     ],
 )

@@ -159,7 +159,7 @@ def test_a_recipe_that_does_not_fit_lists_every_mismatch_at_once():
                      StudentOptions(recipe="1b-gdn-pure", mixer="mamba"))  # fmt: skip
     message = e.value.message
     for mismatch in ("model.recurrent_type gdn (--mixer mamba)", "vocab_size 128256", "hidden_size 2048",
-                     "intermediate_size 8192", "num_hidden_layers 32", "gdn_num_heads 8"):  # fmt: skip
+                     "intermediate_size 8192", "model.num_layers 32 = 16 layers (teacher: 30 layers)", "gdn_num_heads 8"):  # fmt: skip
         assert mismatch in message, message
     with pytest.raises(ZebraError, match="--kv-lora-rank and --recipe both given"):
         plan_student(llama(), StudentOptions(recipe="1b-mamba-mla", kv_lora_rank=64))

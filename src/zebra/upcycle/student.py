@@ -296,7 +296,10 @@ def _plan_from_recipe(shape: TeacherShape, options: StudentOptions) -> StudentPl
     for key, want in expected.items():
         if key in ("rope_scaling", "bos_token_id", "eos_token_id", "pad_token_id", "max_position_embeddings"):
             continue
-        if not _same(flat.get(key), want):
+        got = flat.get(key)
+        if key == "num_hidden_layers" and got != want:  # the recipe counts sublayers, a teacher counts layers
+            mismatches.append(f"model.num_layers {got!r} = {got // 2} layers (teacher: {want // 2} layers)")
+        elif not _same(flat.get(key), want):
             mismatches.append(f"{key} {flat.get(key)!r} (teacher: {want!r})")
     if mismatches:
         raise ZebraError(
