@@ -105,6 +105,22 @@ def test_an_unknown_task_suggests_names_spelled_alike():
     assert raised.value.fix.startswith("did you mean one of: piqa, ")
 
 
+def test_an_unknown_task_names_a_yaml_of_the_include_path_that_does_not_parse(tmp_path):
+    """lm-eval's index skips a task YAML it cannot parse without a word: the error names it and its line."""
+    from zebra.errors import ZebraError
+    from zebra.eval.tasks import load_tasks, task_manager
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text('task: audit_bad\ndataset_path: json\ndoc_to_text: "{{q}\n  doc_to_choice: x\n')
+    with pytest.raises(ZebraError) as raised:
+        load_tasks(["audit_bad"], task_manager([tmp_path]))
+    assert raised.value.message == (
+        f"--tasks audit_bad: not an lm-eval task, group or tag; lm-eval left out {bad}, which is not a valid "
+        "task YAML (line 3: while scanning a quoted scalar, found unexpected end of stream)"
+    )
+    assert raised.value.fix.startswith(f"fix {bad} there")
+
+
 def test_bad_model_dir_is_one_line(tmp_path):
     result = runner.invoke(app, ["eval", str(tmp_path), "--tasks", "zebra_toy_mc"])
     assert result.exit_code == 1

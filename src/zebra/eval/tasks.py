@@ -78,16 +78,80 @@ def load_tasks(names: list[str], manager: Any) -> list[Any]:
             raise ZebraError(f"--tasks {name}: no such task file", fix="check the path to the task YAML")
     for name in names:
         if not name.endswith((".yaml", ".yml")) and name not in manager.all_tasks:
-            close = close_task_names(name, manager.all_tasks)
-            raise ZebraError(
-                f"--tasks {name}: not an lm-eval task, group or tag",
-                fix=(f"did you mean one of: {', '.join(close)}? " if close else "")
-                + "use --tasks zebra for the guide's suite, or --include-path DIR for local task YAMLs",
-            )
+            raise _unknown_task(name, manager)
     objects: list[Any] = []
     for name in names:
         objects.extend(_load_one(name, manager))
     return objects
+
+
+def _unknown_task(name: str, manager: Any) -> ZebraError:
+    """`name` is not in lm-eval's index: a YAML under --include-path that does not parse (the index leaves it out
+    without a word) is named with its problem; else close names are suggested."""
+    message = f"--tasks {name}: not an lm-eval task, group or tag"
+    unreadable = _unreadable_yamls([Path(p) for p in manager.include_path or []], name)
+    if unreadable:
+        path, problem = unreadable[0]
+        more = f" (and {len(unreadable) - 1} more)" if len(unreadable) > 1 else ""
+        return ZebraError(
+            f"{message}; lm-eval left out {path}{more}, which is not a valid task YAML ({problem})",
+            fix=f"fix {path} there: lm-eval skips task YAMLs it cannot read",
+        )
+    close = close_task_names(name, manager.all_tasks)
+    return ZebraError(
+        message,
+        fix=(f"did you mean one of: {', '.join(close)}? " if close else "")
+        + "use --tasks zebra for the guide's suite, or --include-path DIR for local task YAMLs",
+    )
+
+
+def _unreadable_yamls(folders: list[Path], name: str) -> list[tuple[Path, str]]:
+    """The `*.yaml` files under `folders` (those lm-eval's index reads) that are not a YAML mapping, with why;
+    those whose text holds `name` first."""
+    import yaml
+
+    found = []
+    for path in (p for folder in folders for p in sorted(folder.glob("**/*.yaml"))):
+        try:
+            spec = read_task_yaml(path)
+        except OSError as e:
+            found.append((path, e.strerror or first_line(e)))
+        except yaml.YAMLError as e:
+            found.append((path, yaml_problem(e)))
+        else:
+            if not isinstance(spec, dict):
+                found.append((path, f"a {type(spec).__name__}, not a mapping of task keys"))
+    return sorted(found, key=lambda item: name.encode() not in _bytes_or_empty(item[0]))
+
+
+def _bytes_or_empty(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+def read_task_yaml(path: Path) -> Any:
+    """A task YAML as lm-eval reads it, its `!function module.name` tags kept as their text.
+
+    Raises:
+        yaml.YAMLError: the file does not parse.
+    """
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
+    return yaml.load(path.read_bytes(), Loader=Loader)  # a SafeLoader: the file runs no code
+
+
+def yaml_problem(error: Exception) -> str:
+    """A YAML parse error in one line: `line N: what` (N: where the broken construct starts)."""
+    mark = getattr(error, "context_mark", None) or getattr(error, "problem_mark", None)
+    what = ", ".join(x for x in (getattr(error, "context", None), getattr(error, "problem", None)) if x)
+    what = what or first_line(error)
+    return f"line {mark.line + 1}: {what}" if mark else what
 
 
 def close_task_names(name: str, known: list[str], limit: int = 5) -> list[str]:
