@@ -121,6 +121,80 @@ def test_an_unknown_task_names_a_yaml_of_the_include_path_that_does_not_parse(tm
     assert raised.value.fix.startswith(f"fix {bad} there")
 
 
+def task_yaml_like_toy_mc(task_dir, folder, replace: dict[str, str]):
+    """A copy of the zebra_toy_mc task YAML (absolute data path) with some text replaced."""
+    text = (task_dir / "zebra_toy_mc.yaml").read_text()
+    for old, new in replace.items():
+        assert old in text
+        text = text.replace(old, new)
+    path = folder / "task.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("replace", "message", "fix"),
+    [
+        (
+            {"task: zebra_toy_mc": 'task: "zebra_toy_mc'},
+            "not a valid task YAML (line {line}: while scanning a quoted scalar, found unexpected end of stream)",
+            "fix the YAML at that line",
+        ),
+        (
+            {"{{question}}": "{{questionz}}"},
+            "doc_to_text reads a field the documents lack ('questionz' is undefined)",
+            "the templates can read only the dataset's own fields",
+        ),
+        (
+            {"{{choices}}": "{{choices}"},
+            "doc_to_choice is not a valid Jinja template (unexpected '}')",
+            "{{ field }} inserts a document's field",
+        ),
+        (
+            {"output_type: multiple_choice": "output_type: multiple_choise"},
+            "cannot build the task (Got invalid output_type 'multiple_choise'",
+            "fix the task YAML",
+        ),
+    ],
+    ids=["yaml", "undefined-field", "template-syntax", "output-type"],
+)
+def test_a_bad_task_yaml_by_path_is_one_line_naming_the_key(task_dir, tmp_path, replace, message, fix):
+    from zebra.errors import ZebraError
+    from zebra.eval.tasks import load_tasks, task_manager
+
+    path = task_yaml_like_toy_mc(task_dir, tmp_path, replace)
+    text = path.read_text()
+    line = text[: text.index(next(iter(replace.values())))].count("\n") + 1  # where the replaced text starts
+    with pytest.raises(ZebraError) as raised:
+        load_tasks([str(path)], task_manager())
+    assert raised.value.message.startswith(f"--tasks {path}: {message.replace('{line}', str(line))}")
+    assert raised.value.fix.startswith(fix)
+
+
+def test_a_template_that_fails_on_a_later_document_is_one_line(export, task_dir, tmp_path):
+    """lm-eval renders the first document when it builds a task, every document while it evaluates: the second
+    document here has two choices, so `{{choices[2]}}` fails only in the evaluation, after the model loaded."""
+    data = tmp_path / "later.jsonl"
+    rows = [
+        {"question": "a?", "choices": ["x", "y", "z"], "answer": 0},
+        {"question": "b?", "choices": ["x", "y"], "answer": 1},
+    ]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    text = (task_dir / "zebra_toy_mc.yaml").read_text()
+    path = task_yaml_like_toy_mc(
+        task_dir,
+        tmp_path,
+        {"{{question}}": "{{question}} or {{choices[2]}}", text.split("test: ")[1].split("\n")[0]: str(data)},
+    )
+    result = runner.invoke(
+        app, ["eval", str(export), "--tasks", str(path), "--device", "cpu", "--batch-size", "2"]
+    )
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
+        f"error: --tasks {path}: a template reads a field the documents lack (list object has no element 2)"
+    ]
+
+
 def test_bad_model_dir_is_one_line(tmp_path):
     result = runner.invoke(app, ["eval", str(tmp_path), "--tasks", "zebra_toy_mc"])
     assert result.exit_code == 1

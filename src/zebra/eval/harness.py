@@ -18,7 +18,7 @@ from typing import Any
 from zebra.data.tokenizers import load_tokenizer
 from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError
-from zebra.eval.tasks import load_tasks, task_manager
+from zebra.eval.tasks import load_tasks, task_manager, template_error
 from zebra.generation.loading import (
     machine_kernels,
     register_model_types,
@@ -103,20 +103,26 @@ def run_eval(req: EvalRequest) -> dict[str, Any]:
 
 
 def _evaluate(lm: Any, tasks: list[Any], manager: Any, req: EvalRequest) -> dict[str, Any]:
+    import jinja2
     import lm_eval
 
-    return lm_eval.simple_evaluate(
-        model=lm,
-        tasks=tasks,
-        num_fewshot=req.num_fewshot,
-        limit=req.limit,
-        task_manager=manager,
-        log_samples=False,
-        random_seed=req.seed,
-        numpy_random_seed=req.seed,
-        torch_random_seed=req.seed,
-        fewshot_random_seed=req.seed,
-    )
+    try:
+        return lm_eval.simple_evaluate(
+            model=lm,
+            tasks=tasks,
+            num_fewshot=req.num_fewshot,
+            limit=req.limit,
+            task_manager=manager,
+            log_samples=False,
+            random_seed=req.seed,
+            numpy_random_seed=req.seed,
+            torch_random_seed=req.seed,
+            fewshot_random_seed=req.seed,
+        )
+    except (
+        jinja2.TemplateError
+    ) as e:  # a template rendered on a later document than the first (or a few-shot one)
+        raise template_error(req.tasks, manager, e) from None
 
 
 def parse_limit(limit: float | None) -> int | float | None:

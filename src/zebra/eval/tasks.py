@@ -167,8 +167,17 @@ def close_task_names(name: str, known: list[str], limit: int = 5) -> list[str]:
 
 
 def _load_one(name: str, manager: Any) -> list[Any]:
+    import jinja2
+    import yaml
+
     try:
         loaded = manager.load([name])
+    except yaml.YAMLError as e:
+        raise ZebraError(
+            f"--tasks {name}: not a valid task YAML ({yaml_problem(e)})", fix="fix the YAML at that line"
+        ) from None
+    except jinja2.TemplateError as e:  # a template rendered on the task's first document
+        raise template_error([name], manager, e) from None
     except ConnectionError as e:
         raise ZebraError(
             f"--tasks {name}: its dataset is not cached and the Hugging Face Hub cannot be reached "
@@ -182,11 +191,82 @@ def _load_one(name: str, manager: Any) -> list[Any]:
             + (" (offline: HF_HUB_OFFLINE=1)" if _offline() else ""),
         ) from None
     except (KeyError, ValueError, TypeError) as e:
-        raise ZebraError(f"--tasks {name}: cannot build the task ({first_line(e)})", fix=None) from None
+        path = _task_yaml(name, manager)
+        raise ZebraError(
+            f"--tasks {name}: cannot build the task ({first_line(e)})",
+            fix=f"fix the task YAML{f' {path}' if path else ''}: its keys and values are lm-eval's TaskConfig "
+            "fields (lm-eval's docs/task_guide.md lists them)",
+        ) from None
     children = {c for kids in loaded["group_map"].values() for c in kids}
     top_groups = [g for n, g in loaded["groups"].items() if n not in children]
     top_tasks = [t for n, t in loaded["tasks"].items() if n not in children]
     return top_groups + top_tasks
+
+
+def template_error(names: list[str], manager: Any, error: Exception) -> ZebraError:
+    """A task's Jinja template that cannot render (a field the documents lack, a syntax error) as one line naming
+    the task, its YAML and the key holding the template.
+
+    lm-eval renders the templates when it builds a task (on its first document) and again for every document while
+    it evaluates: the task is the one of `names` whose YAML holds the failing template (or the only one).
+    """
+    import jinja2
+
+    for name in names:
+        path = _task_yaml(name, manager)
+        key = _template_key(path, error) if path else None
+        if key or len(names) == 1:
+            break
+    else:
+        name, path, key = ",".join(names), None, None
+    where = f"{key or 'a template'}{f' of {path}' if path and str(path) != name else ''}"
+    if isinstance(error, jinja2.UndefinedError):
+        return ZebraError(
+            f"--tasks {name}: {where} reads a field the documents lack ({first_line(error)})",
+            fix="the templates can read only the dataset's own fields: {{question}} reads a document's question",
+        )
+    return ZebraError(
+        f"--tasks {name}: {where} is not a valid Jinja template ({first_line(error)})",
+        fix="{{ field }} inserts a document's field; {% ... %} holds logic",
+    )
+
+
+def _task_yaml(name: str, manager: Any) -> Path | None:
+    """The YAML file of a `--tasks` entry: the path itself, or where lm-eval's index found the name."""
+    if name.endswith((".yaml", ".yml")):
+        return Path(name)
+    path = getattr(manager.task_index.get(name), "yaml_path", None)
+    return Path(path) if isinstance(path, str | Path) else None
+
+
+def _template_key(path: Path, error: Exception) -> str | None:
+    """The top-level key of the task YAML at `path` whose template raised `error`, when one can tell: the one
+    naming the undefined variable, or the one that does not parse."""
+    import re
+
+    import jinja2
+    import jinja2.meta
+    import yaml
+
+    try:
+        spec = read_task_yaml(path)
+    except (OSError, yaml.YAMLError):
+        return None
+    undefined = re.match(r"'(\w+)' is undefined", str(error))
+    env = jinja2.Environment()
+    for key, value in spec.items() if isinstance(spec, dict) else ():
+        for template in value if isinstance(value, list) else [value]:
+            if not isinstance(template, str):
+                continue
+            try:
+                variables = jinja2.meta.find_undeclared_variables(env.parse(template))
+            except jinja2.TemplateSyntaxError:
+                if isinstance(error, jinja2.TemplateSyntaxError):
+                    return key
+                continue
+            if undefined and undefined[1] in variables:
+                return key
+    return None
 
 
 def _offline() -> bool:
