@@ -195,6 +195,21 @@ def test_a_template_that_fails_on_a_later_document_is_one_line(export, task_dir,
     ]
 
 
+def test_outside_a_git_repository_stderr_holds_no_git_message(export, task_dir, tmp_path):
+    """lm-eval runs `git describe` for the results' git_hash: git's 'fatal: not a git repository' stays hidden."""
+    import os
+
+    env = os.environ | {"GIT_CEILING_DIRECTORIES": str(tmp_path.parent)}  # git looks no higher than tmp_path
+    done = subprocess.run(
+        [sys.executable, "-m", "zebra.cli.main", "eval", str(export), "--tasks", "zebra_toy_mc", "--include-path",
+         str(task_dir), "--device", "cpu", "--batch-size", "2", "--limit", "2", "--output", "out"],
+        capture_output=True, text=True, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "not a git repository" not in done.stderr
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["git_hash"] is None
+
+
 def test_bad_model_dir_is_one_line(tmp_path):
     result = runner.invoke(app, ["eval", str(tmp_path), "--tasks", "zebra_toy_mc"])
     assert result.exit_code == 1

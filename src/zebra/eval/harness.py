@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,22 +108,49 @@ def _evaluate(lm: Any, tasks: list[Any], manager: Any, req: EvalRequest) -> dict
     import lm_eval
 
     try:
-        return lm_eval.simple_evaluate(
-            model=lm,
-            tasks=tasks,
-            num_fewshot=req.num_fewshot,
-            limit=req.limit,
-            task_manager=manager,
-            log_samples=False,
-            random_seed=req.seed,
-            numpy_random_seed=req.seed,
-            torch_random_seed=req.seed,
-            fewshot_random_seed=req.seed,
-        )
-    except (
-        jinja2.TemplateError
-    ) as e:  # a template rendered on a later document than the first (or a few-shot one)
+        with _quiet_git_probe():
+            return lm_eval.simple_evaluate(
+                model=lm,
+                tasks=tasks,
+                num_fewshot=req.num_fewshot,
+                limit=req.limit,
+                task_manager=manager,
+                log_samples=False,
+                random_seed=req.seed,
+                numpy_random_seed=req.seed,
+                torch_random_seed=req.seed,
+                fewshot_random_seed=req.seed,
+            )
+    # a template that renders on a task's first document (checked when it was built) but fails on a later one
+    except jinja2.TemplateError as e:
         raise template_error(req.tasks, manager, e) from None
+
+
+@contextlib.contextmanager
+def _quiet_git_probe() -> Iterator[None]:
+    """lm-eval records `git describe --always` of the current folder as the results' `git_hash`, running git with
+    our stderr: outside a repository git prints 'fatal: not a git repository' there. lm-eval's own probe still
+    runs and gives the same hash, with file descriptor 2 (which git inherits) on /dev/null for its duration."""
+    from unittest import mock
+
+    import lm_eval.evaluator
+
+    probe = lm_eval.evaluator.get_git_commit_hash
+
+    def quiet_probe() -> str | None:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, 2)
+            return probe()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(devnull)
+
+    with mock.patch.object(lm_eval.evaluator, "get_git_commit_hash", quiet_probe):
+        yield
 
 
 def parse_limit(limit: float | None) -> int | float | None:
