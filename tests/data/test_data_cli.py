@@ -290,7 +290,17 @@ def test_train_takes_the_preps_tokenizer_under_another_path_and_refuses_another(
     assert prep.exit_code == 0, prep.output
     moved = tmp_path / "moved-bpe"
     shutil.copytree(bpe_dir, moved)
-    train = ("train", "tiny", "--data", tmp_path / "prep", "--dry-run", "--set", "model.vocab_size=600")
+    train = (
+        "train",
+        "tiny",
+        "--data",
+        tmp_path / "prep",
+        "--dry-run",
+        "--set",
+        "model.vocab_size=600",
+        "-o",
+        tmp_path / "runs",
+    )  # not the repository's runs/tiny (the README's run): another model
     same = cli(*train, "--set", f"data.tokenizer={moved}")
     assert same.exit_code == 0, same.output
     other = tmp_path / "other-bpe"
