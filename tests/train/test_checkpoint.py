@@ -146,7 +146,7 @@ def test_resuming_with_max_steps_below_the_checkpoint_is_refused(tmp_path):
     _saved(tmp_path / "run")
     cpu = RankLayout("cpu", nodes=1, ranks_per_node=1)
     sets = ["data.mock=true", "data.paths=[]"]
-    with pytest.raises(ZebraError, match="already at step 6, past train.max_steps 4") as e:
+    with pytest.raises(ZebraError, match=r"already at step 6, past train\.max_steps 4") as e:
         resolve_run(
             load_recipe("tiny", overrides=[*sets, "train.max_steps=4"]), cpu, output=tmp_path, run="run"
         )
