@@ -296,10 +296,12 @@ def test_url_credentials_and_variables_marked_secret_are_masked(cli, tmp_path, j
         assert f"DB_PASS={MASK}" in result.stdout and f"https://{MASK}@wandb.example" in result.stdout
 
 
-def test_the_ranks_get_no_inductor_folder_torch_chose_for_this_process(zebra, tmp_path):
+def test_the_ranks_get_no_inductor_folder_torch_chose_for_this_process(zebra, zebra_env, tmp_path):
     """On a fresh cache the sample corpus is tokenized, which imports megatron.core, whose torch.compile
     decorators make inductor write its default folder (/tmp/torchinductor_USER) into os.environ: the plan
     must not hand that to the ranks as if the user had chosen it (each rank picks zebra's kernel cache)."""
+    # the user sets none (an earlier test of this process may have left zebra's own cache folder there)
+    zebra_env.pop("TORCHINDUCTOR_CACHE_DIR", None)
     args = ["tiny", "--launcher", "slurm", "--nproc", "1", "--dry-run", "--json"]
     mine = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "mine")}
     for env in ({}, mine):
