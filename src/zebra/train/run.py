@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zebra import arch
 from zebra.atomic import write_atomic
 from zebra.checkpoint_dir import committed, find_checkpoints, newest_step
 from zebra.data import load_tokenizer, read_manifest, resolve_prefixes
 from zebra.data.paths import parse_data_path, prep_folder
 from zebra.errors import ZebraError
 from zebra.locks import FolderLock
-from zebra.recipes import Recipe, dump_recipe
+from zebra.recipes import Recipe, dump_recipe, load_recipe
 from zebra.train.data import batch_plan, check_split_documents
 from zebra.train.optim import check_optimizer_graph
 
@@ -293,20 +294,18 @@ def resolve_run(
 def _check_same_model(saved: Path, recipe: Recipe, changed: list[str]) -> None:
     """Resuming loads the run's checkpoints into the recipe's model: refuse, before anything is written, a recipe
     whose layer pattern or parameter counts differ from those of the run's config.yaml (so its checkpoints)."""
-    from zebra import arch
-    from zebra.recipes import load_recipe
-
     try:
         before = load_recipe(saved)
     except (
         ZebraError
-    ):  # a config.yaml from another zebra version or edited by hand: the checkpoint load decides
+    ):  # a config.yaml of another zebra version or edited by hand: loading a checkpoint decides
         return
-    old, new = (arch.as_config(r.model.flat()) for r in (before, recipe))
-    if (arch.resolve_pattern(old), arch.param_count(old)) == (
-        arch.resolve_pattern(new),
-        arch.param_count(new),
-    ):
+
+    def shape(r: Recipe) -> tuple:
+        config = arch.as_config(r.model.flat())
+        return arch.resolve_pattern(config), arch.param_count(config)
+
+    if shape(before) == shape(recipe):
         return
     keys = [k for k in changed if k.startswith("model.")]
     run_dir = saved.parent
