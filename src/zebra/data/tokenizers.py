@@ -168,6 +168,16 @@ def vocabulary(tokenizer) -> tuple[int, str]:
     return vocab_size(tokenizer), vocab_hash(tokenizer)
 
 
+def export_vocabulary(folder: Path) -> tuple[int, str] | None:
+    """The `vocabulary` of a model export's own tokenizer (its tokenizer.json), or None when it has none. Read
+    with `PreTrainedTokenizerFast`, not AutoTokenizer: an export's config.json names remote code."""
+    if not (folder / "tokenizer.json").is_file():
+        return None
+    from transformers import PreTrainedTokenizerFast
+
+    return vocabulary(PreTrainedTokenizerFast.from_pretrained(str(folder)))
+
+
 def recorded_vocabulary(record: dict) -> tuple[int, str] | None:
     """The (ids, vocabulary hash) a manifest's tokenizer record names, or None for a record without a hash."""
     return (int(record["vocab_size"]), record["vocab_hash"]) if record.get("vocab_hash") else None

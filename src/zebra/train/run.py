@@ -164,14 +164,12 @@ def resolve_distill(recipe: Recipe) -> None:
 def _check_init_tokenizer(recipe: Recipe) -> None:
     """Refuse a data.tokenizer whose vocabulary differs from the `train.init` export's tokenizer: the student's
     embeddings belong to the export's ids, and the run's export would ship data.tokenizer beside them."""
+    from zebra.data.tokenizers import export_vocabulary, vocabulary
+
     init = Path(recipe.train.init)
-    if not (init / "tokenizer.json").is_file():
+    theirs = export_vocabulary(init)
+    if theirs is None:
         return
-    from transformers import PreTrainedTokenizerFast  # not AutoTokenizer: an export's config is remote code
-
-    from zebra.data.tokenizers import vocabulary
-
-    theirs = vocabulary(PreTrainedTokenizerFast.from_pretrained(str(init)))
     ours = vocabulary(load_tokenizer(recipe.data.tokenizer))
     if ours != theirs:
         raise ZebraError(
@@ -296,9 +294,8 @@ def _check_same_model(saved: Path, recipe: Recipe, changed: list[str]) -> None:
     whose layer pattern or parameter counts differ from those of the run's config.yaml (so its checkpoints)."""
     try:
         before = load_recipe(saved)
-    except (
-        ZebraError
-    ):  # a config.yaml of another zebra version or edited by hand: loading a checkpoint decides
+    # a config.yaml of another zebra version, or edited by hand: loading a checkpoint decides
+    except ZebraError:
         return
 
     def shape(r: Recipe) -> tuple:

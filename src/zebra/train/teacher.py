@@ -49,7 +49,7 @@ def _check_same_tokenizer(recipe: Recipe, spec: str, tokenizer: Any) -> None:
     """The teacher's tokenizer (size + vocabulary hash) against the data's and the init export's."""
     from zebra.data import load_tokenizer, read_manifest
     from zebra.data.paths import parse_data_path, prep_folder
-    from zebra.data.tokenizers import recorded_vocabulary, vocabulary
+    from zebra.data.tokenizers import export_vocabulary, recorded_vocabulary, vocabulary
 
     want = vocabulary(tokenizer)
     others: list[tuple[str, tuple[int, str]]] = []
@@ -62,14 +62,8 @@ def _check_same_tokenizer(recipe: Recipe, spec: str, tokenizer: Any) -> None:
             recorded = recorded_vocabulary(read_manifest(folder).tokenizer) if folder is not None else None
             if recorded is not None:
                 others.append((f"--data {entry}", recorded))
-    init = Path(recipe.train.init) if recipe.train.init else None
-    if init is not None and (init / "tokenizer.json").is_file():
-        from transformers import (
-            PreTrainedTokenizerFast,
-        )  # not AutoTokenizer: an export's config is remote code
-
-        init_tok = PreTrainedTokenizerFast.from_pretrained(str(init))
-        others.append((f"train.init {init}", vocabulary(init_tok)))
+    if recipe.train.init and (init_vocabulary := export_vocabulary(Path(recipe.train.init))) is not None:
+        others.append((f"train.init {recipe.train.init}", init_vocabulary))
     for what, found in others:
         if found != want:
             raise ZebraError(
