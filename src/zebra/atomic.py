@@ -100,10 +100,11 @@ def fsync_tree(root: str | Path) -> None:
 
 
 def write_atomic(path: str | Path, text: str) -> None:
-    """Replace `path` by `text` so that readers see the old or the new content, never a mix, even after a crash."""
+    """Replace `path` by `text` (UTF-8) so that readers see the old or the new content, never a mix, even after a
+    crash. The file gets the umask's permissions, like any file the user creates."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w") as f:
+    with tmp.open("w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())

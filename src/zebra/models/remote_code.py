@@ -23,8 +23,9 @@ import ast
 import importlib.util
 import os
 import sys
-import tempfile
 from pathlib import Path
+
+from zebra.atomic import write_atomic
 
 ENTRY_MODULES = ("zebra.models.configuration_zebra", "zebra.models.modeling_zebra")
 LAYER_CLASSES_MODULE = "zebra.models.layer_classes"  # replaced in the export by `exported_layer_classes()`
@@ -54,7 +55,7 @@ def write_remote_code(dest_dir: str | os.PathLike) -> dict[str, str]:
     layer_modules = tuple(sorted({path.rpartition(".")[0] for path in builtin_layers()}))
     for module in module_closure(ENTRY_MODULES + layer_modules):
         text = exported_layer_classes() if module == LAYER_CLASSES_MODULE else rewrite_module(module)
-        _write_atomic(dest / f"{flat_name(module)}.py", text)
+        write_atomic(dest / f"{flat_name(module)}.py", text)
     return dict(AUTO_MAP)
 
 
@@ -223,21 +224,3 @@ def _unguarded_optional_imports(tree: ast.Module) -> list[ast.stmt]:
 
     visit(tree)
     return found
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)  # reading the umask sets it: set it straight back
-    os.umask(mask)
-    return mask
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600: other users could not import the export's code
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
