@@ -154,9 +154,8 @@ def verify(
         report.audits.append(zebra_audit(_shapes(src), src.config, subject=f"{against} ({src.format})"))
         lowest = min(precision, _weights_dtype(src), key=_PRECISION_ORDER.index)
         ref_name = f"{against} ({src.format})"
-        if (
-            src.config.vocab_size != ckpt.config.vocab_size
-        ):  # the logits cannot be compared, nor the ids shared
+        # other vocabularies: the logits cannot be compared, nor the prompt's ids shared
+        if src.config.vocab_size != ckpt.config.vocab_size:
             src.tensors.close()
             rel, cos = THRESHOLDS[lowest]
             problem = f"vocabularies differ ({src.config.vocab_size} vs {ckpt.config.vocab_size})"
