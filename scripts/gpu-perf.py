@@ -30,6 +30,8 @@ MIN_LEFT = 75  # seconds the first variant of a process needs at least (build, a
 WARM_LEFT = 30  # seconds a later one needs (the kernels are tuned; builds, warm-up and timed steps only)
 STEPS, WARMUP = 8, 2
 
+FP8_MLP = ["train.fp8=true", "train.fp8_sublayers=-", "train.compile=true", "train.compile_sublayers=-"]
+
 # name -> (batch, against, recipe overrides); the levers of docs/benchmarks.md, "Training levers"
 VARIANTS: dict[str, tuple[int, str | None, list[str]]] = {
     "base-b8": (8, "fla", []),
@@ -52,11 +54,11 @@ VARIANTS: dict[str, tuple[int, str | None, list[str]]] = {
     "fp8-all": (8, None, ["train.fp8=true", "train.compile=true"]),
     # float8 only where the GEMMs are widest (the MLPs: 2048 x 8192), those compiled; the recurrent mixers' narrower
     # projections stay bf16 and eager
-    "fp8-mlp": (
-        8,
-        None,
-        ["train.fp8=true", "train.fp8_sublayers=-", "train.compile=true", "train.compile_sublayers=-"],
-    ),
+    "fp8-mlp": (8, None, FP8_MLP),
+    # the same against the goals' references in the same run: FLA's class at batch 16, Llama's shape for the hybrids
+    "fp8-mlp-b16": (16, "fla", FP8_MLP),
+    "fp8-mlp-vs-llama": (8, "llama", FP8_MLP),
+    "fp8-mlp-vs-llama-2k": (8, "llama", ["data.seq_len=2048", *FP8_MLP]),
 }
 
 

@@ -36,8 +36,8 @@
 #   perf18         issue 18 items 3-4 in one call of about 8 minutes (DEADLINE=480), one table  perf.jsonl
 #   ssd levers     Mamba2 scan backends; our pre-norm and SwiGLU kernels against FLA's, then 1b-gdn-pure vs FLA with each lever
 #                  (LEVERS: names in scripts/gpu-perf.py)
-#   hybrids tests-perf   hybrids vs Llama-3.2-1B's shape (and 1b-mamba-mla on FLA's scan, with fused projections); the GPU tests
-#                  of issue 18 items 3-4
+#   hybrids tests-perf   hybrids vs Llama-3.2-1B's shape (and 1b-mamba-mla on FLA's scan, with fused projections;
+#                  HYBRIDS_MAMBA and HYBRIDS_KDA pick other gpu-perf variants); the GPU tests of issue 18 items 3-4
 #   save-kernels   the warm Triton + inductor caches as kernels.tgz.NN parts of 12 MB (at most 5) in $OUT, so that
 #                  the next session skips the minutes of compiling and autotuning on its fresh machine: keep the
 #                  parts under .gpucache/ here (git-ignored), carry one beside each Triton part, copy each to
@@ -85,7 +85,7 @@ for phase in "${phases[@]}"; do
     fp8-curve)  # FP8 against bf16, FP8_STEPS (1000) steps of FP8_BATCH x 2048 tokens of real text each, same seed and
       # data order: FP8_DATA is scripts/build-parity-data.sh's output (chunks/ and tokenizer/, vocab 16384)
       data=${FP8_DATA:-data/parity-python-docs} batch=${FP8_BATCH:-2}
-      for run in bf16 fp8; do
+      for run in ${FP8_RUNS:-bf16 fp8}; do  # FP8_RUNS=bf16 then FP8_RUNS=fp8: two calls on one warm machine
         levers=(); [ $run = fp8 ] && levers=(--set train.fp8=true --set train.compile=true \
           --set train.compile_sublayers=${FP8_COMPILE:--} --set train.fp8_sublayers=${FP8_SUBLAYERS:-all})
         # FP8_COMPILE=all: every sublayer compiled (gpu-perf's fp8-all); FP8_SUBLAYERS=-: float8 MLPs only (fp8-mlp)
@@ -98,7 +98,7 @@ for phase in "${phases[@]}"; do
         note "fp8-curve $run rc=$? $(tail -1 /tmp/fp8runs/$run/metrics.jsonl 2>/dev/null)"
         rm -rf /tmp/fp8runs/$run/checkpoints  # tens of GB each; the curve is what counts
       done
-      python3 scripts/fp8-curve.py /tmp/fp8runs/bf16 /tmp/fp8runs/fp8 --out "$OUT/fp8_curve.json" --png "$OUT/fp8_curve.png" \
+      [ -f /tmp/fp8runs/bf16/metrics.jsonl ] && [ -f /tmp/fp8runs/fp8/metrics.jsonl ] && python3 scripts/fp8-curve.py /tmp/fp8runs/bf16 /tmp/fp8runs/fp8 --out "$OUT/fp8_curve.json" --png "$OUT/fp8_curve.png" \
         2>&1 | tee -a "$OUT/summary.txt";;
     decode)
       for r in ${DECODE_RECIPES:-1b-gdn-pure 1b-mamba-mla}; do
@@ -240,8 +240,8 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
       perf 90 kernels 1b-gdn-pure  # the pre-norm and SwiGLU kernels alone, ours against FLA's (seconds)
       perf 540 train 1b-gdn-pure ${LEVERS:-base-b8 base-b16 fuse optgraph ac-b16 compile-mlp fp8};;
     hybrids)  # 1b-mamba-mla (also on mamba-ssm's scan) and 1b-kda-mla vs Llama-3.2-1B's shape (HF SDPA)
-      perf 300 train 1b-mamba-mla vs-llama ssd-fla fuse-vs-llama
-      perf 400 train 1b-kda-mla vs-llama-2k;;
+      perf 300 train 1b-mamba-mla ${HYBRIDS_MAMBA:-vs-llama ssd-fla fuse-vs-llama}
+      perf 400 train 1b-kda-mla ${HYBRIDS_KDA:-vs-llama-2k};;
     tests-perf)  # the GPU tests of issue 18 items 3-4: mamba-ssm vs float64, its model path, the levers
       left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -gt 400 ] && left=400
       timeout "$left" python3 -m pytest -m gpu -p no:cacheprovider -v -rA -n ${WORKERS:-4} --timeout 300 \
