@@ -237,7 +237,7 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
     ssd)  # Mamba2 scan: FLA's simple-GLA path vs mamba-ssm's chunked kernel, fwd and fwd+bwd at 1b-mamba-mla shapes
       perf 240 ssd 1b-mamba-mla;;
     levers)  # 1b-gdn-pure vs FLA at batch 8 and 16 (the goals), then each lever alone (zebra row only)
-      perf 90 kernels 1b-gdn-pure  # the pre-norm and SwiGLU kernels alone, ours against FLA's (seconds)
+      [ "${KERNELS:-1}" = 1 ] && perf 90 kernels 1b-gdn-pure  # our pre-norm and SwiGLU kernels against FLA's (seconds)
       perf 540 train 1b-gdn-pure ${LEVERS:-base-b8 base-b16 fuse optgraph ac-b16 compile-mlp fp8};;
     hybrids)  # 1b-mamba-mla (also on mamba-ssm's scan) and 1b-kda-mla vs Llama-3.2-1B's shape (HF SDPA)
       perf 300 train 1b-mamba-mla ${HYBRIDS_MAMBA:-vs-llama ssd-fla fuse-vs-llama}
