@@ -60,6 +60,31 @@ def test_prep_into_a_folder_another_prep_writes_is_refused(cli, texts, tmp_path,
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == before  # --force removed nothing
 
 
+def test_resuming_a_folder_another_prep_writes_fails_before_saying_resuming(
+    cli, texts, tmp_path, hold_folder
+):
+    from zebra.data.manifest import read_manifest, write_manifest
+
+    source = write_source("jsonl", tmp_path / "src", texts)
+    out = tmp_path / "out"
+    prep = ("data", "prep", "--source", source, "-t", "byte", "-o", out, "--shards", "2")
+    assert cli(*prep).exit_code == 0
+
+    def as_a_killed_prep_leaves_it():  # one of the two shards committed
+        m = read_manifest(out)
+        m.shards, m.complete = m.shards[:1], False
+        write_manifest(out, m)
+
+    as_a_killed_prep_leaves_it()
+    r = cli(*prep)
+    assert r.exit_code == 0 and f"resuming {out}: 1 shard(s) already done" in r.stdout, r.output
+    as_a_killed_prep_leaves_it()
+    pid = hold_folder(out)
+    r = cli(*prep)
+    one_line_error(r, f"in use by pid {pid} on")
+    assert "already done" not in r.output  # no resume line before the lock error
+
+
 def test_prep_default_output_folder(cli, texts, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     source = write_source("jsonl", tmp_path / "src", texts[:5])

@@ -126,11 +126,13 @@ def prep(
         )
         if not confirm(f"Download and tokenize {what}{size}?", yes=yes, default=True):
             raise ZebraError("cancelled", exit_code=1)
-    if plan.resumed:
-        out.text(escape(f"resuming {plan.folder}: {len(plan.manifest.shards)} shard(s) already done"))
     tokens_before = plan.manifest.tokens  # the shards a resumed prep keeps: not part of this run's rate
+
+    def on_resume(kept: int) -> None:  # once the folder is locked: another prep's lock is the one error shown
+        out.text(escape(f"resuming {plan.folder}: {kept} shard(s) already done"))
+
     with progress_callback("tokenizing") as on_progress:
-        result = run_prep(plan, on_progress=on_progress)
+        result = run_prep(plan, on_progress=on_progress, on_resume=on_resume)
     rate = (result.manifest.tokens - tokens_before) / result.seconds if result.seconds else None
     _prep_summary(result.folder, result.manifest, result.notes, json_, seconds=result.seconds, rate=rate)
 
