@@ -236,6 +236,34 @@ def test_run_without_export_is_exported_from_its_latest_checkpoint(run_dir, tmp_
     assert resolved.model_type == "zebra"
 
 
+def test_a_run_whose_export_is_older_than_its_newest_checkpoint_is_exported_again(run_dir, tmp_path):
+    """A run that trained on after its export (or is training now): chat, generate and eval load the newest
+    checkpoint, not the stale export, and say so once."""
+    import os
+    import shutil
+
+    from zebra.checkpoint_dir import committed
+    from zebra.generation.loading import load_model, resolve_model_dir
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("data_cache", "tensorboard"))
+    stale = run / "export" / "model.safetensors"
+    stale.write_bytes(b"weights of an older step")
+    an_hour_ago = (run / "export" / "config.json").stat().st_mtime - 3600
+    os.utime(run / "export" / "config.json", (an_hour_ago, an_hour_ago))
+    newest = committed(run / "checkpoints")[0]
+
+    notes: list[str] = []
+    model, _ = load_model(run, device="cpu", with_tokenizer=False, on_note=notes.append)  # loads: re-exported
+    assert notes == [
+        f"{run}: exporting its newest checkpoint to {run / 'export'} ({newest.name} is newer than the export)"
+    ]
+    assert model.config.num_hidden_layers > 0
+    assert (
+        resolve_model_dir(run, on_note=notes.append).path == run / "export" and len(notes) == 1
+    )  # now current
+
+
 def test_an_export_without_tokenizer_files_names_the_flag_and_takes_it(export, task_dir, tmp_path):
     """`zebra eval DIR` on an export converted without a tokenizer (issue 17 item 2)."""
     bare = without_tokenizer(export, tmp_path / "bare")

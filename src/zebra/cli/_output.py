@@ -109,6 +109,10 @@ class Output:
     def error(self, message: str) -> None:
         self.stderr.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
 
+    def note(self, message: str) -> None:
+        """What a command did on the user's behalf, on stderr (stdout stays the command's output)."""
+        self.stderr.print(f"[dim]note:[/] {escape(message)}", soft_wrap=True)
+
     def hint(self, message: str) -> None:
         self.stderr.print(f"[dim]hint:[/] {escape(message)}", soft_wrap=True)
 

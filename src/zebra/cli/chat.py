@@ -74,7 +74,13 @@ def chat_command(
     from zebra.generation.loading import load_engine
 
     engine, tok = load_engine(
-        model, device=device, dtype=dtype, tokenizer=tokenizer, cuda_graph=cuda_graph, compile=compile_
+        model,
+        device=device,
+        dtype=dtype,
+        tokenizer=tokenizer,
+        cuda_graph=cuda_graph,
+        compile=compile_,
+        on_note=out.note,
     )
     settings = ChatSettings(
         temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=max_new, system=system, seed=seed

@@ -75,7 +75,7 @@ def eval_command(
         tokenizer=tokenizer,
         seed=seed,
     )
-    results = run_eval(req)
+    results = run_eval(req, on_note=out.note)
     written = write_results(results, output) if output else None
     rows = metric_rows(results)
     if json_:

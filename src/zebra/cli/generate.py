@@ -20,6 +20,7 @@ from zebra.cli._options import (
     max_new_option,
     tokenizer_option,
 )
+from zebra.cli._output import out
 from zebra.errors import ZebraError
 from zebra.model_folder import model_path
 
@@ -57,7 +58,13 @@ def generate_command(
     from zebra.generation.loading import load_engine
 
     engine, tok = load_engine(
-        model, device=device, dtype=dtype, tokenizer=tokenizer, cuda_graph=cuda_graph, compile=compile_
+        model,
+        device=device,
+        dtype=dtype,
+        tokenizer=tokenizer,
+        cuda_graph=cuda_graph,
+        compile=compile_,
+        on_note=out.note,
     )
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
     for piece in stream_completion(engine, tok, text, max_new_tokens=max_new, sampling=sampling, seed=seed):

@@ -11,7 +11,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,15 +61,17 @@ class EvalRequest:
         self.limit = parse_limit(self.limit)
 
 
-def run_eval(req: EvalRequest) -> dict[str, Any]:
+def run_eval(req: EvalRequest, on_note: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run lm-eval's `simple_evaluate` on `req.model` and return its results dict (without per-sample logs).
+
+    `on_note` is told when a run directory's export is written first (`resolve_model_dir`).
 
     Raises:
         ZebraError: bad model directory, unknown task, dataset not reachable offline, bad flag value.
     """
     from lm_eval.models.huggingface import HFLM
 
-    model_dir = resolve_model_dir(req.model)
+    model_dir = resolve_model_dir(req.model, on_note)
     register_model_types(model_dir)
     tokenizer_from = tokenizer_source(
         model_dir, req.tokenizer

@@ -8,12 +8,15 @@ patches transformers: registration is what makes the local classes win.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import zebra.models  # noqa: F401  (registers `zebra` with AutoConfig / AutoModelForCausalLM)
 from zebra.caches import use_kernel_cache
+from zebra.checkpoint_dir import committed
 from zebra.convert.pipeline import export_run
 from zebra.data.tokenizers import has_tokenizer_files, load_tokenizer
 from zebra.device import resolve_device, resolve_dtype
@@ -44,18 +47,19 @@ class ModelDir:
         return self.model_type in FLA_MODEL_TYPES
 
 
-def resolve_model_dir(model: str | Path) -> ModelDir:
+def resolve_model_dir(model: str | Path, on_note: Callable[[str], None] | None = None) -> ModelDir:
     """The HF-layout directory behind MODEL (an export, FLA or HF directory, or a run directory).
 
-    A run directory (`config.yaml` + `checkpoints/`) resolves to its `export/`; when that is missing the latest
-    checkpoint is exported there first.
+    A run directory (`config.yaml` + `checkpoints/`) resolves to its `export/`; when that is missing, or older
+    than the run's newest checkpoint (the run trained on after it, or is training now), the newest checkpoint is
+    exported there first and `on_note` is told.
 
     Raises:
         ZebraError: MODEL does not exist or is not a model directory.
     """
     path = model_path(model)
     if (path / "config.yaml").is_file() and not (path / "config.json").is_file():
-        return _run_export(path)
+        return _run_export(path, on_note)
     config = path / "config.json"
     if not config.is_file():
         raise ZebraError(
@@ -77,12 +81,28 @@ def read_model_type(folder: Path) -> str:
     return model_type
 
 
-def _run_export(run: Path) -> ModelDir:
+def _run_export(run: Path, on_note: Callable[[str], None] | None) -> ModelDir:
     export = run / "export"
-    if not (export / "config.json").is_file():
-        export_run(run, export)  # the latest checkpoint, written atomically through the converter
+    why = _why_export(run, export)
+    if why is not None:
+        if on_note is not None:
+            on_note(f"{run}: exporting its newest checkpoint to {export} ({why})")
+        # the newest checkpoint, written atomically through the converter (replacing a stale export)
+        export_run(run, export, force=why != "no export yet")
     model_type = read_model_type(export)
     return ModelDir(path=export, model_type=model_type, source="run")
+
+
+def _why_export(run: Path, export: Path) -> str | None:
+    """Why RUN/export must be written before loading (none yet, or a newer checkpoint); None when it is current."""
+    config = export / "config.json"
+    if not config.is_file():
+        return "no export yet"
+    for newest in committed(run / "checkpoints")[:1]:
+        with contextlib.suppress(OSError):  # pruned meanwhile: a newer one exists, the next load takes it
+            if (newest / "meta.json").stat().st_mtime > config.stat().st_mtime:
+                return f"{newest.name} is newer than the export"
+    return None
 
 
 def register_model_types(model_dir: ModelDir) -> None:
@@ -129,6 +149,7 @@ def load_model(
     dtype: str = "auto",
     tokenizer: str | None = None,
     with_tokenizer: bool = True,
+    on_note: Callable[[str], None] | None = None,
 ) -> tuple[Any, Any]:
     """Load MODEL for inference: (model in eval mode on `device`, its tokenizer or None).
 
@@ -138,8 +159,10 @@ def load_model(
         dtype: `auto` (the checkpoint's), `bf16`, `fp16`, `fp32`, `fp64`.
         tokenizer: the tokenizer to use instead of the model's own (see `tokenizer_source`).
         with_tokenizer: also load the tokenizer (a ZebraError when there is none); False returns None for it.
+        on_note: told when a run directory's export is written first (`resolve_model_dir`).
     """
-    return _load(model, device, dtype, auto_on_gpu=None, tokenizer=tokenizer if with_tokenizer else False)
+    tok = tokenizer if with_tokenizer else False
+    return _load(model, device, dtype, auto_on_gpu=None, tokenizer=tok, on_note=on_note)
 
 
 def load_engine(
@@ -150,13 +173,14 @@ def load_engine(
     tokenizer: str | None = None,
     cuda_graph: bool = True,
     compile: bool = False,
+    on_note: Callable[[str], None] | None = None,
 ) -> tuple[Engine, Any]:
     """MODEL ready to decode (chat, generate): (an `Engine` over it, its tokenizer).
 
     `dtype` as in `load_model`, except that `auto` is bf16 on a GPU (decoding is bound by reading the weights);
-    `tokenizer` as in `load_model`; `cuda_graph` and `compile` as in `Engine`.
+    `tokenizer` and `on_note` as in `load_model`; `cuda_graph` and `compile` as in `Engine`.
     """
-    lm, tok = _load(model, device, dtype, auto_on_gpu="bf16", tokenizer=tokenizer)
+    lm, tok = _load(model, device, dtype, auto_on_gpu="bf16", tokenizer=tokenizer, on_note=on_note)
     return Engine(lm, cuda_graph=cuda_graph, compile=compile), tok
 
 
@@ -167,6 +191,7 @@ def _load(
     *,
     auto_on_gpu: str | None,
     tokenizer: str | bool | None,
+    on_note: Callable[[str], None] | None,
 ) -> tuple[Any, Any]:
     """`tokenizer`: a name to use, None for the model's own, False for none at all."""
     from safetensors import SafetensorError
@@ -175,7 +200,7 @@ def _load(
 
     hf_logging.disable_progress_bar()  # a per-tensor bar for a load that takes seconds is noise
 
-    model_dir = resolve_model_dir(model)
+    model_dir = resolve_model_dir(model, on_note)
     register_model_types(model_dir)
     use_kernel_cache()  # compiled kernels and autotuning persist between runs
     tok = None if tokenizer is False else _load_tokenizer(model_dir, tokenizer)  # before seconds of loading
