@@ -85,6 +85,14 @@ def test_resuming_a_folder_another_prep_writes_fails_before_saying_resuming(
     assert "already done" not in r.output  # no resume line before the lock error
 
 
+def test_prep_says_when_it_makes_fewer_shards_than_asked(cli, texts, tmp_path):
+    source = write_source("jsonl", tmp_path / "src", texts[:3])
+    r = cli("data", "prep", "--source", source, "-t", "byte", "-o", tmp_path / "out", "--shards", "8")
+    assert r.exit_code == 0, r.output
+    assert "warning: --shards 8: 3 shard(s), one per document (only 3 documents)" in r.stderr
+    assert len(read_all(tmp_path / "out")) == 3
+
+
 def test_prep_default_output_folder(cli, texts, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     source = write_source("jsonl", tmp_path / "src", texts[:5])

@@ -57,6 +57,26 @@ def test_max_docs_and_max_tokens(texts, tmp_path):
     assert result.manifest.complete and result.manifest.rows == 10
 
 
+@pytest.mark.parametrize(
+    ("documents", "shards", "made", "note"),
+    [
+        (3, 8, 3, "--shards 8: 3 shard(s), one per document (only 3 documents)"),
+        (11, 8, 6, "--shards 8: 6 shards of 2 documents, the last 1 (every shard but the last holds "
+         "ceil(11 / 8) = 2 documents, so 11 documents fill 6)"),
+        (12, 5, 4, "--shards 5: 4 shards of 3 documents (every shard but the last holds ceil(12 / 5) = 3 "
+         "documents, so 12 documents fill 4)"),
+        (12, 4, 4, None),
+    ],
+)  # fmt: skip
+def test_fewer_shards_than_asked_is_noted(texts, tmp_path, documents, shards, made, note):
+    source = write_source("jsonl", tmp_path / "src", texts[:documents])
+    _, result = prep(source, tmp_path / "out", shards=shards)
+    assert len(result.manifest.shards) == made and read_all(tmp_path / "out") == expected_ids(
+        "byte", texts[:documents]
+    )
+    assert [n for n in result.notes if n.startswith("--shards")] == ([note] if note else [])
+
+
 def test_progress_reports_reach_the_total(texts, tmp_path):
     source = write_source("jsonl", tmp_path / "src", texts)
     calls = []

@@ -110,6 +110,7 @@ def plan_prep(
     if max_docs is not None:
         total = min(total, max_docs) if total is not None else max_docs
     rows_per_shard = _rows_per_shard(existing, shards, total)
+    shards_note = _fewer_shards_note(shards, total, rows_per_shard)
     config = {
         "kind": "prep",
         "text_field": source.text_field,
@@ -130,6 +131,8 @@ def plan_prep(
     if estimated and not manifest.complete:
         _check_disk(folder, estimated - manifest.tokens * np_dtype.itemsize)
     fast, notes = (None, []) if manifest.complete else _fast_bpe(tokenizer, tokenizer_obj)
+    if shards_note and not manifest.complete:
+        notes.insert(0, shards_note)
     return PrepPlan(
         source=source,
         tokenizer=tokenizer_obj,
@@ -193,6 +196,28 @@ def _rows_per_shard(existing: Manifest | None, shards: int | None, total: int | 
             fix="add --max-docs, or leave --shards out (one shard per 100k documents)",
         )
     return max(1, math.ceil(total / shards))
+
+
+def _fewer_shards_note(shards: int | None, total: int | None, rows_per_shard: int) -> str | None:
+    """What `--shards N` became when it makes fewer than N shards, and why (None when it makes N).
+
+    Shard `i` holds rows `[i * R, (i + 1) * R)` with `R = ceil(total / N)` whole documents, so `ceil(total / R)`
+    shards are enough: fewer than N when there are fewer documents than shards (one per document), or when
+    the rounding up leaves the last shards empty (10 documents, --shards 8: 2 per shard, 5 shards).
+    """
+    if shards is None or not total:
+        return None
+    made = math.ceil(total / rows_per_shard)
+    if made >= shards:
+        return None
+    if rows_per_shard == 1:
+        return f"--shards {shards}: {made} shard(s), one per document (only {total:,} documents)"
+    rest = total - (made - 1) * rows_per_shard
+    last = f", the last {rest:,}" if rest != rows_per_shard else ""
+    return (
+        f"--shards {shards}: {made} shards of {rows_per_shard:,} documents{last} (every shard but the last "
+        f"holds ceil({total:,} / {shards}) = {rows_per_shard:,} documents, so {total:,} documents fill {made})"
+    )
 
 
 def _check_disk(folder: Path, needed: int) -> None:
