@@ -74,6 +74,26 @@ def test_dataset_dict_layout_and_dtype_from_data(chunks, tmp_path):
     assert read_manifest(tmp_path / "out").dtype == "int32"
 
 
+def test_split_of_a_plain_dataset_is_one_line_error(chunks, fla_dir, tmp_path):
+    import datasets
+
+    with pytest.raises(ZebraError, match=r"--split test: .* is a plain Dataset, not a DatasetDict") as e:
+        convert_fla(fla_dir, tmp_path / "out", split="test")
+    assert e.value.fix == "leave --split out: the whole Dataset is converted"
+    assert not (tmp_path / "out").exists()
+
+    rows = {"train": chunks[:3], "validation": chunks[3:5]}
+    dd = datasets.DatasetDict({k: datasets.Dataset.from_dict({"input_ids": v}) for k, v in rows.items()})
+    dd.save_to_disk(str(tmp_path / "dd"))
+    with pytest.raises(ZebraError, match="--split validation: ") as e:
+        convert_fla(tmp_path / "dd" / "train", tmp_path / "out", split="validation")
+    assert f"the DatasetDict folder {tmp_path / 'dd'} with --split (it has train, validation)" in e.value.fix
+    convert_fla(tmp_path / "dd", tmp_path / "out", split="validation")
+    assert read_all(tmp_path / "out") == rows["validation"]
+    convert_fla(tmp_path / "dd" / "train", tmp_path / "train")  # a split folder itself, without --split
+    assert read_all(tmp_path / "train") == rows["train"]
+
+
 def test_rerun_resumes_and_detects_a_corrupt_shard(chunks, fla_dir, tmp_path):
     convert_fla(fla_dir, tmp_path / "out", rows_per_shard=200)
     again = convert_fla(fla_dir, tmp_path / "out", rows_per_shard=200)

@@ -253,6 +253,9 @@ def test_convert_fla_cli(cli, tmp_path):
 
     chunks = [[i, i + 1, i + 2, i + 3] for i in range(0, 400, 4)]
     datasets.Dataset.from_dict({"input_ids": chunks}).save_to_disk(str(tmp_path / "fla"))
+    r = cli("data", "convert-fla", tmp_path / "fla", "--output", tmp_path / "out", "--split", "test")
+    one_line_error(r, "--split test: ")  # a plain Dataset has no splits: not silently the whole of it
+    assert "leave --split out" in r.stderr
     r = cli("data", "convert-fla", tmp_path / "fla", "--output", tmp_path / "out")
     assert r.exit_code == 0, r.output
     assert "verified 400 tokens" in r.stdout and read_all(tmp_path / "out") == chunks

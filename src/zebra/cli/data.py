@@ -194,7 +194,12 @@ def convert_fla(
     tokenizer: Annotated[
         str | None, typer.Option("--tokenizer", "-t", help="Tokenizer FLA used (recorded; sets the dtype).")
     ] = None,
-    split: Annotated[str, typer.Option("--split", help="Split of a DatasetDict folder.")] = "train",
+    split: Annotated[
+        str | None,
+        typer.Option(
+            "--split", help="Split of a DatasetDict folder (default: train); not for a plain Dataset."
+        ),
+    ] = None,
     dtype: DtypeOpt = "auto",
     force: ForceOpt = False,
     json_: JsonOpt = False,

@@ -35,20 +35,27 @@ class FlaFolderResult(FolderResult):
     verified_tokens: int
 
 
-def fla_arrow_files(arrow_dir: str | Path, split: str = "train") -> list[Path]:
-    """The Arrow files of a `save_to_disk` Dataset (or of `split` in a DatasetDict), in row order.
+def fla_arrow_files(arrow_dir: str | Path, split: str | None = None) -> list[Path]:
+    """The Arrow files of a `save_to_disk` Dataset, or of `split` (default `train`) in a DatasetDict, in row order.
 
     Raises:
-        ZebraError: not a folder of Arrow files, or no `input_ids` column.
+        ZebraError: not a folder of Arrow files, no `input_ids` column, a DatasetDict without `split`, or a
+            `split` for a plain Dataset (which has none: its rows would be converted whatever the split said).
     """
     root = Path(arrow_dir).expanduser()
     if not root.is_dir():
         raise ZebraError(f"{arrow_dir}: no such folder", fix="pass the folder FLA's preprocess.py saved")
     if (root / "dataset_dict.json").exists():
-        splits = json.loads((root / "dataset_dict.json").read_text()).get("splits", [])
+        splits = _splits(root)
+        split = split or "train"
         if split not in splits:
             raise ZebraError(f"{arrow_dir}: no split {split!r} (has {', '.join(splits)})", fix="pass --split")
         root = root / split
+    elif split is not None:
+        raise ZebraError(
+            f"--split {split}: {arrow_dir} is a plain Dataset, not a DatasetDict with splits",
+            fix=_split_fix(root, split),
+        )
     if (root / "state.json").exists():
         files = [root / f["filename"] for f in json.loads((root / "state.json").read_text())["_data_files"]]
     else:
@@ -62,6 +69,21 @@ def fla_arrow_files(arrow_dir: str | Path, split: str = "train") -> list[Path]:
             fix="convert-fla reads FLA's tokenized output; for raw text use `zebra data prep --source`",
         )
     return [f.resolve() for f in files]
+
+
+def _splits(root: Path) -> list[str]:
+    return json.loads((root / "dataset_dict.json").read_text()).get("splits", [])
+
+
+def _split_fix(dataset: Path, split: str) -> str:
+    """Leave --split out, or (for a split folder of a DatasetDict) pass the DatasetDict folder with it."""
+    parent = dataset.resolve().parent
+    if (parent / "dataset_dict.json").exists():
+        return (
+            f"leave --split out to convert this folder, or pass the DatasetDict folder {parent} with --split "
+            f"(it has {', '.join(_splits(parent))})"
+        )
+    return "leave --split out: the whole Dataset is converted"
 
 
 def _chunks(files: list[Path]) -> Iterator[Any]:
@@ -87,7 +109,7 @@ def convert_fla(
     *,
     tokenizer: str | None = None,
     dtype: str = "auto",
-    split: str = "train",
+    split: str | None = None,
     rows_per_shard: int = ROWS_PER_SHARD,
     force: bool = False,
     on_progress: Callable[..., None] | None = None,
@@ -100,7 +122,7 @@ def convert_fla(
         tokenizer: the tokenizer FLA used (recorded for inspect; sets the dtype). Without it the dtype comes
             from the largest id in the data.
         dtype: `auto`, `uint16` or `int32`.
-        split: the split of a DatasetDict.
+        split: the split of a DatasetDict (default `train`); none for a plain Dataset.
         rows_per_shard: chunks per shard.
         force: replace a folder holding other data.
         on_progress: called as `on_progress(chunks done, total chunks, tok=tokens done)`.
@@ -111,7 +133,12 @@ def convert_fla(
     tokenizer_info, vocab = _tokenizer(tokenizer, max_id, arrow_dir)
     folder = Path(output).expanduser().resolve()
     fresh = Manifest(
-        source={"kind": "fla-arrow", "name": str(Path(arrow_dir).expanduser().resolve()), "split": split},
+        # `train` for a plain Dataset too, as before --split was checked: a folder started then still resumes
+        source={
+            "kind": "fla-arrow",
+            "name": str(Path(arrow_dir).expanduser().resolve()),
+            "split": split or "train",
+        },
         tokenizer=tokenizer_info,
         dtype=tok.token_dtype(vocab, dtype).name,
         config={"kind": "convert-fla", "rows_per_shard": rows_per_shard},
