@@ -238,7 +238,7 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
       perf 240 ssd 1b-mamba-mla;;
     levers)  # 1b-gdn-pure vs FLA at batch 8 and 16 (the goals), then each lever alone (zebra row only)
       [ "${KERNELS:-1}" = 1 ] && perf 90 kernels 1b-gdn-pure  # our pre-norm and SwiGLU kernels against FLA's (seconds)
-      perf 540 train 1b-gdn-pure ${LEVERS:-base-b8 base-b16 fuse optgraph ac-b16 compile-mlp fp8};;
+      perf ${LEVERS_SECONDS:-540} train 1b-gdn-pure ${LEVERS:-base-b8 base-b16 fuse optgraph ac-b16 compile-mlp fp8};;
     hybrids)  # 1b-mamba-mla (also on mamba-ssm's scan) and 1b-kda-mla vs Llama-3.2-1B's shape (HF SDPA)
       perf 300 train 1b-mamba-mla ${HYBRIDS_MAMBA:-vs-llama ssd-fla fuse-vs-llama}
       perf 400 train 1b-kda-mla ${HYBRIDS_KDA:-vs-llama-2k};;
