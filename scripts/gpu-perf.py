@@ -53,9 +53,9 @@ VARIANTS: dict[str, tuple[int, str | None, list[str]]] = {
     # GDN projections eager and ran 40% slower than bf16 on 2026-12-04)
     "fp8-all": (8, None, ["train.fp8=true", "train.compile=true"]),
     # float8 only where the GEMMs are widest (the MLPs: 2048 x 8192), those compiled; the recurrent mixers' narrower
-    # projections stay bf16 and eager
-    "fp8-mlp": (8, None, FP8_MLP),
-    # the same against the goals' references in the same run: FLA's class at batch 16, Llama's shape for the hybrids
+    # projections stay bf16 and eager. Each row times the goal's reference in the same run (FLA's class, Llama's
+    # shape for the hybrids)
+    "fp8-mlp": (8, "fla", FP8_MLP),
     "fp8-mlp-b16": (16, "fla", FP8_MLP),
     "fp8-mlp-vs-llama": (8, "llama", FP8_MLP),
     "fp8-mlp-vs-llama-2k": (8, "llama", ["data.seq_len=2048", *FP8_MLP]),

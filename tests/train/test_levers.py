@@ -102,6 +102,23 @@ def test_regional_compile_gives_the_eager_loss_and_gradients():
         torch.testing.assert_close(compiled_grads[name], grad, rtol=1e-8, atol=1e-10, msg=name)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_regional_compile_on_a_gpu_hands_on_the_stream_in_its_shape():
+    """On a GPU the compiled sublayers run zebra's Triton RMSNorm (and FLA's kernels) inside the graph: the
+    stream each hands on keeps its [B, T, D] shape (AOTAutograd once returned the flat [B*T, D] buffer behind a
+    view, which the next sublayer's norm refused), and loss and gradients follow the eager model's."""
+    model = tiny_model("tiny", kernel_backend="auto").float().cuda().train()
+    compiled = copy.deepcopy(model)
+    apply_compile(compiled, "-")  # the MLPs compiled, the mixers eager: streams cross the boundary both ways
+    ids = torch.randint(0, model.config.vocab_size, (2, 64), device="cuda")
+    loss, grads = loss_and_grads(model, ids)
+    compiled_loss, compiled_grads = loss_and_grads(compiled, ids)
+    torch.testing.assert_close(compiled_loss, loss, rtol=1e-4, atol=0)
+    for name, grad in grads.items():
+        torch.testing.assert_close(compiled_grads[name], grad, rtol=1e-3, atol=1e-5, msg=name)
+
+
 def test_float8_sublayers_are_checked_before_torchao_is_needed():
     """A typo in train.fp8_sublayers is named (with or without torchao installed), not a failed import."""
     with pytest.raises(ZebraError, match=r"train\.fp8_sublayers='mlp'") as info:

@@ -115,14 +115,17 @@ def _programs(device: torch.device, T: int) -> int:
 class TritonRMSNorm(torch.autograd.Function):
     """(y, s) = rms_norm(x + residual) and the sum, on the two kernels above; s is empty without a residual."""
 
+    # The outputs are allocated in their final shapes and returned as they are, never as views of a [T, D]
+    # buffer: under torch.compile (AOTAutograd), `s.view(residual.shape)` of an s also saved for backward came
+    # back as the flat [T, D] base (H200, torch 2.11, Triton 3.7.1), and the next sublayer's norm refused it.
     @staticmethod
     def forward(ctx, x, weight, residual, eps):
         D = x.shape[-1]
         x2 = x.reshape(-1, D).contiguous()  # [T, D]
         r2 = None if residual is None else residual.reshape(-1, D).contiguous()
         T = x2.shape[0]
-        y = torch.empty_like(x2)
-        s = x2 if r2 is None else torch.empty_like(r2)
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # [..., D] contiguous: rows of [T, D]
+        s = x2 if r2 is None else torch.empty(residual.shape, dtype=residual.dtype, device=x.device)
         rstd = torch.empty(T, dtype=torch.float32, device=x.device)
         block, warps = _launch_options(D)
         if T:
@@ -136,20 +139,21 @@ class TritonRMSNorm(torch.autograd.Function):
         if r2 is None:
             out_s = x.new_empty(0)
             ctx.mark_non_differentiable(out_s)
-            return y.view(x.shape), out_s
-        return y.view(x.shape), s.view(residual.shape)
+            return y, out_s
+        return y, s
 
     @staticmethod
     def backward(ctx, dy, ds):
-        s, weight, rstd = ctx.saved_tensors
-        T, D = s.shape
+        s, weight, rstd = ctx.saved_tensors  # s: [T, D] or residual's shape, contiguous either way
+        D = s.shape[-1]
+        T = s.numel() // D if D else 0
         if dy is None:  # only the sum went on to the loss
             dy = torch.zeros(T, D, dtype=ctx.x_dtype, device=s.device)
         dy2 = dy.reshape(T, D).contiguous()
         ds2 = ds.reshape(T, D).contiguous() if ctx.has_residual and ds is not None else None
-        dx = torch.empty(T, D, dtype=ctx.x_dtype, device=s.device)
+        dx = torch.empty(ctx.x_shape, dtype=ctx.x_dtype, device=s.device)  # returned as is (see forward)
         store_dr = ctx.has_residual and s.dtype != ctx.x_dtype
-        dr = torch.empty_like(s) if store_dr else None
+        dr = torch.empty(ctx.x_shape, dtype=s.dtype, device=s.device) if store_dr else None
         programs = _programs(s.device, T)
         new = torch.empty if T else torch.zeros  # every program writes its row of dw; with no rows none runs
         dw = new(programs, D, dtype=torch.float32, device=s.device) if weight is not None else None
@@ -163,8 +167,8 @@ class TritonRMSNorm(torch.autograd.Function):
                     num_warps=warps,
                 )  # fmt: skip
         d_weight = None if weight is None else dw.sum(0).to(weight.dtype)
-        d_residual = None if not ctx.has_residual else (dr if store_dr else dx).view(ctx.x_shape)
-        return dx.view(ctx.x_shape), d_weight, d_residual, None
+        d_residual = None if not ctx.has_residual else (dr if store_dr else dx)
+        return dx, d_weight, d_residual, None
 
 
 def triton_rms_norm(x, weight, *, eps, residual=None):
