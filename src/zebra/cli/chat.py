@@ -71,16 +71,10 @@ def chat_command(
     model_path(model)
     from zebra.chat.repl import Repl
     from zebra.chat.session import ChatSession, ChatSettings
-    from zebra.generation.loading import load_engine
+    from zebra.cli._engine import load_cli_engine
 
-    engine, tok = load_engine(
-        model,
-        device=device,
-        dtype=dtype,
-        tokenizer=tokenizer,
-        cuda_graph=cuda_graph,
-        compile=compile_,
-        on_note=out.note,
+    engine, tok = load_cli_engine(
+        model, device=device, dtype=dtype, tokenizer=tokenizer, cuda_graph=cuda_graph, compile=compile_
     )
     settings = ChatSettings(
         temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=max_new, system=system, seed=seed

@@ -20,7 +20,6 @@ from zebra.cli._options import (
     max_new_option,
     tokenizer_option,
 )
-from zebra.cli._output import out
 from zebra.errors import ZebraError
 from zebra.model_folder import model_path
 
@@ -54,17 +53,11 @@ def generate_command(
     """Continue a prompt and print only the generated text (streamed), for use in scripts."""
     text = _prompt_text(prompt, file)  # a flag error or a missing MODEL before torch is imported
     model_path(model)
+    from zebra.cli._engine import load_cli_engine
     from zebra.generation import SamplingParams, stream_completion
-    from zebra.generation.loading import load_engine
 
-    engine, tok = load_engine(
-        model,
-        device=device,
-        dtype=dtype,
-        tokenizer=tokenizer,
-        cuda_graph=cuda_graph,
-        compile=compile_,
-        on_note=out.note,
+    engine, tok = load_cli_engine(
+        model, device=device, dtype=dtype, tokenizer=tokenizer, cuda_graph=cuda_graph, compile=compile_
     )
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
     for piece in stream_completion(engine, tok, text, max_new_tokens=max_new, sampling=sampling, seed=seed):
