@@ -112,8 +112,13 @@ def test_resume_regenerates_from_a_truncated_shard(texts, tmp_path):
     m = read_manifest(tmp_path / "out")
     victim = tmp_path / "out" / f"{m.shards[2].prefix}.bin"
     victim.write_bytes(victim.read_bytes()[:-7])  # a truncated .bin
-    plan, result = prep(source, tmp_path / "out")
+    plan = plan_prep(open_source(str(source), text_field="text"), tmp_path / "out", tokenizer="byte")
+    resumed: list[tuple[int, int]] = []
+    result = run_prep(plan, on_resume=lambda kept, tokens: resumed.append((kept, tokens)))
     assert result.shards_kept == 2 and result.shards_written == 2
+    assert resumed == [
+        (2, m.shards[0].tokens + m.shards[1].tokens)
+    ]  # what was kept once checked: the rate's base
     assert any("truncated" in n and m.shards[2].prefix in n for n in plan.notes)
     assert read_all(tmp_path / "out") == expected_ids("byte", texts)
 

@@ -238,7 +238,7 @@ def _check_disk(folder: Path, needed: int) -> None:
 def run_prep(
     plan: PrepPlan,
     on_progress: Callable[..., None] | None = None,
-    on_resume: Callable[[int], None] | None = None,
+    on_resume: Callable[[int, int], None] | None = None,
 ) -> FolderResult:
     """Tokenize the planned rows into shards; resumes from the shards the manifest already lists.
 
@@ -246,15 +246,16 @@ def run_prep(
         on_progress: called as `on_progress(done, total, docs=..., tok=..., MB=...)`, at most ten times a
             second: `done` of `total` counts tokens when `max_tokens` bounds the run, else source rows (`total`
             None when unknown); docs, tok and MB are the documents, tokens and megabytes of text so far.
-        on_resume: called as `on_resume(kept)` when the run keeps shards an earlier run committed: only once
-            the folder is locked and those shards are checked, so a folder another prep is writing fails first.
+        on_resume: called as `on_resume(kept, tokens)` (shards and their tokens) when the run keeps shards an
+            earlier run committed: only once the folder is locked and those shards are checked, so a folder
+            another prep is writing fails first.
 
     Returns:
         What the folder holds now; its `notes` are `plan.notes`, with what the run found added.
     """
     with ShardFolder(plan.folder, plan.manifest, force=plan.force, notes=plan.notes) as shards:
         if on_resume is not None and shards.kept:
-            on_resume(shards.kept)
+            on_resume(shards.kept, shards.manifest.tokens)
         if not plan.manifest.complete:
             megatron_indexed()  # import megatron-core (seconds) before the workers start, not while they run
             utf8 = plan.tokenizer_name == tok.BYTE_TOKENIZER
