@@ -126,13 +126,11 @@ def prep(
         )
         if not confirm(f"Download and tokenize {what}{size}?", yes=yes, default=True):
             raise ZebraError("cancelled", exit_code=1)
-    tokens_before = (
-        0  # the tokens of the shards a resumed prep keeps (once checked): not part of this run's rate
-    )
+    # the tokens of the shards a resumed prep keeps (once checked): not part of this run's rate
+    tokens_before = 0
 
-    def on_resume(
-        kept: int, tokens: int
-    ) -> None:  # once the folder is locked: another prep's lock is the one error
+    # told once the folder is locked, so that another prep's lock is the one error shown
+    def on_resume(kept: int, tokens: int) -> None:
         nonlocal tokens_before
         tokens_before = tokens
         out.text(escape(f"resuming {plan.folder}: {kept} shard(s) already done"))
