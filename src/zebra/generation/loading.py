@@ -83,25 +83,26 @@ def read_model_type(folder: Path) -> str:
 
 def _run_export(run: Path, on_note: Callable[[str], None] | None) -> ModelDir:
     export = run / "export"
-    why = _why_export(run, export)
+    exported = (export / "config.json").is_file()
+    why = _newer_checkpoint(run, export / "config.json") if exported else "no export yet"
     if why is not None:
         if on_note is not None:
             on_note(f"{run}: exporting its newest checkpoint to {export} ({why})")
         # the newest checkpoint, written atomically through the converter (replacing a stale export)
-        export_run(run, export, force=why != "no export yet")
+        export_run(run, export, force=exported)
     model_type = read_model_type(export)
     return ModelDir(path=export, model_type=model_type, source="run")
 
 
-def _why_export(run: Path, export: Path) -> str | None:
-    """Why RUN/export must be written before loading (none yet, or a newer checkpoint); None when it is current."""
-    config = export / "config.json"
-    if not config.is_file():
-        return "no export yet"
-    for newest in committed(run / "checkpoints")[:1]:
-        with contextlib.suppress(OSError):  # pruned meanwhile: a newer one exists, the next load takes it
-            if (newest / "meta.json").stat().st_mtime > config.stat().st_mtime:
-                return f"{newest.name} is newer than the export"
+def _newer_checkpoint(run: Path, config: Path) -> str | None:
+    """Why the export whose config.json is `config` is stale: the run's newest checkpoint was committed after it
+    was written; None when it is current."""
+    found = committed(run / "checkpoints")
+    if not found:
+        return None
+    with contextlib.suppress(OSError):  # pruned meanwhile: a newer one exists, the next load takes it
+        if (found[0] / "meta.json").stat().st_mtime > config.stat().st_mtime:
+            return f"{found[0].name} is newer than the export"
     return None
 
 
