@@ -65,6 +65,30 @@ def test_vocab_hash_tells_tokenizers_apart(bpe_dir):
     assert vocab_hash(load_tokenizer(str(bpe_dir))) != vocab_hash(byte_tokenizer())
 
 
+def test_export_vocabulary_reads_a_tokenizer_once_until_it_changes(tmp_path, bpe_dir, monkeypatch):
+    import shutil
+
+    from transformers import PreTrainedTokenizerFast
+
+    from zebra.data.tokenizers import export_vocabulary, vocabulary
+
+    byte_vocabulary, bpe_vocabulary = vocabulary(byte_tokenizer()), vocabulary(load_tokenizer(str(bpe_dir)))
+    reads = []
+    real = PreTrainedTokenizerFast.from_pretrained.__func__
+    monkeypatch.setattr(
+        PreTrainedTokenizerFast,
+        "from_pretrained",
+        classmethod(lambda cls, *a, **k: reads.append(a[0]) or real(cls, *a, **k)),
+    )
+    export = tmp_path / "export"
+    byte_tokenizer().save_pretrained(export)
+    assert export_vocabulary(export) == export_vocabulary(export) == byte_vocabulary
+    assert len(reads) == 1  # --init with a teacher checks the export twice; it is parsed once
+    shutil.copy(bpe_dir / "tokenizer.json", export / "tokenizer.json")  # replaced: read again
+    assert export_vocabulary(export) == bpe_vocabulary and len(reads) == 2
+    assert export_vocabulary(tmp_path) is None
+
+
 @pytest.mark.parametrize(
     ("vocab", "requested", "expected"),
     [

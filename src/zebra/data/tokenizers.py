@@ -8,6 +8,7 @@ library: ids 0..255 are the raw UTF-8 bytes, 256 `<|endoftext|>` (eos, the Megat
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -171,11 +172,20 @@ def vocabulary(tokenizer) -> tuple[int, str]:
 def export_vocabulary(folder: Path) -> tuple[int, str] | None:
     """The `vocabulary` of a model export's own tokenizer (its tokenizer.json), or None when it has none. Read
     with `PreTrainedTokenizerFast`, not AutoTokenizer: an export's config.json names remote code."""
-    if not (folder / "tokenizer.json").is_file():
+    path = folder / "tokenizer.json"
+    if not path.is_file():
         return None
+    stat = path.stat()
+    return _file_vocabulary(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.cache
+def _file_vocabulary(path: str, mtime_ns: int, size: int) -> tuple[int, str]:
+    """`export_vocabulary` of one tokenizer.json, kept per (path, mtime, size): `zebra train --init DIR --teacher
+    T` checks the export's tokenizer against the data's and against the teacher's (about a second each)."""
     from transformers import PreTrainedTokenizerFast
 
-    return vocabulary(PreTrainedTokenizerFast.from_pretrained(str(folder)))
+    return vocabulary(PreTrainedTokenizerFast.from_pretrained(str(Path(path).parent)))
 
 
 def recorded_vocabulary(record: dict) -> tuple[int, str] | None:
