@@ -196,6 +196,18 @@ def resolve_backend(backend: str, device: torch.device | str | None) -> str:
     return "fla"
 
 
+def resolve_fusible_backend(backend: str, device: torch.device | str | None) -> str:
+    """`resolve_backend` for the ops torch.compile fuses by itself (the pre-norm with its residual add, SwiGLU's
+    product): "torch" while compiling, so inductor fuses them with their neighbours (e.g. FP8's casts) instead
+    of tracing our Triton kernels; else `resolve_backend`'s choice.
+
+    Examples:
+        >>> resolve_fusible_backend("auto", "cpu")
+        'torch'
+    """
+    return "torch" if torch.compiler.is_compiling() else resolve_backend(backend, device)
+
+
 def resolve_ssd_backend(backend: str, device: torch.device | str | None, mode: str) -> str:
     """The backend of one Mamba2 SSD scan: "torch", "fla" or "mamba_ssm".
 

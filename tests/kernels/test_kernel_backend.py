@@ -188,3 +188,35 @@ def test_triton_launches_move_to_the_tensors_gpu_only_when_it_is_not_current(mon
     assert isinstance(other, torch.cuda.device) and other.idx == 1
     for device in (torch.device("cuda", 0), torch.device("cpu")):
         assert isinstance(on_device(SimpleNamespace(device=device)), contextlib.nullcontext)
+
+
+def test_compiled_norm_and_swiglu_leave_our_triton_kernels_to_inductor(monkeypatch):
+    """Inside torch.compile the pre-norm and SwiGLU take the torch path even where the backend is FLA's (here
+    pretended: the Triton kernels refuse to run), so inductor fuses them; eager calls still take the kernels."""
+    import zebra_kernels.norm as norm_module
+    import zebra_kernels.norm.triton_rms as triton_rms
+    import zebra_kernels.triton_swiglu as triton_swiglu
+    from zebra_kernels import rms_norm, swiglu_linear
+    from zebra_kernels.norm import torch_rms_norm
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a Triton kernel ran inside torch.compile")
+
+    monkeypatch.setattr(backend_module, "resolve_backend", lambda backend, device: "fla")
+    monkeypatch.setattr(triton_rms, "triton_rms_norm", refuse)
+    monkeypatch.setattr(triton_swiglu, "triton_swiglu_linear", refuse)
+
+    def sublayer(x, residual, weight, gate, up, down):  # [B, T, D] x2, [D], [B, T, F] x2, [D, F]
+        h, stream = rms_norm(x, weight, eps=1e-6, residual=residual, prenorm=True)
+        return h, stream, swiglu_linear(gate, up, down)
+
+    torch.manual_seed(0)
+    x, r, w = torch.randn(2, 5, 16), torch.randn(2, 5, 16), torch.rand(16) + 0.5
+    g, u, d = torch.randn(2, 5, 32), torch.randn(2, 5, 32), torch.randn(16, 32)
+    h, stream, out = torch.compile(sublayer, backend="aot_eager", fullgraph=True)(x, r, w, g, u, d)
+    want_h, want_stream = torch_rms_norm(x, w, 1e-6, r, torch.float32)
+    torch.testing.assert_close(h, want_h)
+    torch.testing.assert_close(stream, want_stream)
+    torch.testing.assert_close(out, torch.nn.functional.linear(torch.nn.functional.silu(g) * u, d))
+    with pytest.raises(AssertionError, match="Triton kernel ran"):  # eager: the kernels' path
+        norm_module.rms_norm(x, w, eps=1e-6, residual=r, prenorm=True)

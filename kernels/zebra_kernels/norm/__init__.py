@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from zebra_kernels._common import compute_dtype
-from zebra_kernels.backend import as_fla_float, resolve_backend
+from zebra_kernels.backend import as_fla_float, resolve_backend, resolve_fusible_backend
 from zebra_kernels.norm.torch_ref import torch_rms_norm, torch_rms_norm_gated
 
 __all__ = ["rms_norm", "rms_norm_gated", "torch_rms_norm", "torch_rms_norm_gated"]
@@ -52,7 +52,9 @@ def rms_norm(
         raise ValueError(f"weight must have shape [C] = [{C}], got {list(weight.shape)}")
     if residual is not None and residual.shape != x.shape:
         raise ValueError(f"residual must have x's shape {list(x.shape)}, got {list(residual.shape)}")
-    if resolve_backend(backend, x.device) == "fla":  # our Triton kernels (FLA's backward idles the GPU)
+    if (
+        resolve_fusible_backend(backend, x.device) == "fla"
+    ):  # our Triton kernels (FLA's backward idles the GPU)
         from zebra_kernels.norm.triton_rms import triton_rms_norm
 
         y, s = triton_rms_norm(
