@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from zebra.checkpoint_dir import committed
+from zebra.checkpoint_dir import committed, read_meta
 from zebra.errors import ZebraError
 from zebra.recipes import load_recipe
 from zebra.train.checkpoint import Checkpointer
@@ -202,7 +202,7 @@ from pathlib import Path
 
 import torch
 
-from zebra.checkpoint_dir import committed
+from zebra.checkpoint_dir import committed, read_meta
 from zebra.errors import ZebraError
 from zebra.train.checkpoint import Checkpointer
 from zebra.train.dist import barrier, destroy_distributed, init_distributed
@@ -216,11 +216,12 @@ for step in (2, 4):
 if env.rank == 1:  # only this rank's RNG file of the newest checkpoint would run code
     (ck.dir / "step_0000004" / "rng" / "rank_00001.pt").write_bytes(Path(sys.argv[2]).read_bytes())
 barrier(env)
-try:
-    ck.restore(committed(ck.dir), state(0), warn=lambda w: print("warning:", w))
-    print("restored")
-except ZebraError as e:
-    print("error:", e.message)
+for source in ("auto", sys.argv[3]):  # this run's checkpoints (rank 0 lists them), then a folder without any
+    try:
+        ck.resume(source, state(0), warn=lambda w: print("warning:", w))
+        print("restored")
+    except ZebraError as e:
+        print("error:", e.message)
 destroy_distributed()
 """
 
@@ -230,7 +231,8 @@ def test_a_refusal_on_one_rank_stops_every_rank_with_one_line_not_a_hang(tmp_pat
     import subprocess
     import sys
 
-    crafted, marker = tmp_path / "crafted.pt", tmp_path / "ran"
+    crafted, marker, empty = tmp_path / "crafted.pt", tmp_path / "ran", tmp_path / "empty"
+    empty.mkdir()
     torch.save({"torch": RunsCode(marker), "numpy": [], "python": []}, crafted)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -238,7 +240,7 @@ def test_a_refusal_on_one_rank_stops_every_rank_with_one_line_not_a_hang(tmp_pat
     env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     ranks = [
         subprocess.Popen(
-            [sys.executable, "-c", _TWO_RANKS, str(tmp_path / "run"), str(crafted)],
+            [sys.executable, "-c", _TWO_RANKS, str(tmp_path / "run"), str(crafted), str(empty)],
             env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -253,5 +255,119 @@ def test_a_refusal_on_one_rank_stops_every_rank_with_one_line_not_a_hang(tmp_pat
             p.kill()
     assert "rank_00001.pt: refusing to unpickle posix.system" in outputs[1]
     assert "step_0000004: another rank could not read its files" in outputs[0]
+    # rank 0 found no checkpoint in --resume PATH: every rank says so, none waits for its list
+    assert all(f"error: --resume {empty}: no checkpoint there" in o for o in outputs), outputs
     assert all("Traceback" not in o and "warning:" not in o and "restored" not in o for o in outputs), outputs
     assert not marker.exists()
+
+
+_OTHER_RUN_SAVES = """
+import sys
+from pathlib import Path
+
+import torch
+
+from zebra.train.checkpoint import Checkpointer
+from zebra.train.dist import DistEnv
+from zebra.train.trainer import Progress
+
+step = int(sys.argv[2])
+env = DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
+state = {"progress": Progress(step=step, consumed_samples=8 * step), "w": torch.full((4,), float(step))}
+Checkpointer(Path(sys.argv[1]), keep_last=1, env=env).save(step, state, {})
+"""
+
+
+def _other_run_saves(run: Path, step: int) -> None:
+    """Another process, a live run with keep_last=1, saves `step` (and prunes the rest)."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", _OTHER_RUN_SAVES, str(run), str(step)], check=True)
+
+
+def test_resuming_from_a_live_run_holds_its_checkpoint_against_its_pruning(tmp_path, monkeypatch):
+    """`zebra train --resume OTHER_RUN` read the other run's newest checkpoint while that run went on saving
+    with keep_last=1: its pruning deleted the folder midway ('no checkpoint could be loaded'). The resume now
+    holds it; the other run prunes it at a later save, once released."""
+    from zebra.train import checkpoint as ckpt
+
+    other = tmp_path / "other"
+    _other_run_saves(other, 2)
+    read_meta, saved = ckpt.read_meta, []
+
+    def read_meta_while_the_other_run_saves(path):
+        meta = read_meta(path)
+        if not saved:  # after meta.json, before the DCP files and the RNG file are read
+            _other_run_saves(other, 4)
+            saved.append(4)
+        return meta
+
+    monkeypatch.setattr(ckpt, "read_meta", read_meta_while_the_other_run_saves)
+    ck, state, warnings = Checkpointer(tmp_path / "run", keep_last=5, env=ENV), _state(), []
+    path, _ = ck.resume(str(other), state, warn=warnings.append)
+    assert path == other / "checkpoints" / "step_0000002" and warnings == []
+    assert state["progress"].step == 2 and torch.equal(state["w"], torch.full((4,), 2.0))
+    assert [p.name for p in committed(other / "checkpoints")] == ["step_0000004", "step_0000002"]
+    _other_run_saves(other, 6)  # released: the next save prunes it
+    assert [p.name for p in committed(other / "checkpoints")] == ["step_0000006"]
+
+
+def test_a_save_of_a_step_being_read_waits_for_its_reader(tmp_path):
+    """A run resumed from an older step saves a step that is already there: it used to delete that folder
+    while a reader (zebra convert of the run) read it. The save now waits, saying so, and then replaces it."""
+    import threading
+
+    from zebra.checkpoint_dir import read_hold
+
+    ck = _saved(tmp_path, steps=(2,))
+    step2 = ck.dir / "step_0000002"
+    before = {p.relative_to(step2): p.read_bytes() for p in step2.rglob("*") if p.is_file()}
+    waiting, errors = threading.Event(), []
+    ck.warn = lambda message: (errors.append(message), waiting.set())
+    hold = read_hold(step2)
+    assert hold is not None
+
+    def save_again():
+        ck.save(2, {**_state(2), "w": torch.full((4,), 99.0)}, {"consumed_samples": 99})
+
+    saver = threading.Thread(target=save_again)
+    saver.start()
+    try:
+        assert waiting.wait(120), "the save did not wait for the reader"
+        assert saver.is_alive()
+        now = {p.relative_to(step2): p.read_bytes() for p in step2.rglob("*") if p.is_file()}
+        assert now == before  # the reader still sees the folder it holds, whole
+    finally:
+        os.close(hold)
+        saver.join(120)
+    (message,) = errors
+    assert f"{step2} is being read" in message and "waiting for it to finish" in message
+    assert read_meta(step2)["consumed_samples"] == 99
+    _, state, _ = _restore(ck)
+    assert torch.equal(state["w"], torch.full((4,), 99.0))
+    assert sorted(p.name for p in ck.dir.iterdir()) == ["latest", "step_0000002"]  # nothing left aside
+
+
+def test_starting_over_is_refused_while_a_checkpoint_is_read(tmp_path):
+    """`zebra train --resume never --yes` on a run deleted its checkpoints under a reader: it now refuses in one
+    line, deleting nothing, and starts over once the reader is done."""
+    from zebra.checkpoint_dir import read_hold
+    from zebra.train.run import prepare_run
+
+    ck = _saved(tmp_path / "run", steps=(2, 4))
+    (tmp_path / "run" / "metrics.jsonl").write_text("{}\n")
+    recipe = load_recipe("tiny", overrides=["data.mock=true", "data.paths=[]"])
+    cpu = RankLayout("cpu", nodes=1, ranks_per_node=1)
+    planned = resolve_run(recipe, cpu, output=tmp_path, run="run", resume="never")
+    hold = read_hold(ck.dir / "step_0000002")
+    try:
+        with pytest.raises(ZebraError, match=r"step_0000002: being read \(zebra convert") as e:
+            prepare_run(planned, start_over=True)
+        assert "start the run over again" in e.value.fix
+        assert [p.name for p in committed(ck.dir)] == ["step_0000004", "step_0000002"]
+        assert (tmp_path / "run" / "metrics.jsonl").is_file()
+    finally:
+        os.close(hold)
+    prepare_run(planned, start_over=True)
+    assert not ck.dir.exists() and not (tmp_path / "run" / "metrics.jsonl").exists()

@@ -10,7 +10,11 @@ Layout of `<run>/checkpoints/`:
     latest                   the name of the newest committed checkpoint
 
 A save writes `step_XXXXXXX.partial/`, fsyncs every file, then renames it into place and rewrites `latest`
-(temp file + rename), so a crash at any moment leaves the previous checkpoints and `latest` intact.
+(temp file + rename), so a crash at any moment leaves the previous checkpoints and `latest` intact. A save of a
+step already there waits for that folder's readers (`zebra.checkpoint_dir.commit_step`).
+
+A resume holds the checkpoints it may read (`zebra.checkpoint_dir.held`), so that another run being resumed from
+while it trains does not prune them midway; rank 0 lists them and every rank reads the same list.
 
 A restore reads nothing that could run code (`zebra.safe_dcp`, `torch.load(weights_only=True)`) and falls back
 to the previous checkpoint when a file of the newest is truncated or corrupt (a torn DCP folder, an empty
@@ -19,6 +23,7 @@ to the previous checkpoint when a file of the newest is truncated or corrupt (a 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import pickle
@@ -31,9 +36,17 @@ from pathlib import Path
 from typing import Any
 
 from zebra.atomic import fsync_dir, fsync_tree, write_atomic
-from zebra.checkpoint_dir import committed, read_meta, remove_unless_held, step_name
+from zebra.checkpoint_dir import (
+    commit_step,
+    committed,
+    find_checkpoints,
+    held,
+    read_meta,
+    remove_unless_held,
+    step_name,
+)
 from zebra.errors import ZebraError, error_summary
-from zebra.train.dist import DistEnv, all_reduce_sum, barrier
+from zebra.train.dist import DistEnv, all_reduce_sum, barrier, broadcast_object
 
 
 def _rng_states(device) -> dict[str, Any]:
@@ -146,12 +159,16 @@ def _not_corrupt(error: BaseException) -> BaseException:
 
 
 class Checkpointer:
-    """Saves and restores one run's checkpoints; every rank calls `save` / `restore` (they are collective)."""
+    """Saves and restores one run's checkpoints; every rank calls `save` / `resume` / `restore` (they are
+    collective). `warn` is told when a save waits for a reader of the step it replaces."""
 
-    def __init__(self, run_dir: Path, *, keep_last: int, env: DistEnv):
+    def __init__(
+        self, run_dir: Path, *, keep_last: int, env: DistEnv, warn: Callable[[str], None] | None = None
+    ):
         self.dir = run_dir / "checkpoints"
         self.keep_last = keep_last
         self.env = env
+        self.warn = warn
 
     def save(self, step: int, state: dict[str, Any], meta: dict[str, Any]) -> Path:
         """Write checkpoint `step` of `state` (a dict of DCP Stateful objects) and commit it."""
@@ -175,9 +192,7 @@ class Checkpointer:
             meta = {**meta, "step": step, "world_size": self.env.world_size, "time": time.time()}
             (partial / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
             fsync_tree(partial)
-            if final.exists():
-                shutil.rmtree(final)
-            partial.replace(final)
+            commit_step(partial, final, on_wait=self.warn)
             fsync_dir(self.dir)
             write_atomic(self.dir / "latest", final.name + "\n")
             self._prune()
@@ -187,8 +202,33 @@ class Checkpointer:
     def _prune(self) -> None:
         for old in committed(self.dir)[self.keep_last :]:  # rank 0 only; one being converted stays for now
             remove_unless_held(old)
-        for stale in self.dir.glob("step_*.partial"):
+        for stale in [*self.dir.glob("step_*.partial"), *self.dir.glob("step_*.replaced")]:
             shutil.rmtree(stale, ignore_errors=True)
+
+    def resume(
+        self, source: str, state: dict[str, Any], *, warn: Callable[[str], None]
+    ) -> tuple[Path, dict[str, Any]] | None:
+        """`restore` from the checkpoints `--resume SOURCE` names (`auto`: this run's; a run, its checkpoints/
+        or a step folder), held against their run's pruning while they are read.
+
+        Rank 0 lists and holds them, and every rank reads that list (a live run may save and prune between two
+        listings); the other ranks hold them too, for as long as they read.
+        """
+        with contextlib.ExitStack() as holds:
+            listed: list[str] | tuple[str, str | None] = []
+            if self.env.is_main:
+                try:
+                    found = holds.enter_context(held(lambda: find_checkpoints(source, self.dir.parent)))
+                    listed = [str(p) for p in found]
+                except ZebraError as e:  # every rank raises it, instead of waiting for rank 0
+                    listed = (e.message, e.fix)
+            listed = broadcast_object(listed, self.env)
+            if isinstance(listed, tuple):
+                raise ZebraError(listed[0], fix=listed[1])
+            candidates = [Path(p) for p in listed]
+            if not self.env.is_main:
+                holds.enter_context(held(lambda: candidates))
+            return self.restore(candidates, state, warn=warn)
 
     def restore(
         self, candidates: list[Path], state: dict[str, Any], *, warn: Callable[[str], None]

@@ -19,7 +19,7 @@ from typing import Any
 
 from zebra import arch
 from zebra.atomic import write_atomic
-from zebra.checkpoint_dir import committed, find_checkpoints, newest_step
+from zebra.checkpoint_dir import committed, find_checkpoints, newest_step, remove_checkpoints
 from zebra.data import load_tokenizer, read_manifest, resolve_prefixes
 from zebra.data.paths import parse_data_path, prep_folder
 from zebra.errors import ZebraError
@@ -359,6 +359,8 @@ def prepare_run(run: TrainRun, *, start_over: bool = False) -> Path:
         start_over: delete an earlier run's checkpoints, metrics and export first (`--resume never`).
     """
     if start_over:
+        # the checkpoints first: one being read refuses, and nothing is deleted
+        remove_checkpoints(run.run_dir / "checkpoints")
         for name in RUN_OUTPUTS:
             target = run.run_dir / name
             if target.is_dir():

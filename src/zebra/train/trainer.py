@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from zebra import arch
 from zebra.caches import kernel_cache_dir, use_kernel_cache
-from zebra.checkpoint_dir import find_checkpoints, step_name
+from zebra.checkpoint_dir import step_name
 from zebra.data import load_tokenizer
 from zebra.errors import ZebraError, first_line
 from zebra.recipes import Recipe, load_recipe
@@ -221,7 +221,7 @@ class Trainer:
         self.data_parts: list[int] = []  # the sample counts of the data order (`build_train_order`)
         self.consecutive_skips = 0  # non-finite steps in a row
         self.metrics = None  # rank 0's MetricsLog while fitting
-        self.checkpointer = ckpt.Checkpointer(run_dir, keep_last=t.keep_last, env=env)
+        self.checkpointer = ckpt.Checkpointer(run_dir, keep_last=t.keep_last, env=env, warn=self.view.warn)
         cfg = arch.as_config(recipe.model.flat())
         self.flops_per_token = arch.train_flops_per_token(cfg, recipe.data.seq_len)
         self.peak_flops = device_peak_flops(env.device)
@@ -259,7 +259,7 @@ class Trainer:
         """Load the checkpoint `resume` names (`auto`: this run's newest readable one; `never`: none)."""
         if resume == "never":
             return None
-        found = self.checkpointer.restore(find_checkpoints(resume, self.run_dir), self.state(), warn=warn)
+        found = self.checkpointer.resume(resume, self.state(), warn=warn)
         if found is None:
             return None
         self.data_parts = [int(n) for n in found[1].get("data_parts") or []]  # none before zebra kept them
