@@ -39,3 +39,21 @@ def test_a_requeued_slurm_job_waits_for_its_earlier_attempt_only(tmp_path, hold_
     threading.Timer(1.0, os.kill, (pid, signal.SIGKILL)).start()  # the earlier attempt ends while it waits
     with FolderLock(tmp_path / "run", fix="") as lock:  # its restart waits until the earlier attempt exits
         assert lock.holder()["slurm_job"] == "42" and lock.holder()["pid"] == os.getpid()
+
+
+def test_check_names_the_holder_and_takes_nothing(tmp_path, hold_folder):
+    """`check` gives acquire's error without taking the lock: a prep asks its question only after it."""
+    FolderLock(tmp_path / "new", fix="wait").check()  # nobody holds it, and nothing is created
+    assert not (tmp_path / "new").exists()
+    pid = hold_folder(tmp_path / "run")
+    with pytest.raises(ZebraError, match=rf"run: in use by pid {pid} on \S+, since") as err:
+        FolderLock(tmp_path / "run", fix="wait").check()
+    assert err.value.fix == "wait"
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    FolderLock(tmp_path / "run", fix="wait").check()
+    with FolderLock(tmp_path / "run", fix="wait") as lock:  # a check that passed holds nothing
+        assert lock.held
+        lock.check()  # its own holder is not refused
+        with pytest.raises(ZebraError, match=rf"in use by pid {os.getpid()} on"):
+            FolderLock(tmp_path / "run", fix="wait").check()

@@ -3,6 +3,7 @@
 
     with FolderLock(run_dir, fix="wait for it to end, or pass --run NAME"):
         ...                                  # nobody else holds run_dir/.lock meanwhile
+    FolderLock(folder, fix=...).check()      # the same error when another holds it, taking and writing nothing
 
 A lock is an `flock` on the folder's `.lock` file. The kernel drops it when its process exits, however it
 exits, so a crash leaves no stale lock; the file itself stays. The holder writes who it is into the file (pid,
@@ -92,6 +93,28 @@ class FolderLock:
         file.flush()
         self._file = file
         return self
+
+    def check(self) -> None:
+        """Raise the ZebraError `acquire` would (another process holds the lock), without taking the lock or
+        creating anything: for a command that asks a question before it starts, so that the error comes first.
+        The lock is only looked at; `acquire` may still find it taken later."""
+        if self._file is not None:
+            return
+        try:
+            file = open(self.path)  # noqa: SIM115 (closed below, which drops the test lock)
+        except OSError:
+            return  # no lock file: nobody holds it
+        with file:
+            try:
+                fcntl.flock(file, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a holder's exclusive lock refuses it
+            except BlockingIOError:
+                holder = self.holder()
+                if not _own_earlier_attempt(holder):  # acquire waits for that one
+                    raise ZebraError(
+                        f"{self.folder}: in use by {describe_holder(holder)}", fix=self.fix
+                    ) from None
+            except OSError:
+                pass  # no locks on this file system
 
     def holder(self) -> dict[str, Any] | None:
         """Who holds (or last held) the lock, as its holder recorded it; None when unknown."""

@@ -85,6 +85,28 @@ def test_resuming_a_folder_another_prep_writes_fails_before_saying_resuming(
     assert "already done" not in r.output  # no resume line before the lock error
 
 
+def test_a_hub_prep_into_a_folder_another_prep_writes_fails_before_asking(
+    cli, fake_hub, tmp_path, hold_folder, monkeypatch
+):
+    """A hub prep asked 'Download and tokenize ...?' and only then found the folder locked by another prep: the
+    lock's error now comes first, before the question, the tokenizer and the hub."""
+    from zebra.cli import data as data_cli
+
+    asked = []
+    monkeypatch.setattr(data_cli, "confirm", lambda message, **kw: asked.append(message) or True)
+    prep = ("data", "prep", "--source", "someone/corpus", "-t", "byte", "--max-docs", "20", "-o")
+    pid = hold_folder(tmp_path / "busy")
+    r = cli(*prep, tmp_path / "busy")
+    one_line_error(r, f"busy: in use by pid {pid} on")
+    assert asked == [] and fake_hub.loads == [], (asked, fake_hub.loads)
+    assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == [".lock"]  # the holder's, nothing more
+
+    r = cli(*prep, tmp_path / "free")  # a folder nobody writes: asked once, then written
+    assert r.exit_code == 0, r.output
+    assert asked == ["Download and tokenize someone/corpus?"]
+    assert len(read_all(tmp_path / "free")) == 20
+
+
 def test_prep_says_when_it_makes_fewer_shards_than_asked(cli, texts, tmp_path):
     source = write_source("jsonl", tmp_path / "src", texts[:3])
     r = cli("data", "prep", "--source", source, "-t", "byte", "-o", tmp_path / "out", "--shards", "8")

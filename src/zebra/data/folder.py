@@ -21,6 +21,11 @@ from zebra.locks import FolderLock
 _FIX = "choose another --output, or pass --force to replace its contents"
 
 
+def folder_lock(path: Path) -> FolderLock:
+    """The lock of a data folder being written (`FOLDER/.lock`); not yet taken."""
+    return FolderLock(path, fix="wait for it to end, or choose another --output")
+
+
 @dataclass
 class FolderResult:
     """What one run left in a data folder (`run_prep`; `convert_fla` adds its verification)."""
@@ -58,7 +63,7 @@ class ShardFolder:
         self.start = time.monotonic()
 
     def __enter__(self) -> ShardFolder:
-        self.lock = FolderLock(self.path, fix="wait for it to end, or choose another --output").acquire()
+        self.lock = folder_lock(self.path).acquire()
         try:
             if self.force:
                 _clear(self.path)

@@ -26,7 +26,7 @@ import zebra.data.tokenizers as tok
 from zebra import __version__
 from zebra.data.encoders import ENCODERS, EncodedBatch, encode_batch, encoder_name, init_worker
 from zebra.data.fast_bpe import FastBPESpec, fast_bpe_spec
-from zebra.data.folder import FolderResult, ShardFolder, resume_manifest
+from zebra.data.folder import FolderResult, ShardFolder, folder_lock, resume_manifest
 from zebra.data.indexed import megatron_indexed
 from zebra.data.manifest import Manifest, manifest_path, read_manifest
 from zebra.data.text_sources import STATUS_NAMES, RawBatch, Source
@@ -97,11 +97,13 @@ def plan_prep(
         nominal_tokens: expected token count (FineWeb-Edu samples), for the disk-space check.
 
     Raises:
-        ZebraError: bad numbers, a tokenizer that does not fit the dtype, a folder with other data, no disk space.
+        ZebraError: bad numbers, a folder another prep is writing, a tokenizer that does not fit the dtype, a
+            folder with other data, no disk space.
     """
     max_tokens = _token_count(max_tokens)
     _check_counts(workers=workers, max_docs=max_docs, max_tokens=max_tokens, shards=shards)
     folder = Path(output).expanduser().resolve()
+    folder_lock(folder).check()  # another prep writing it: said before a question, a tokenizer or the hub
     tokenizer_obj = tok.load_tokenizer(tokenizer)
     np_dtype = tok.token_dtype(tok.vocab_size(tokenizer_obj), dtype)
     existing = None if force or not manifest_path(folder).exists() else read_manifest(folder)
