@@ -43,6 +43,109 @@ def test_inductors_own_default_counts_as_unset():
     )
 
 
+def torchs_own_values(monkeypatch, inductor: str | None = None) -> dict[str, str]:
+    """What torch writes into os.environ itself, computed by torch's own functions (inductor's folder `inductor`,
+    default: its own): its folder, the Triton cache its first kernel on GPU 0 takes, its ptxas, and so on."""
+    from torch._inductor.runtime import cache_dir_utils, compile_tasks
+
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    if inductor:
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", inductor)
+    else:
+        monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    triton = cache_dir_utils.triton_cache_dir(
+        0
+    )  # (writes the inductor folder into os.environ, as torch does)
+    return {
+        "TORCHINDUCTOR_CACHE_DIR": cache_dir_utils.cache_dir(),
+        "TRITON_CACHE_DIR": triton,
+        "TORCH_WARM_POOL": "0",
+        "TRITON_PTXAS_PATH": str(Path(compile_tasks.__file__).absolute().parents[1] / "bin" / "ptxas"),
+        "TRITON_LIBDEVICE_PATH": "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc",
+        "TRITON_F32_DEFAULT": "ieee",
+    }
+
+
+def test_every_value_torch_writes_itself_counts_as_unset_unless_the_process_started_with_it(
+    monkeypatch, tmp_path
+):
+    from zebra.caches import TORCH_WRITES, torch_writes
+
+    theirs = torchs_own_values(monkeypatch)
+    assert sorted(theirs) == sorted(TORCH_WRITES)
+    assert torch_writes(theirs, started={}) == list(TORCH_WRITES)  # all written after the process started
+    # Exported in the shell: the flags and paths are the user's; the two folders are torch's whoever set them
+    # (a child of a process that used torch inherits them; nobody names them by hand).
+    assert torch_writes(theirs, started=theirs) == ["TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"]
+    # Under a folder the user chose, inductor's Triton cache is still its own; the user's own choices are not.
+    mine = torchs_own_values(monkeypatch, str(tmp_path / "mine"))
+    assert mine["TRITON_CACHE_DIR"] == str(tmp_path / "mine" / "triton" / "0")
+    assert torch_writes(mine, started={}) == [
+        name for name in TORCH_WRITES if name != "TORCHINDUCTOR_CACHE_DIR"
+    ]
+    yours = {
+        "TORCHINDUCTOR_CACHE_DIR": "/mine",
+        "TRITON_CACHE_DIR": "/mine/triton",
+        "TORCH_WARM_POOL": "1",
+        "TRITON_PTXAS_PATH": "/opt/cuda/bin/ptxas",
+        "TRITON_LIBDEVICE_PATH": "/opt/libdevice.bc",
+        "TRITON_F32_DEFAULT": "tf32",
+    }
+    assert torch_writes(yours, started={}) == []
+
+
+def test_zebras_cache_replaces_both_of_torchs_folders(monkeypatch):
+    """TRITON_CACHE_DIR's default lies under inductor's folder: both are told before either is replaced."""
+    theirs = torchs_own_values(monkeypatch)
+    env = {"ZEBRA_KERNEL_CACHE": "/fast/k", **theirs}
+    used = use_kernel_cache(env)
+    assert (
+        used["TRITON_CACHE_DIR"] == "/fast/k/triton" and used["TORCHINDUCTOR_CACHE_DIR"] == "/fast/k/inductor"
+    )
+
+
+def test_child_processes_start_without_torchs_writes_and_with_yours(monkeypatch):
+    from zebra.caches import without_torch_writes
+
+    theirs = torchs_own_values(monkeypatch)
+    env = {**theirs, "NCCL_DEBUG": "INFO"}
+    with without_torch_writes(env) as removed:  # this process started with none of torch's values
+        assert sorted(removed) == sorted(theirs) and env == {"NCCL_DEBUG": "INFO"}
+        env["TORCH_WARM_POOL"] = "1"  # written meanwhile: stays
+    assert env == {**theirs, "NCCL_DEBUG": "INFO", "TORCH_WARM_POOL": "1"}
+
+
+# Where the packages zebra's launcher and ranks import write into os.environ (their test runners aside).
+SOURCES = {"torch": "_inductor", "triton": "", "fla": ""}
+TEST_MODULES = ("_test", "_compile_warmup", "_internal_testing")
+
+
+def test_the_table_knows_every_variable_torch_triton_and_fla_write_for_the_ranks():
+    """Read from their sources: a write of a variable a launcher could hand the ranks (allow-listed, or one of
+    the cache variables) that TORCH_WRITES lacks fails here, naming it and the file (a torch upgrade that adds
+    one: add it to the table with how its value is told)."""
+    import importlib.util
+    import re
+
+    from zebra.caches import TORCH_WRITES, cache_settings
+    from zebra.launch.environment import allowed
+
+    write = re.compile(r"""os\.environ\[\s*["']([A-Za-z0-9_]+)["']\s*\]\s*=(?!=)""")
+    found: dict[str, str] = {}
+    for package, under in SOURCES.items():
+        spec = importlib.util.find_spec(package)
+        assert spec is not None and spec.origin, package
+        root = Path(spec.origin).parent
+        for path in sorted((root / under).rglob("*.py")):
+            if path.name.startswith(TEST_MODULES):
+                continue
+            for name in write.findall(path.read_text(errors="replace")):
+                if allowed(name) or name in cache_settings({}):
+                    found.setdefault(name, str(path.relative_to(root.parent)))
+    assert {"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_WARM_POOL"} <= set(found)  # the scan reads
+    assert {k: v for k, v in found.items() if k not in TORCH_WRITES} == {}
+
+
 def test_bytecode_goes_to_zebras_cache_only_where_python_was_told_to_write_none():
     from types import SimpleNamespace
 

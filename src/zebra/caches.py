@@ -16,11 +16,18 @@ on a fresh machine that is minutes before a 1B model's first step. Kept on disk,
 
 `use_kernel_cache()` points these at `kernel_cache_dir()` unless they are set already (a value you set wins).
 Triton and inductor read them when they compile, so it works when called any time before the first kernel; the
-trainer, the benchmarks and the inference loaders call it. One value is not yours although it is set: the first
-time inductor asks for its folder (any `torch.compile`, such as the decorators `import megatron.core` runs) it
-writes its default, `$TMPDIR/torchinductor_USER`, into `os.environ`, and every child process inherits it. That
-value counts as unset (`set_by_torch`): `use_kernel_cache()` replaces it, and launchers do not pass it to the
-ranks (which then choose for themselves). Set to that very folder by hand, it is indistinguishable and moves too.
+trainer, the benchmarks and the inference loaders call it.
+
+Some values are not yours although they are set: torch, Triton and FLA write defaults of their own into
+`os.environ` (`TORCH_WRITES`, read in their sources; every child process inherits them). The first time inductor
+asks for its folder (any `torch.compile`, such as the decorators `import megatron.core` runs) it writes
+`$TMPDIR/torchinductor_USER` as TORCHINDUCTOR_CACHE_DIR; its first Triton kernel on a GPU writes
+`<that folder>/triton/<device>` as TRITON_CACHE_DIR; a spawned compile pool writes TORCH_WARM_POOL=0, and so on.
+Such a value counts as unset (`set_by_torch`): `use_kernel_cache()` replaces it, launchers do not hand it to the
+ranks (which then choose for themselves) and `zebra doctor` does not call it yours. The two folders are told by
+their value alone, inherited or not (set to that very folder by hand, one is indistinguishable and moves too);
+the other values are also choices one makes (`export TORCH_WARM_POOL=0`), so they count as torch's only when
+this process did not start with them (`started_environment()`: a value exported in the shell is forwarded).
 
 Python's own bytecode is the other half of a warm start: container images often set PYTHONDONTWRITEBYTECODE=1
 (or run `python -B`), and where the installed packages ship no `__pycache__` every process then compiles the
@@ -35,9 +42,11 @@ compile them all again, 11 s for torch and transformers on the CPU machine. `ZEB
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -82,19 +91,106 @@ def inductor_default_dir() -> str:
     return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
 
 
-def set_by_torch(name: str, value: str) -> bool:
-    """Whether `name=value` is a default torch wrote into the environment itself, not a choice: inductor's cache
-    folder, set on its first use (any `torch.compile`, e.g. `import megatron.core`)."""
-    return name == "TORCHINDUCTOR_CACHE_DIR" and os.path.abspath(value) == os.path.abspath(
-        inductor_default_dir()
+def inductor_triton_dir(env: Mapping[str, str] = os.environ) -> str:
+    """The folder, less its `/<device index>`, that inductor's first Triton kernel writes as TRITON_CACHE_DIR when
+    that is unset: `torch._inductor.runtime.cache_dir_utils.triton_cache_dir(device)` (inductor's folder in
+    effect, then `triton/<device>`)."""
+    return os.path.join(
+        os.path.abspath(env.get("TORCHINDUCTOR_CACHE_DIR") or inductor_default_dir()), "triton"
     )
+
+
+def _same_path(value: str, path: str) -> bool:
+    return bool(value) and os.path.abspath(value) == os.path.abspath(path)
+
+
+def _torch_file(*parts: str) -> str | None:
+    """A file of the installed torch package (found without importing torch), or None without torch."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    return os.path.join(os.path.dirname(spec.origin), *parts) if spec and spec.origin else None
+
+
+# What torch, Triton and FLA write into os.environ themselves, each with a value of their own (torch 2.13, Triton
+# 3.9, FLA 0.6: tests/test_caches.py scans their sources for a write this table lacks): name -> whether `value` is
+# theirs, given the rest of the environment. Megatron's NCCL/UCX writes happen only in a rank's process group set-up.
+TORCH_WRITES: dict[str, Callable[[str, Mapping[str, str]], bool]] = {
+    # inductor's folder, on its first use (cache_dir_utils.cache_dir)
+    "TORCHINDUCTOR_CACHE_DIR": lambda value, env: _same_path(value, inductor_default_dir()),
+    # inductor's first Triton kernel on a GPU (triton_heuristics.CachingAutotuner): <inductor's folder>/triton/<n>
+    "TRITON_CACHE_DIR": lambda value, env: (
+        os.path.dirname(os.path.abspath(value)) == inductor_triton_dir(env)
+        and os.path.basename(value).isdigit()
+    ),
+    # "0" once inductor starts its compile workers by spawn (async_compile), so that they start no pool of their own
+    "TORCH_WARM_POOL": lambda value, env: value == "0",
+    # the ptxas a CUDA build of torch ships (torch/_inductor/bin), when inductor compiles for an NVIDIA GPU
+    "TRITON_PTXAS_PATH": lambda value, env: _same_path(value, _torch_file("_inductor", "bin", "ptxas") or ""),
+    # CUDA's libdevice, when inductor is asked for eager numerics (compile_tasks)
+    "TRITON_LIBDEVICE_PATH": lambda value, env: value.endswith(
+        os.path.join("nvvm", "libdevice", "libdevice.10.bc")
+    ),
+    # "ieee": FLA on an NVIDIA GPU without TF32, when imported (fla.utils.hardware)
+    "TRITON_F32_DEFAULT": lambda value, env: value == "ieee",
+}
+# Of those, the folders nobody names by hand: torch's by their value alone, even inherited from a parent process.
+TORCH_FOLDERS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+_IMPORTED_WITH = dict(os.environ)  # where /proc is missing: the environment when zebra was first imported
+
+
+@functools.cache
+def started_environment() -> Mapping[str, str]:
+    """The environment this process started with: what the shell (or the parent process) exported, before torch
+    or anything else here wrote into `os.environ`. Linux's `/proc/self/environ` keeps it (writes into os.environ
+    do not change it); elsewhere, os.environ as it was when zebra.caches was first imported."""
+    try:
+        raw = Path("/proc/self/environ").read_bytes()
+    except OSError:
+        return dict(_IMPORTED_WITH)
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {os.fsdecode(key): os.fsdecode(value) for key, value in pairs}
+
+
+def set_by_torch(
+    name: str, value: str, env: Mapping[str, str] = os.environ, started: Mapping[str, str] | None = None
+) -> bool:
+    """Whether `name=value` (in `env`) is a default torch, Triton or FLA wrote into the environment itself
+    (`TORCH_WRITES`), not a choice: one of their folders (`TORCH_FOLDERS`), or another of their values that the
+    process did not start with (`started`, default `started_environment()`)."""
+    theirs = TORCH_WRITES.get(name)
+    if theirs is None or not theirs(value, env):
+        return False
+    if name in TORCH_FOLDERS:
+        return True
+    return (started_environment() if started is None else started).get(name) != value
+
+
+def torch_writes(env: Mapping[str, str] = os.environ, started: Mapping[str, str] | None = None) -> list[str]:
+    """The names in `env` whose value torch, Triton or FLA wrote there (`set_by_torch`)."""
+    return [name for name in TORCH_WRITES if name in env and set_by_torch(name, env[name], env, started)]
+
+
+@contextlib.contextmanager
+def without_torch_writes(env: MutableMapping[str, str] = os.environ) -> Iterator[list[str]]:
+    """`env` without the values torch wrote there (`torch_writes`) while child processes that inherit it start
+    (the ranks then choose for themselves); yields their names and puts back those still unset afterwards."""
+    removed = {name: env.pop(name) for name in torch_writes(env)}
+    try:
+        yield list(removed)
+    finally:
+        for name, value in removed.items():
+            env.setdefault(name, value)
 
 
 def use_kernel_cache(env: MutableMapping[str, str] = os.environ) -> dict[str, str]:
     """Set each cache variable that is not set yet (or holds torch's own default, `set_by_torch`) to its folder
     under `kernel_cache_dir()`; returns the values in effect (yours where you set one)."""
+    # told before any is replaced: TRITON_CACHE_DIR's default depends on inductor's folder
+    theirs = torch_writes(env)
     for key, value in cache_settings(env).items():
-        if key not in env or set_by_torch(key, env[key]):
+        if key not in env or key in theirs:
             env[key] = value
     return {key: env[key] for key in cache_settings(env)}
 

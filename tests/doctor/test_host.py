@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from zebra.doctor.host import check_disk, check_hf_token
 
 SECRET = "hf_zebraTestTokenThatMustNeverBePrinted"
@@ -77,6 +79,30 @@ def test_kernel_cache_warns_about_a_cache_a_reboot_empties_or_autotuning_left_of
     (tmp_path / "tmp").mkdir()
     check = check_kernel_cache({"ZEBRA_KERNEL_CACHE": str(elsewhere), "TRITON_CACHE_AUTOTUNING": "0"})
     assert check.status == "warn" and "TRITON_CACHE_AUTOTUNING=0" in check.detail
+
+
+def test_kernel_cache_does_not_take_torchs_own_folders_for_yours(tmp_path, monkeypatch):
+    """Once something here compiled, os.environ holds inductor's default folder (/tmp/torchinductor_USER) and, after
+    a Triton kernel on a GPU, its Triton cache under it: torch chose those, and a zebra run replaces them."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    from zebra.doctor.host import check_kernel_cache
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    theirs = {
+        "TORCHINDUCTOR_CACHE_DIR": default_cache_dir(),
+        "TRITON_CACHE_DIR": str(Path(default_cache_dir()) / "triton" / "0"),
+    }
+    check = check_kernel_cache({"ZEBRA_KERNEL_CACHE": str(tmp_path / "kc"), **theirs})
+    assert check.status == "ok" and "set by you" not in check.detail, check.detail
+    assert (
+        f"{tmp_path / 'kc' / 'triton'} (0 files" in check.detail
+        and str(tmp_path / "kc" / "inductor") in check.detail
+    )
+    mine = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "mine")}
+    check = check_kernel_cache({"ZEBRA_KERNEL_CACHE": str(tmp_path / "kc"), **mine})
+    assert "TORCHINDUCTOR_CACHE_DIR set by you" in check.detail and str(tmp_path / "mine") in check.detail
 
 
 def test_bytecode_check_says_where_compiled_modules_persist(tmp_path):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cli_results import assert_one_line_error
 
-from .helpers import TINY
+from .helpers import TINY, recording
 
 
 def one_line_error(result, *needles: str) -> str:
@@ -124,3 +126,38 @@ def test_slurm_without_gpus_or_nproc_sees_the_nodes(cli, tmp_path, slurm_cluster
     )
     one_line_error(result, "ranks per node", f"partition {slurm_cluster} has", "node(s) with no GPU(s)")
     assert "--nproc N" in result.stderr and "not visible" not in result.stderr
+
+
+def dead_controller(tmp_path) -> str:
+    """A copy of this cluster's slurm.conf whose controller port nothing listens on: a controller that does not
+    answer (sinfo retries for about 9 s, then fails)."""
+    import re
+    import socket
+    import subprocess
+
+    shown = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30).stdout
+    conf = re.search(r"^SLURM_CONF\s*=\s*(\S+)", shown, re.M).group(1)
+    with socket.socket() as s:  # a port free now
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    text = re.sub(r"(?im)^SlurmctldPort=.*$", "", Path(conf).read_text()) + f"\nSlurmctldPort={port}\n"
+    (tmp_path / "slurm.conf").write_text(text)
+    return str(tmp_path / "slurm.conf")
+
+
+@pytest.mark.infra
+def test_a_controller_that_does_not_answer_is_reported_before_anything_is_written(
+    cli, tmp_path, slurm_cluster
+):
+    """The plan lets sinfo's failure pass (a plan may be for a cluster elsewhere); the launcher's own check
+    reports it, from the same one sinfo call (a second would wait as long again)."""
+    env, calls = recording(tmp_path, "sinfo")
+    env["SLURM_CONF"] = dead_controller(tmp_path)
+    runs = tmp_path / "runs"
+    result = cli("train", *TINY, *SLURM, "--partition", slurm_cluster, "-o", str(runs), env=env)
+    one_line_error(result, "sinfo failed", "Unable to contact slurm controller")
+    assert "login node" in result.stderr and not runs.exists()
+    assert calls("sinfo") == ["--all -h -o %P %l"]
+    planned = cli("train", *TINY, *SLURM, "--partition", slurm_cluster, "--dry-run", "-o", str(runs), env=env)
+    assert planned.exit_code == 0, planned.output
+    assert calls("sinfo") == ["--all -h -o %P %l"] * 2 and not runs.exists()  # one more plan, one more call

@@ -314,6 +314,58 @@ def test_the_ranks_get_no_inductor_folder_torch_chose_for_this_process(zebra, ze
     assert passthrough({"TORCHINDUCTOR_CACHE_DIR": inductor_default_dir()}) == []
 
 
+TORCH_WRITES_HERE = """import os
+from torch._inductor.async_compile import AsyncCompile
+from torch._inductor.runtime.cache_dir_utils import triton_cache_dir
+
+AsyncCompile.process_pool()  # compile workers started by spawn: inductor writes TORCH_WARM_POOL=0 (and its folder)
+os.environ.setdefault("TRITON_CACHE_DIR", triton_cache_dir(0))  # what its first Triton kernel on a GPU does
+from zebra.launch.environment import passthrough
+
+print(dict((v.name, v.value) for v in passthrough()))
+"""
+
+
+@pytest.mark.parametrize("exported", [False, True])
+def test_the_ranks_get_what_the_shell_exported_not_what_torch_wrote(tmp_path, exported):
+    """Torch's own writes into os.environ, made by torch itself in a process of their own: none reaches the ranks;
+    the same names exported in the shell do (TORCH_WARM_POOL=0 is torch's value and a choice one makes)."""
+    import ast
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    env.update(TORCHINDUCTOR_WORKER_START="spawn", TORCHINDUCTOR_COMPILE_THREADS="2")
+    yours = {"TORCH_WARM_POOL": "0", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "mine")} if exported else {}
+    result = subprocess.run(
+        [sys.executable, "-c", TORCH_WRITES_HERE],
+        env={**env, **yours},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    passed = ast.literal_eval(result.stdout.strip().splitlines()[-1])
+    torchs = ("TORCH_WARM_POOL", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+    assert {k: passed[k] for k in torchs if k in passed} == yours
+    assert passed["TORCHINDUCTOR_WORKER_START"] == "spawn"  # the rest of the allow-list as before
+
+
+def test_each_plan_asks_sinfo_again(tmp_path, monkeypatch):
+    """sinfo's answers are kept for one launch (its plan), not for the process: a partition added since the last
+    plan is there for the next one."""
+    from zebra.errors import ZebraError
+
+    sets = ["launch.launcher=slurm", "launch.partition=gpu", "data.mock=true"]
+    recipe = load_recipe("tiny", overrides=sets)
+    monkeypatch.setenv("PATH", fake_sinfo(tmp_path, "debug* 1:00:00\\n")["PATH"])
+    with pytest.raises(ZebraError, match="--partition gpu: no such partition"):
+        make_plan(recipe, nproc=1, output=tmp_path / "runs")
+    monkeypatch.setenv("PATH", fake_sinfo(tmp_path, "debug* 1:00:00\\ngpu 2:00:00\\n")["PATH"])
+    plan = make_plan(recipe, nproc=1, output=tmp_path / "runs")
+    assert plan.sinfo.asked == ["%P %l"] and plan.slurm.partition == "gpu"
+
+
 def test_url_credentials_are_masked_in_any_value_and_never_pickled():
     text = "a http://u@h1/x b https://u:p@h2/p@q c user@host d https://h3/no-user"
     assert mask_urls(text) == f"a http://{MASK}@h1/x b https://{MASK}@h2/p@q c user@host d https://h3/no-user"

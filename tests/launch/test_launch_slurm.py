@@ -16,7 +16,7 @@ import pytest
 
 from zebra.train.checkpoint import committed, read_meta
 
-from .helpers import SETS, STEPS, TINY, hostbind_flags, losses
+from .helpers import SETS, STEPS, TINY, hostbind_flags, losses, recording, started_with
 
 pytestmark = pytest.mark.infra
 
@@ -91,6 +91,50 @@ def test_a_run_directory_in_use_is_refused_before_a_job_is_submitted(
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert f"{tmp_path / 'tiny'}: in use by pid {pid} on" in " ".join(refused.stderr.split())
     assert json.loads(zebra("jobs", "list", "--json").stdout) == []
+
+
+PARTITIONS = "--all -h -o %P %l"  # the query of the partitions and their time limits
+NODE_GPUS = "--all -h -o %P %D %G"  # the query of the nodes' GPUs
+
+
+@pytest.mark.parametrize(
+    ("flags", "asked"),
+    [
+        (["--nproc", "1", "--partition", "{partition}"], [PARTITIONS]),  # the plan checks the partition
+        (["--nproc", "1", "--time", "10"], []),  # nothing to check; a run's time limit is read at submission
+        (
+            ["--partition", "{partition}"],
+            [NODE_GPUS],
+        ),  # the GPUs per node; the nodes here have none: an error
+    ],
+)
+def test_a_slurm_plan_asks_sinfo_each_query_once(cli, slurm_cluster, tmp_path, flags, asked):
+    env, calls = recording(tmp_path, "sinfo")
+    args = [*TINY, "--launcher", "slurm", *(f.format(partition=slurm_cluster) for f in flags), "--dry-run"]
+    result = cli("train", *args, "-o", str(tmp_path / "runs"), env=env)
+    assert result.exit_code == (1 if NODE_GPUS in asked else 0), result.output
+    assert calls("sinfo") == asked
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_launch_asks_sinfo_once_and_hands_the_job_no_value_torch_wrote(
+    zebra_env, zebra, slurm_cluster, tmp_path, cancel_jobs_left
+):
+    """The plan checks the partition, the launcher checks it again before writing anything and the submission
+    reads its time limit (no --time): one sinfo query. On a fresh cache the launcher tokenizes the sample corpus
+    (`import megatron.core`, whose torch.compile decorators make inductor write its folder into os.environ); the
+    job inherits this environment through sbatch: without that folder, with what the shell exported."""
+    zebra_env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # the user sets none
+    env, calls = recording(tmp_path, "sinfo", "sbatch")
+    steps = ["--max-steps", "2", *(a for s in SETS for a in ("--set", s))]
+    args = ["tiny", *steps, "--launcher", "slurm", "--nproc", "1", "--partition", slurm_cluster]
+    result = zebra("train", *args, "-o", str(tmp_path / "runs"), env={**env, "TORCH_WARM_POOL": "0"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "submitted Slurm job" in result.stdout
+    assert calls("sinfo") == [PARTITIONS]
+    job_env = started_with(tmp_path, "sbatch")
+    assert "TORCHINDUCTOR_CACHE_DIR" not in job_env, job_env["TORCHINDUCTOR_CACHE_DIR"]
+    assert job_env["TORCH_WARM_POOL"] == "0" and job_env["ZEBRA_CACHE"] == zebra_env["ZEBRA_CACHE"]
 
 
 def wait_for(condition, what: str, timeout: float = 300, poll: float = 0.5):

@@ -20,6 +20,7 @@ from zebra.caches import (
     bytecode_cache_dir,
     cache_settings,
     torch_ships_bytecode,
+    torch_writes,
 )
 from zebra.doctor.check import Check, ok, warn
 
@@ -58,7 +59,10 @@ def check_kernel_cache(env: Mapping[str, str] = os.environ) -> Check:
     """Where compiled GPU kernels and autotuning results persist between runs (`zebra.caches`): the folders in
     effect, what they hold, and whether they are writable and survive a reboot."""
     zebra_values = cache_settings(dict(env))
-    effective = {key: env.get(key) or value for key, value in zebra_values.items()}
+    theirs = torch_writes(env)  # torch's own folders, which the ranks' use_kernel_cache replaces: not yours
+    effective = {
+        key: value if key in theirs or not env.get(key) else env[key] for key, value in zebra_values.items()
+    }
     triton = Path(effective["TRITON_CACHE_DIR"]).expanduser()
     files, size = _folder_usage(triton)
     yours = [

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from zebra.caches import set_by_torch
+from zebra.caches import torch_writes
 from zebra.errors import ZebraError
 
 MASK = "******"
@@ -110,14 +110,16 @@ def passthrough(
     environ: Mapping[str, str] | None = None, extra: Iterable[str] = (), secret: Iterable[str] = ()
 ) -> list[EnvVar]:
     """The allow-listed variables (plus the names in `extra`, and the names in `secret` as secrets) set in
-    `environ`, sorted by name; not a default torch wrote there itself (`zebra.caches.set_by_torch`: inductor's
-    cache folder, once anything in this process compiled), which the ranks choose for themselves."""
+    `environ`, sorted by name; not a default torch, Triton or FLA wrote there itself (`zebra.caches.torch_writes`:
+    inductor's cache folder once anything in this process compiled, TORCH_WARM_POOL=0, ...), which the ranks
+    choose for themselves. A value the process started with (exported in the shell) is passed, whatever it is."""
     environ = os.environ if environ is None else environ
     extra, secret = tuple(extra), tuple(secret)
+    theirs = torch_writes(environ)
     return [
         EnvVar(k, environ[k], is_secret(k) or any(fnmatch.fnmatchcase(k, p) for p in secret))
         for k in sorted(environ)
-        if allowed(k, (*extra, *secret)) and not set_by_torch(k, environ[k])
+        if allowed(k, (*extra, *secret)) and k not in theirs
     ]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from zebra.caches import without_torch_writes
 from zebra.errors import ZebraError
 from zebra.launch.commands import cpu_threads_per_rank, rank_command, require_rendezvous, run_id
 from zebra.train.run import TrainRun
@@ -79,7 +80,8 @@ def launch_local(
     saved = os.environ.get("OMP_NUM_THREADS")
     os.environ.setdefault("OMP_NUM_THREADS", str(cpu_threads_per_rank(nproc_per_node)))
     try:
-        elastic_launch(config, entrypoint=argv[0])(*argv[1:])
+        with without_torch_writes():  # the ranks inherit this environment, less torch's own defaults
+            elastic_launch(config, entrypoint=argv[0])(*argv[1:])
     except SignalException as e:
         return e.sigval.name
     except ChildFailedError as e:

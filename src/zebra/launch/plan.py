@@ -16,7 +16,7 @@ import dataclasses
 import shlex
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from zebra.launch.container import ContainerSpec, container_spec
 from zebra.launch.environment import EnvVar, masked, passthrough
 from zebra.launch.fields import check_fields
 from zebra.launch.ranks import count_ranks
-from zebra.launch.slurm_spec import SlurmSpec, check_partition_if_here, slurm_spec
+from zebra.launch.slurm_spec import Sinfo, SlurmSpec, check_partition_if_here, slurm_spec
 from zebra.recipes import Recipe
 from zebra.train.run import TrainRun, resolve_run
 
@@ -49,6 +49,8 @@ class LaunchPlan:
     rdzv_endpoint: str | None = None  # where torchrun's nodes meet (SLURM_RENDEZVOUS: found by each task)
     container: ContainerSpec | None = None
     slurm: SlurmSpec | None = None
+    # sinfo's answers for this launch: the plan, check_launcher and the submission ask each query once
+    sinfo: Sinfo = field(default_factory=Sinfo, repr=False, compare=False)
 
     @property
     def image(self) -> str | None:
@@ -129,11 +131,14 @@ def make_plan(
     `gpus` / `nproc` ranks per node and `nodes` default to the recipe's `launch` section; the run directory is
     `output/run` (default: the recipe's name); `resume` is auto, never or a checkpoint path.
     """
-    ranks = count_ranks(recipe.launch, gpus=gpus, nproc=nproc, nodes=nodes, rdzv_endpoint=rdzv_endpoint)
-    return _plan_launch(resolve_run(recipe, ranks, output=output, run=run, resume=resume))
+    sinfo = Sinfo()
+    ranks = count_ranks(
+        recipe.launch, gpus=gpus, nproc=nproc, nodes=nodes, rdzv_endpoint=rdzv_endpoint, sinfo=sinfo
+    )
+    return _plan_launch(resolve_run(recipe, ranks, output=output, run=run, resume=resume), sinfo)
 
 
-def _plan_launch(run: TrainRun) -> LaunchPlan:
+def _plan_launch(run: TrainRun, sinfo: Sinfo) -> LaunchPlan:
     """How the ranks of `run` start with its recipe's `launch.launcher`."""
     spec, ranks = run.recipe.launch, run.ranks
     launcher = spec.launcher
@@ -158,7 +163,7 @@ def _plan_launch(run: TrainRun) -> LaunchPlan:
     if launcher != "local":  # what reaches sbatch or a container spec stays on its line
         check_fields(run, env)
     if launcher == "slurm":  # also in --dry-run, where a Slurm client answers here
-        check_partition_if_here(spec.partition)
+        check_partition_if_here(spec.partition, sinfo)
     return LaunchPlan(
         launcher=launcher,
         run=run,
@@ -169,4 +174,5 @@ def _plan_launch(run: TrainRun) -> LaunchPlan:
         rdzv_endpoint=rdzv,
         container=container_spec(run, command=command, env=env) if in_container else None,
         slurm=slurm_spec(run) if launcher == "slurm" else None,
+        sinfo=sinfo,
     )

@@ -10,7 +10,7 @@ import shutil
 
 from zebra.errors import ZebraError
 from zebra.launch.devices import host_gpus
-from zebra.launch.slurm_spec import partition_gpus
+from zebra.launch.slurm_spec import Sinfo, partition_gpus
 from zebra.recipes import LaunchSpec
 from zebra.train.run import RankLayout
 
@@ -22,19 +22,23 @@ def count_ranks(
     nproc: int | None = None,
     nodes: int | None = None,
     rdzv_endpoint: str | None = None,
+    sinfo: Sinfo | None = None,
 ) -> RankLayout:
-    """The rank layout for `launch.launcher` from the flags (None: not given) and the recipe's `launch`."""
+    """The rank layout for `launch.launcher` from the flags (None: not given) and the recipe's `launch`
+    (`sinfo`: the launch's answers from Slurm, which a Slurm run without GPUs per node asks for them)."""
     if gpus is not None and nproc is not None:
         raise ZebraError(
             "--gpus and --nproc exclude each other", fix="--gpus for GPU ranks, --nproc for CPU ranks"
         )
     count = nodes or launch.nodes
-    device, per_node = _ranks_per_node(launch, gpus, nproc)
+    device, per_node = _ranks_per_node(launch, gpus, nproc, sinfo)
     _check_rendezvous(launch.launcher, count, rdzv_endpoint)
     return RankLayout(device, count, per_node, rdzv_endpoint)
 
 
-def _ranks_per_node(launch: LaunchSpec, gpus: int | None, nproc: int | None) -> tuple[str, int]:
+def _ranks_per_node(
+    launch: LaunchSpec, gpus: int | None, nproc: int | None, sinfo: Sinfo | None = None
+) -> tuple[str, int]:
     if nproc is not None:
         return "cpu", nproc
     wanted = launch.gpus if gpus is None else gpus
@@ -45,16 +49,16 @@ def _ranks_per_node(launch: LaunchSpec, gpus: int | None, nproc: int | None) -> 
     if launch.launcher == "docker":
         _, count = host_gpus()
         return ("cuda", count) if count else ("cpu", 1)
-    return "cuda", _slurm_node_gpus(launch.partition or None)
+    return "cuda", _slurm_node_gpus(launch.partition or None, sinfo)
 
 
-def _slurm_node_gpus(partition: str | None) -> int:
+def _slurm_node_gpus(partition: str | None, sinfo: Sinfo | None = None) -> int:
     """The GPUs each node of `partition` has (sinfo's gres), when they all have the same number, more than 0."""
     question = "--launcher slurm: how many ranks per node? launch.gpus is 0 and"
     fix = "pass --gpus N (GPUs per node; one task per GPU), or --nproc N for CPU ranks"
     if not shutil.which("sinfo"):
         raise ZebraError(f"{question} no Slurm client here (sinfo) shows the nodes' GPUs", fix=fix)
-    counts = partition_gpus(partition)
+    counts = partition_gpus(partition, sinfo)
     if len(counts) == 1 and (gpus := next(iter(counts))) > 0:
         return gpus
     where = f"partition {partition}" if partition else "the default partition"

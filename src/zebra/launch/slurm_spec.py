@@ -79,17 +79,41 @@ def _sinfo(fields: str) -> list[str]:
     return r.stdout.splitlines()
 
 
-def partitions() -> list[tuple[str, str]]:
+class Sinfo:
+    """sinfo's answers for one launch: each distinct query (its fields) runs once, however often the plan, the
+    launcher's check and the submission ask it; a failure is kept too and raised again, so that a controller
+    that does not answer costs one wait. One per `LaunchPlan` (a fresh one where none is given): a later launch,
+    in a long-lived process too, asks the cluster again."""
+
+    def __init__(self) -> None:
+        self._answers: dict[str, list[str] | ZebraError] = {}
+        self.asked: list[str] = []  # the queries run, in order
+
+    def lines(self, fields: str) -> list[str]:
+        """The lines of `sinfo --all -h -o FIELDS` (`_sinfo`), run on the first ask only."""
+        if fields not in self._answers:
+            self.asked.append(fields)
+            try:
+                self._answers[fields] = _sinfo(fields)
+            except ZebraError as e:
+                self._answers[fields] = e
+        answer = self._answers[fields]
+        if isinstance(answer, ZebraError):
+            raise ZebraError(answer.message, fix=answer.fix) from None
+        return list(answer)
+
+
+def partitions(sinfo: Sinfo | None = None) -> list[tuple[str, str]]:
     """sinfo's partitions as (name, time limit), the default one's name ending in `*`."""
-    rows = [line.split() for line in _sinfo("%P %l")]
+    rows = [line.split() for line in (sinfo or Sinfo()).lines("%P %l")]
     return [(row[0], row[1]) for row in rows if len(row) == 2]
 
 
-def partition_gpus(partition: str | None) -> dict[int, int]:
+def partition_gpus(partition: str | None, sinfo: Sinfo | None = None) -> dict[int, int]:
     """{GPUs per node: nodes} of `partition` (None: the default one), from the nodes' generic resources as
     sinfo shows them (`gpu:8`, `gpu:mi300x:8(S:0-1)`, `(null)`: none)."""
     counts: dict[int, int] = {}
-    for row in (line.split(None, 2) for line in _sinfo("%P %D %G")):
+    for row in (line.split(None, 2) for line in (sinfo or Sinfo()).lines("%P %D %G")):
         if len(row) != 3 or not row[1].isdigit():
             continue
         name, nodes, gres = row
@@ -99,12 +123,14 @@ def partition_gpus(partition: str | None) -> dict[int, int]:
     return counts
 
 
-def check_partition(partition: str | None, rows: list[tuple[str, str]] | None = None) -> None:
+def check_partition(
+    partition: str | None, rows: list[tuple[str, str]] | None = None, sinfo: Sinfo | None = None
+) -> None:
     """A one-line ZebraError naming `--partition` unless the cluster has that partition (`rows`: sinfo's
-    `partitions()`, asked here when not given)."""
+    `partitions()`, asked here through `sinfo` when not given); a controller that does not answer is one too."""
     if not partition:
         return
-    names = [name.rstrip("*") for name, _ in (partitions() if rows is None else rows)]
+    names = [name.rstrip("*") for name, _ in (partitions(sinfo) if rows is None else rows)]
     if partition not in names:
         raise ZebraError(
             f"--partition {partition}: no such partition on this cluster (sinfo lists {', '.join(names) or 'none'})",
@@ -112,13 +138,13 @@ def check_partition(partition: str | None, rows: list[tuple[str, str]] | None = 
         )
 
 
-def check_partition_if_here(partition: str | None) -> None:
+def check_partition_if_here(partition: str | None, sinfo: Sinfo | None = None) -> None:
     """`check_partition` where a Slurm client answers here; a plan may be made for a cluster elsewhere (a
     `--dry-run` on a laptop), where nothing can be checked (`check_launcher` requires the client)."""
     if not partition or not shutil.which("sinfo"):
         return
     try:
-        rows = partitions()
+        rows = partitions(sinfo)
     except ZebraError:  # sinfo here, no controller answering: the launcher's own check says so
         return
     check_partition(partition, rows)

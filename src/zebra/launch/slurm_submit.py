@@ -8,10 +8,11 @@ from __future__ import annotations
 import datetime
 import shutil
 
+from zebra.caches import without_torch_writes
 from zebra.errors import ZebraError
 from zebra.launch.jobs import JobRecord, add_job
 from zebra.launch.plan import LaunchPlan
-from zebra.launch.slurm_spec import SLURM_FIX, check_partition, parse_time, partitions
+from zebra.launch.slurm_spec import SLURM_FIX, Sinfo, check_partition, parse_time, partitions
 from zebra.launch.slurm_task import SlurmTask
 
 MAX_REQUEUES = 100  # submitit's bound on time-limit requeues
@@ -31,9 +32,9 @@ def require_slurm() -> None:
         raise ZebraError("--launcher slurm needs submitit", fix="pip install 'zebra-llama[launch]'") from None
 
 
-def partition_limit(partition: str | None) -> int | None:
+def partition_limit(partition: str | None, sinfo: Sinfo | None = None) -> int | None:
     """The time limit (minutes) of `partition` (default: the cluster's default one); None when unlimited."""
-    rows = partitions()
+    rows = partitions(sinfo)
     check_partition(partition, rows)
     for name, limit in rows:
         if (partition and name.rstrip("*") == partition) or (not partition and name.endswith("*")):
@@ -52,7 +53,7 @@ def submit(plan: LaunchPlan) -> JobRecord:
 
     spec = plan.slurm
     assert spec is not None, "a slurm plan has sbatch parameters"
-    time_min = parse_time(spec.time) if spec.time else partition_limit(spec.partition)
+    time_min = parse_time(spec.time) if spec.time else partition_limit(spec.partition, plan.sinfo)
     executor = submitit.SlurmExecutor(folder=spec.folder, max_num_timeout=MAX_REQUEUES)
     executor.update_parameters(**spec.executor_parameters(time_min or UNLIMITED_MIN))
     ranks = plan.run.ranks
@@ -64,7 +65,9 @@ def submit(plan: LaunchPlan) -> JobRecord:
         container=plan.container.without_secret_values() if plan.container else None,
     )
     try:
-        job = executor.submit(task)
+        # the job inherits this environment through sbatch: less the defaults torch wrote into it here
+        with without_torch_writes():
+            job = executor.submit(task)
     except Exception as e:  # submitit raises FailedJobError with sbatch's stderr
         lines = (
             [s.strip() for s in str(e).splitlines() if "error" in s.lower()] or str(e).splitlines() or [""]

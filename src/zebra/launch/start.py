@@ -67,12 +67,13 @@ def check_launcher(
 ) -> None:
     """Fail early, before the run directory is written: the Docker engine and the image are there (pulled
     if needed, reporting `progress(done_mb, total_mb)`) and no container runs this run already, or the Slurm
-    client commands are and the cluster has the partition."""
+    client commands are and the cluster has the partition (sinfo's answer, asked once per launch: `plan.sinfo`;
+    a controller that does not answer is an error here, where the plan let it pass)."""
     if plan.launcher == "docker":
         check_docker(plan.image or "", log, progress, plan.container.name if plan.container else None)
     elif plan.launcher == "slurm":
         require_slurm()
-        check_partition(plan.slurm.partition if plan.slurm else None)
+        check_partition(plan.slurm.partition if plan.slurm else None, sinfo=plan.sinfo)
 
 
 @contextlib.contextmanager
