@@ -8,9 +8,10 @@ import json
 import numpy as np
 
 from zebra.data.bundled_corpus import CORPUS_PATH, NUM_DOCUMENTS, generate_documents
+from zebra.data.indexed import check_prefix
 from zebra.data.inspection import inspect_data
-from zebra.data.manifest import read_manifest
-from zebra.data.prefixes import bundled_prefix, resolve_prefixes
+from zebra.data.manifest import read_manifest, write_manifest
+from zebra.data.prefixes import bundled_prefix, bundled_sample, resolve_prefixes
 
 
 def shipped_texts() -> list[str]:
@@ -37,6 +38,31 @@ def test_bundled_prefix_tokenizes_once_into_the_cache(zebra_cache, bpe_dir):
     assert report["tokenizer_check"]["status"] == "ok" and report["documents"] == len(texts)
     other = bundled_prefix(str(bpe_dir))
     assert other.parent != prefix.parent and read_manifest(other.parent).documents == len(texts)
+
+
+def test_without_prepare_the_sample_is_planned_and_nothing_written(tokenizer_name, tmp_path, monkeypatch):
+    """A dry run's answer for an empty cache: the prefix tokenizing will make and its document count, with no
+    folder, shard, manifest or lock written; the cache's own answer once it is tokenized (then read, not guessed)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ZEBRA_CACHE", str(cache))
+    planned = bundled_sample(tokenizer_name, prepare=False)
+    assert resolve_prefixes("@sample:2", tokenizer=tokenizer_name, prepare=False) == [
+        (str(planned.prefix), 2.0)
+    ]
+    assert not planned.prepared and not cache.exists()
+    made = bundled_sample(tokenizer_name)
+    assert made == planned._replace(prepared=True)
+    assert (
+        check_prefix(made.prefix).documents
+        == read_manifest(made.prefix.parent).documents
+        == planned.documents
+    )
+    assert bundled_sample(tokenizer_name, prepare=False) == made
+    manifest = read_manifest(made.prefix.parent)  # half-written (a prep killed midway): still only planned
+    manifest.complete = False
+    write_manifest(made.prefix.parent, manifest)
+    assert bundled_sample(tokenizer_name, prepare=False) == planned
+    assert bundled_sample(tokenizer_name) == made  # and redone by the next real use
 
 
 def test_corpus_is_learnable_bigram_entropy_far_below_uniform():

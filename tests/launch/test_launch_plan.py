@@ -296,22 +296,57 @@ def test_url_credentials_and_variables_marked_secret_are_masked(cli, tmp_path, j
         assert f"DB_PASS={MASK}" in result.stdout and f"https://{MASK}@wandb.example" in result.stdout
 
 
-def test_the_ranks_get_no_inductor_folder_torch_chose_for_this_process(zebra, zebra_env, tmp_path):
-    """On a fresh cache the sample corpus is tokenized, which imports megatron.core, whose torch.compile
-    decorators make inductor write its default folder (/tmp/torchinductor_USER) into os.environ: the plan
-    must not hand that to the ranks as if the user had chosen it (each rank picks zebra's kernel cache)."""
-    # the user sets none (an earlier test of this process may have left zebra's own cache folder there)
-    zebra_env.pop("TORCHINDUCTOR_CACHE_DIR", None)
-    args = ["tiny", "--launcher", "slurm", "--nproc", "1", "--dry-run", "--json"]
-    mine = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "mine")}
-    for env in ({}, mine):
-        result = zebra("train", *args, "-o", str(tmp_path / "runs"), env=env)
-        assert result.returncode == 0, result.stdout + result.stderr
-        passed = json.loads(result.stdout)["launch"]["env"]
-        assert passed.get("TORCHINDUCTOR_CACHE_DIR") == env.get("TORCHINDUCTOR_CACHE_DIR"), passed
+PLAN_OF_A_RUN = """import json, os, sys
+from zebra.launch import make_plan
+from zebra.recipes import load_recipe
+
+plan = make_plan(load_recipe("tiny", overrides=["launch.launcher=slurm"]), nproc=1, output=sys.argv[1])
+print(json.dumps({"passed": plan.describe()["env"], "here": os.environ.get("TORCHINDUCTOR_CACHE_DIR")}))
+"""
+
+
+def test_the_ranks_get_no_inductor_folder_torch_chose_for_this_process(zebra_env, tmp_path):
+    """On a fresh cache a run's plan (not a dry run's: that tokenizes nothing) tokenizes the sample corpus, which
+    imports megatron.core, whose torch.compile decorators make inductor write its default folder
+    (/tmp/torchinductor_USER) into os.environ: the plan must not hand that to the ranks as if the user had
+    chosen it (each rank picks zebra's kernel cache)."""
+    import subprocess
+    import sys
+
     from zebra.caches import inductor_default_dir
 
+    # the user sets none (an earlier test of this process may have left zebra's own cache folder there)
+    zebra_env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    mine = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "mine")}
+    for env in ({}, mine):
+        result = subprocess.run(
+            [sys.executable, "-c", PLAN_OF_A_RUN, str(tmp_path / "runs")],
+            env={**zebra_env, **env},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        seen = json.loads(result.stdout.strip().splitlines()[-1])
+        assert seen["here"] == env.get("TORCHINDUCTOR_CACHE_DIR", inductor_default_dir())  # torch wrote it
+        assert seen["passed"].get("TORCHINDUCTOR_CACHE_DIR") == env.get("TORCHINDUCTOR_CACHE_DIR"), seen
     assert passthrough({"TORCHINDUCTOR_CACHE_DIR": inductor_default_dir()}) == []
+
+
+def test_a_container_plan_of_the_sample_binds_its_cache_folder_that_only_the_run_writes(cli, tmp_path):
+    """A dry run on @sample with an empty cache tokenizes nothing: its container spec binds the folder the run
+    will tokenize it into (the same one a run's plan, which tokenizes it, names)."""
+    args = ["tiny", "--launcher", "docker", "--nproc", "1", "--data", "@sample", "--dry-run", "--json"]
+    result = cli("train", *args, "-o", str(tmp_path / "runs"))
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.stdout)
+    folder = Path(info["data"][0].removesuffix(":1.0")).parent
+    assert folder.parent == (tmp_path / "cache" / "sample").resolve()
+    assert f"{folder}:{folder}:ro" in info["launch"]["container"]["mounts"]
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()
+    recipe = load_recipe("tiny", overrides=["launch.launcher=docker", "data.paths=[@sample]"])
+    run = make_plan(recipe, nproc=1, output=tmp_path / "runs").run
+    assert run.recipe.data.paths == info["data"] and (folder / "manifest.json").is_file()
 
 
 TORCH_WRITES_HERE = """import os

@@ -95,6 +95,37 @@ def test_dry_run_prints_the_plan_and_writes_nothing(cli, tmp_path):
     assert "8 micro x 1 rank(s) x 1 accumulation = 8 sequences x 256 tokens" in table.stdout
 
 
+def test_a_dry_run_leaves_the_sample_untokenized_and_a_run_tokenizes_it_there(cli, tmp_path, monkeypatch):
+    """--dry-run of a recipe on @sample plans its prefix (and checks data.split against its document count) in an
+    empty cache without writing a byte there; the first real run tokenizes it under that very prefix."""
+    from zebra.data.bundled_corpus import NUM_DOCUMENTS
+    from zebra.data.manifest import read_manifest
+
+    from .helpers import sets
+
+    cache, runs = tmp_path / "cache", tmp_path / "runs"
+    monkeypatch.setenv("ZEBRA_CACHE", str(cache))
+
+    def plan(*args: str):
+        return cli("train", "tiny", "--dry-run", "--output", str(runs), *args)
+
+    planned = plan("--json")
+    assert planned.exit_code == 0, planned.output
+    [data] = json.loads(planned.stdout)["data"]
+    prefix = Path(data.removesuffix(":1.0"))
+    assert prefix.parent.parent == cache.resolve() / "sample" and prefix.name.startswith("byte-")
+    assert f"{prefix}:1.0" in plan().stdout  # the table names it too
+    split = plan("--set", "data.split=99999,1,0")  # a validation part of round(3000 x 1e-5) = 0 documents
+    _one_line_error(split, f"no documents for validation in {prefix} ({NUM_DOCUMENTS} documents)")
+    assert not cache.exists() and not runs.exists()
+
+    trained = cli("train", "tiny", "--max-steps", "1", "--output", str(runs), *sets())
+    assert trained.exit_code == 0, trained.output
+    assert read_manifest(prefix.parent).complete and Path(f"{prefix}.bin").is_file()
+    assert json.loads(plan("--json").stdout)["data"] == [data]
+    assert plan("--set", "data.split=99999,1,0").stderr == split.stderr  # now counted in the .idx
+
+
 def test_resume_never_asks_before_deleting_an_earlier_run(cli, tmp_path):
     run = tmp_path / "tiny"
     (run / "checkpoints" / "step_0000001").mkdir(parents=True)

@@ -135,6 +135,7 @@ def train(
         output=output,
         run=run,
         resume=resume,
+        prepare_data=not dry_run,  # a dry run writes nothing, not even the tokenized @sample
     )
     if dry_run:
         _show_plan(plan, json_)

@@ -26,6 +26,11 @@ def folder_lock(path: Path) -> FolderLock:
     return FolderLock(path, fix="wait for it to end, or choose another --output")
 
 
+def shard_prefix(folder: Path, index: int) -> Path:
+    """The Megatron prefix of shard `index` of `folder`: `FOLDER/NAME_0000i` (NAME = the folder's name)."""
+    return folder / f"{folder.name}_{index:05d}"
+
+
 @dataclass
 class FolderResult:
     """What one run left in a data folder (`run_prep`; `convert_fla` adds its verification)."""
@@ -86,7 +91,7 @@ class ShardFolder:
     def open_shard(self, index: int) -> ShardWriter:
         """Start shard `index` (its tokens in the manifest's dtype), under temporary names until `commit`."""
         assert self.writer is None, "commit the open shard first"
-        self.writer = ShardWriter(self.path / f"{self.path.name}_{index:05d}", self.manifest.dtype)
+        self.writer = ShardWriter(shard_prefix(self.path, index), self.manifest.dtype)
         return self.writer
 
     def commit(self, *, complete: bool, **stats: Any) -> Shard:

@@ -2,17 +2,20 @@
 
 `@sample` is the bundled corpus (`zebra.data.bundled_corpus`), tokenized on first use into the cache folder
 (`$ZEBRA_CACHE`, default `~/.cache/zebra`); concurrent callers (e.g. several training ranks) wait on a file lock,
-so the corpus is tokenized once.
+so the corpus is tokenized once. With `prepare=False` (a dry run) nothing is written: the answer is the prefix
+it would be and its document count (one per corpus row).
 """
 
 from __future__ import annotations
 
 import fcntl
 from pathlib import Path
+from typing import NamedTuple
 
 import zebra.data.tokenizers as tok
 from zebra.caches import zebra_cache_dir
 from zebra.data.bundled_corpus import CORPUS_PATH
+from zebra.data.folder import shard_prefix
 from zebra.data.indexed import check_prefix
 from zebra.data.manifest import Manifest, manifest_path, read_manifest, shard_paths
 from zebra.data.paths import BUNDLED, parse_data_path, prep_folder
@@ -21,13 +24,15 @@ from zebra.data.text_sources import default_folder, holds_text, open_source, pre
 from zebra.errors import ZebraError
 
 
-def resolve_prefixes(entry: str, *, tokenizer: str = "byte") -> list[tuple[str, float]]:
+def resolve_prefixes(entry: str, *, tokenizer: str = "byte", prepare: bool = True) -> list[tuple[str, float]]:
     """Turn one `data.paths` entry into Megatron prefixes with blend weights; the trainer calls this.
 
     Args:
         entry: `TARGET[:WEIGHT]` (`zebra.data.paths`).
         tokenizer: what `@sample` is tokenized with (other targets are already tokenized); a missing folder's
             error names the `zebra data prep` command that makes it with this tokenizer.
+        prepare: tokenize `@sample` into the cache if it is not there yet; False (a dry run): write nothing and
+            name the prefix it would be (`bundled_sample`).
 
     Returns:
         `[(prefix, weight), ...]`. The weights of one entry sum to its WEIGHT and split it in proportion to
@@ -39,7 +44,7 @@ def resolve_prefixes(entry: str, *, tokenizer: str = "byte") -> list[tuple[str, 
     """
     target, weight = parse_data_path(entry)
     if target == BUNDLED:
-        return [(str(bundled_prefix(tokenizer)), weight)]
+        return [(str(bundled_sample(tokenizer, prepare=prepare).prefix), weight)]
     folder = prep_folder(target)
     if folder is not None:
         return _folder_prefixes(folder, read_manifest(folder), weight)
@@ -93,6 +98,14 @@ def cache_dir() -> Path:
     return zebra_cache_dir()
 
 
+class BundledSample(NamedTuple):
+    """The bundled corpus tokenized with one tokenizer: its Megatron prefix and its document count."""
+
+    prefix: Path  # PREFIX.bin / PREFIX.idx (one shard, EOD after every document); absent if not `prepared`
+    documents: int
+    prepared: bool  # whether the cache holds it (False only when asked not to prepare it)
+
+
 def bundled_prefix(tokenizer: str = "byte") -> Path:
     """The Megatron prefix of the bundled corpus tokenized with `tokenizer` (prepared on first use).
 
@@ -102,9 +115,25 @@ def bundled_prefix(tokenizer: str = "byte") -> Path:
     Returns:
         Path such that `PREFIX.bin` / `PREFIX.idx` exist (one shard, EOD after every document).
     """
+    return bundled_sample(tokenizer).prefix
+
+
+def bundled_sample(tokenizer: str = "byte", *, prepare: bool = True) -> BundledSample:
+    """The bundled corpus tokenized with `tokenizer` in the cache: tokenized there first when `prepare` and not
+    there yet; with `prepare=False` nothing is written (no folder, no lock), and a corpus not yet tokenized is
+    answered by the prefix it will have and its document count, one per corpus row (no row is empty).
+
+    Args:
+        tokenizer: `byte` or any HF tokenizer name or path.
+    """
     loaded = tok.load_tokenizer(tokenizer)
     slug = tokenizer.strip("/").replace("/", "--").replace(".", "_") or "tokenizer"
     folder = cache_dir() / "sample" / f"{slug}-{tok.vocab_hash(loaded)[:12]}"
+    if not prepare:
+        if manifest_path(folder).is_file() and (manifest := read_manifest(folder)).complete:
+            return BundledSample(folder / manifest.shards[0].prefix, manifest.documents, prepared=True)
+        rows = open_source(str(CORPUS_PATH)).count_rows() or 0
+        return BundledSample(shard_prefix(folder, 0), rows, prepared=False)
     folder.parent.mkdir(parents=True, exist_ok=True)
     with open(folder.parent / f"{folder.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -115,4 +144,4 @@ def bundled_prefix(tokenizer: str = "byte") -> Path:
             )
             run_prep(plan)
         manifest = read_manifest(folder)
-    return folder / manifest.shards[0].prefix
+    return BundledSample(folder / manifest.shards[0].prefix, manifest.documents, prepared=True)

@@ -125,17 +125,20 @@ def make_plan(
     output: str | Path = "runs",
     run: str | None = None,
     resume: str = "auto",
+    prepare_data: bool = True,
 ) -> LaunchPlan:
     """The plan of a run of `recipe` with its `launch.launcher` (a one-line ZebraError for any problem).
 
     `gpus` / `nproc` ranks per node and `nodes` default to the recipe's `launch` section; the run directory is
-    `output/run` (default: the recipe's name); `resume` is auto, never or a checkpoint path.
+    `output/run` (default: the recipe's name); `resume` is auto, never or a checkpoint path. `prepare_data`
+    False (`--dry-run`) writes nothing, not even the tokenized `@sample` (its would-be prefix is planned).
     """
     sinfo = Sinfo()
     ranks = count_ranks(
         recipe.launch, gpus=gpus, nproc=nproc, nodes=nodes, rdzv_endpoint=rdzv_endpoint, sinfo=sinfo
     )
-    return _plan_launch(resolve_run(recipe, ranks, output=output, run=run, resume=resume), sinfo)
+    resolved = resolve_run(recipe, ranks, output=output, run=run, resume=resume, prepare_data=prepare_data)
+    return _plan_launch(resolved, sinfo)
 
 
 def _plan_launch(run: TrainRun, sinfo: Sinfo) -> LaunchPlan:

@@ -173,10 +173,13 @@ def split_bounds(split: str) -> list[tuple[float, float] | None]:
     return bounds
 
 
-def check_split_documents(recipe: Recipe, prefixes: list[str], *, eval_on: bool) -> None:
+def check_split_documents(
+    recipe: Recipe, prefixes: list[str], *, eval_on: bool, documents: dict[str, int] | None = None
+) -> None:
     """Refuse a data.split that gives training no documents, or a prefix no documents in its train or validation
     part: megatron would try to draw samples from none and loop forever (it cuts each prefix's documents at
-    round(fraction x count)). Reads only the prefixes' .idx headers, so it runs before a run folder exists."""
+    round(fraction x count)). Reads only the prefixes' .idx headers, so it runs before a run folder exists;
+    `documents` gives the counts of prefixes not written yet (a dry run's `@sample`)."""
     from zebra.data.indexed import check_prefix
 
     split_matrix = split_bounds(recipe.data.split)
@@ -186,9 +189,9 @@ def check_split_documents(recipe: Recipe, prefixes: list[str], *, eval_on: bool)
             fix="give the first (train) weight of data.split a share, e.g. --set data.split=99,1,0",
         )
     for prefix in prefixes:
-        documents = check_prefix(prefix).documents
+        count = documents[prefix] if documents and prefix in documents else check_prefix(prefix).documents
         for part, bounds in zip(("training", "validation"), split_matrix[:2], strict=True):
-            if bounds is None or round(bounds[0] * documents) < round(bounds[1] * documents):
+            if bounds is None or round(bounds[0] * count) < round(bounds[1] * count):
                 continue
             fix = (
                 "give it a larger share, e.g. --set data.split=90,10,0"
@@ -196,7 +199,7 @@ def check_split_documents(recipe: Recipe, prefixes: list[str], *, eval_on: bool)
                 else "--set data.split=100,0,0 (with train.eval_interval=0), or more documents"
             )
             raise ZebraError(
-                f"data.split {recipe.data.split!r} leaves no documents for {part} in {prefix} ({documents} documents)",
+                f"data.split {recipe.data.split!r} leaves no documents for {part} in {prefix} ({count} documents)",
                 fix=fix,
             )
 

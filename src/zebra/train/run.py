@@ -21,7 +21,8 @@ from zebra import arch
 from zebra.atomic import write_atomic
 from zebra.checkpoint_dir import committed, find_checkpoints, newest_step, remove_checkpoints
 from zebra.data import load_tokenizer, read_manifest, resolve_prefixes
-from zebra.data.paths import parse_data_path, prep_folder
+from zebra.data.paths import BUNDLED, parse_data_path, prep_folder
+from zebra.data.prefixes import bundled_sample
 from zebra.errors import ZebraError
 from zebra.locks import FolderLock
 from zebra.recipes import Recipe, dump_recipe, load_recipe
@@ -112,8 +113,13 @@ def data_overrides(data: list[str] | None, mock_data: bool, max_steps: int | Non
     return sets
 
 
-def resolve_data(recipe: Recipe) -> None:
-    """Replace `data.paths` by absolute Megatron prefixes with weights (tokenizing `@sample` on first use)."""
+def resolve_data(recipe: Recipe, *, prepare_data: bool = True) -> None:
+    """Replace `data.paths` by absolute Megatron prefixes with weights (tokenizing `@sample` on first use).
+
+    Args:
+        prepare_data: False (a dry run): write nothing; `@sample` not tokenized yet becomes the prefix it will
+            be, checked with its document count (`zebra.data.prefixes.bundled_sample`).
+    """
     if recipe.data.mock:
         return
     if not recipe.data.paths:
@@ -131,13 +137,24 @@ def resolve_data(recipe: Recipe) -> None:
     resolved = [
         (str(Path(prefix).resolve()), weight)
         for entry in recipe.data.paths
-        for prefix, weight in resolve_prefixes(entry, tokenizer=recipe.data.tokenizer)
+        for prefix, weight in resolve_prefixes(entry, tokenizer=recipe.data.tokenizer, prepare=prepare_data)
     ]
     if recipe.data.order != "fla":  # before the run folder exists; FLA's order has no split
         check_split_documents(
-            recipe, [prefix for prefix, _ in resolved], eval_on=recipe.train.eval_interval > 0
+            recipe,
+            [prefix for prefix, _ in resolved],
+            eval_on=recipe.train.eval_interval > 0,
+            documents=_unwritten_sample(recipe) if not prepare_data else None,
         )
     recipe.data.paths = [f"{prefix}:{weight!r}" for prefix, weight in resolved]
+
+
+def _unwritten_sample(recipe: Recipe) -> dict[str, int]:
+    """`{prefix: documents}` of `@sample` where a dry run left it untokenized (no files to count them in)."""
+    if not any(parse_data_path(entry).target == BUNDLED for entry in recipe.data.paths):
+        return {}
+    sample = bundled_sample(recipe.data.tokenizer, prepare=False)
+    return {} if sample.prepared else {str(sample.prefix.resolve()): sample.documents}
 
 
 def resolve_distill(recipe: Recipe) -> None:
@@ -243,10 +260,13 @@ def resolve_run(
     output: str | Path = "runs",
     run: str | None = None,
     resume: str = "auto",
+    prepare_data: bool = True,
 ) -> TrainRun:
     """Resolve and check everything a run of `recipe` on `ranks` needs (a one-line ZebraError for any problem).
 
-    The run keeps a copy of `recipe` with its data resolved; `recipe` itself is left as it was.
+    The run keeps a copy of `recipe` with its data resolved; `recipe` itself is left as it was. `prepare_data`
+    False (a dry run) writes nothing: `@sample` not tokenized yet is named by the prefix it will have
+    (`resolve_data`).
     """
     recipe = copy.deepcopy(recipe)
     t = recipe.train
@@ -265,7 +285,7 @@ def resolve_run(
             fix="--set model.kernel_backend=auto (FLA's kernels on a GPU, the torch reference elsewhere)",
         )
     run_dir = Path(output) / run_name(run, recipe)
-    resolve_data(recipe)
+    resolve_data(recipe, prepare_data=prepare_data)
     resolve_distill(recipe)
     found = committed(run_dir / "checkpoints")
     resolved = TrainRun(
