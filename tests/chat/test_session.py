@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+import pytest
 import torch
 
 from zebra.chat.session import ChatSession, ChatSettings
@@ -193,27 +196,39 @@ def test_generate_stdout_is_only_the_greedy_text(loaded, trained_export):
     assert by_stdin.stdout == by_flag.stdout
 
 
-def test_repl_resets_when_the_context_is_full(loaded):
+@pytest.mark.parametrize("cache", ["static", "dynamic"])
+def test_a_conversation_is_bounded_by_the_context_on_either_cache(loaded, cache):
+    """A reply stops where the conversation reaches the context (24 here: the engine's max_seq_len), and says so;
+    the next message starts a new conversation and is answered there, even one past the context by itself. The
+    static cache (GPU) and the dynamic one (CPU) behave alike: before, the static one raised CacheFullError in the
+    middle of a reply and dropped the next message, and the dynamic one ran on past the context."""
     import io
 
     from zebra.chat.repl import Repl
 
     model, tokenizer = loaded
     session = ChatSession(
-        Engine(model, cache="static", max_seq_len=24), tokenizer, ChatSettings(temperature=0.0)
+        Engine(model, cache=cache, max_seq_len=24), tokenizer, ChatSettings(temperature=0.0)
     )
-    lines = iter(
-        ["a short one", "/stats", "this line alone is longer than the twenty-four token cache", "/quit"]
-    )
-
-    def read_line(_prompt: str) -> str:
-        return next(lines)
-
+    long_line = "this line alone is longer than the twenty-four token cache"
+    lines = iter(["a short one", long_line, "/quit"])
     out = io.StringIO()
-    Repl(session, read_line=read_line, stream=out).run()
-    text = out.getvalue()
-    assert "[the context is full (" in text and "conversation reset]" in text
-    assert session.context_tokens == 0
+    Repl(session, read_line=lambda _prompt: next(lines), stream=out).run()
+    said = [line for line in out.getvalue().splitlines()[1:] if line.startswith("[")]  # past the banner
+    full = "[the context of 24 tokens is full; the next message starts a new conversation]"
+    long_ids = len(tokenizer(long_line)["input_ids"])
+    assert len(said) == 4 and said[0] == said[3] == full
+    assert re.fullmatch(
+        r"\[the context of 24 tokens is full \(2\d used, this message needs \d+\); conversation reset\]",
+        said[1],
+    )
+    assert said[2] == (
+        f"[this message makes the conversation {long_ids} tokens, past the model's context of 24; quality past "
+        "it is not trained]"
+    )
+    assert 0 < session.last.new_tokens <= 24  # the long line was answered, for at most 24 tokens
+    assert session.context_tokens == long_ids + session.last.new_tokens
+    assert session.transcript.messages[0] == {"role": "user", "content": long_line}
 
 
 def repl_lines(export, lines: list[str]) -> tuple[list[str], ChatSession]:

@@ -13,13 +13,15 @@ import torch
 
 
 @functools.cache
-def tiny_model(recipe: str, dtype: torch.dtype = torch.float64, seed: int = 0):
+def tiny_model(recipe: str, dtype: torch.dtype = torch.float64, seed: int = 0, context: int | None = None):
+    """`context`: the config's max_position_embeddings in place of the recipe's (the same weights)."""
     from zebra.models import ZebraForCausalLM
     from zebra.recipes import load_recipe
 
     torch.manual_seed(seed)
+    extra = {} if context is None else {"max_position_embeddings": context}
     config = load_recipe(recipe).model.to_config(
-        tie_word_embeddings=False, initializer_range=0.2, kernel_backend="torch"
+        tie_word_embeddings=False, initializer_range=0.2, kernel_backend="torch", **extra
     )
     return ZebraForCausalLM(config).to(dtype).eval()
 

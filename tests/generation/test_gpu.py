@@ -92,10 +92,11 @@ def prompts_of(lengths: list[int], vocab: int, seed: int) -> list[list[int]]:
 
 def test_graph_decode_over_growing_and_shrinking_requests_equals_eager():
     """Issue 15 item 17: a later request that needs a larger cache used to crash the next graph capture (a
-    released graph's shared pool). Slots now regrow with their own pools; every output still equals eager decode."""
+    released graph's shared pool). Slots now regrow with their own pools; every output still equals eager decode.
+    A request past max_seq_len (the engine's context) stops there and fits the largest bucket."""
     model = cuda_model("tiny", torch.float32)
-    graph = Engine(model, max_seq_len=64)  # buckets up to 64 tokens; longer requests get exactly their size
-    eager = Engine(model, cache="static", cuda_graph=False, max_seq_len=64)
+    graph = Engine(model, max_seq_len=256)  # buckets up to 256 tokens, the longest sequence
+    eager = Engine(model, cache="static", cuda_graph=False, max_seq_len=256)
     requests = [
         ([7], 8),
         ([7], 1),
@@ -105,28 +106,63 @@ def test_graph_decode_over_growing_and_shrinking_requests_equals_eager():
         ([9, 4, 6], 70),
         ([5, 9], 4),
         ([7], 200),
+        ([7], 1_000_000),
     ]
     capacities = []
     for i, (lengths, new) in enumerate(requests):
         prompts = prompts_of(lengths, model.config.vocab_size, seed=i)
         want = generate_tokens(eager, prompts, max_new_tokens=new)
         assert generate_tokens(graph, prompts, max_new_tokens=new) == want, (lengths, new)
+        assert [len(row) for row in want] == [min(new, 256 - n) for n in lengths]
         capacities.append(graph.runner._slots[1].cache.max_length)
-    assert capacities == [16, 16, 107, 107, 107, 107, 107, 207]  # regrown twice, reused when shrinking
+    assert capacities == [16, 16, 128, 128, 128, 128, 128, 256, 256]  # regrown twice, reused when shrinking
     assert all(isinstance(slot.graph, torch.cuda.CUDAGraph) for slot in graph.runner._slots.values())
 
 
 def test_1b_gdn_pure_requests_of_8_then_1_then_256_tokens_after_2048():
-    """The exact failing sequence of issue 15 item 17 (max_seq_len 2049 forces the regrowth it crashed on)."""
+    """The sequence of issue 15 item 17, which crashed regrowing the slot. A pure-GDN cache has the same size
+    for any length, so its slot is now made once and never regrown; the graph still equals eager decode."""
     model = cuda_model("1b-gdn-pure", torch.bfloat16)
     prompt = prompts_of([2048], model.config.vocab_size, seed=0)
     graph = Engine(model, max_seq_len=2049)
     eager = Engine(model, cache="static", cuda_graph=False, max_seq_len=2049)
+    caches = []
     for new in (8, 1, 256):
         assert generate_tokens(graph, prompt, max_new_tokens=new) == generate_tokens(
             eager, prompt, max_new_tokens=new
         )
-    assert graph.runner._slots[1].cache.max_length == 2304
+        caches.append(graph.runner._slots[1].cache)
+    assert caches[0] is caches[1] is caches[2] and caches[0].max_length == 2056
+
+
+def test_a_million_new_tokens_on_a_hybrid_stop_at_its_context():
+    """`zebra generate --max-new 1000000` on a model with MLA: the cache is sized for the context (1024 in tiny),
+    not for a million tokens, and decoding stops there."""
+    model = cuda_model("tiny", torch.float32)
+    engine = Engine(model)
+    columns = []
+    for column in engine.generate(
+        PROMPTS[:1], max_new_tokens=1_000_000, should_stop=lambda: len(columns) > 2000
+    ):
+        columns.append(column)
+    assert len(columns) == 1024 - len(PROMPTS[0])
+    assert engine.runner._slots[1].cache.max_length == 1024
+
+
+def test_a_pure_recurrent_graph_decodes_past_the_configured_length_without_a_new_slot():
+    """`zebra generate --max-new 1000000` on a pure-GDN model: no context, a cache of the same size whatever was
+    asked for, and the graph keeps decoding past max_position_embeddings (1024 in tiny-gdn)."""
+    model = cuda_model("tiny-gdn", torch.float32)
+    engine = Engine(model)
+    assert engine.context is None
+    before = torch.cuda.memory_allocated()
+    columns = []
+    for column in engine.generate(
+        PROMPTS[:1], max_new_tokens=1_000_000, should_stop=lambda: len(columns) >= 1100
+    ):
+        columns.append(column)
+    assert len(columns) == 1100
+    assert torch.cuda.memory_allocated() - before < 64 * 2**20  # states, graphs, pools: not a million tokens
 
 
 @pytest.mark.parametrize(

@@ -72,16 +72,18 @@ def test_should_stop_on_the_lagged_loop_feeds_every_output_token(hybrid):
     assert again == greedy_by_full_forwards(hybrid, PROMPT + seen + [9], 3)
 
 
-def test_a_full_cache_raises_after_the_last_token_that_fits(hybrid):
-    from zebra.generation import CacheFullError
-
-    engine = Engine(hybrid, cache="static", max_seq_len=10)
-    state, seen = engine.new_state(batch=1), []
-    with pytest.raises(CacheFullError):
-        for column in engine.generate_from(state, PROMPT, max_new_tokens=8):
-            seen.append(column[0])
-    assert seen == greedy_by_full_forwards(hybrid, PROMPT, 4)  # 7 + 3 fed fill 10 slots; the 4th is output
-    assert state.length == 10
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_a_reply_stops_where_the_sequence_fills_max_seq_len(hybrid, cache):
+    """A live state's reply ends when prompt + reply reach max_seq_len (the engine's context), as it ends at
+    max_new_tokens: no CacheFullError in the middle of a stream, and the same tokens on either cache."""
+    engine = Engine(hybrid, cache=cache, max_seq_len=10)
+    state = engine.new_state(batch=1)
+    seen = [column[0] for column in engine.generate_from(state, PROMPT, max_new_tokens=8)]
+    full = greedy_by_full_forwards(hybrid, PROMPT, 3)
+    assert seen == full  # 7 + 3 = 10 tokens
+    assert state.length == 9 and state.unfed == full[-1]  # the last one is not fed: the cache never overflows
+    if cache == "static":  # a full cache ends the next reply before its first token, without raising
+        assert list(engine.generate_from(state, [state.unfed], max_new_tokens=8)) == []
 
 
 def test_seeded_sampling_is_the_same_on_the_lagged_static_loop_and_the_dynamic_one(hybrid):

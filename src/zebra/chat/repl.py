@@ -117,10 +117,12 @@ class Repl:
     def turn(self, text: str) -> None:
         with _stop_on_sigint() as stop:
             try:
-                for piece in self.session.send(text, should_stop=stop.is_set):
+                for piece in self.session.send(text, should_stop=stop.is_set, on_note=self._note):
                     self.stream.write(piece)
                     self.stream.flush()
-            except CacheFullError:
+            except (
+                CacheFullError
+            ):  # a safety net: the session keeps every turn within the context and the cache
                 self._say(
                     f"\n[the context is full ({self.session.context_tokens} tokens); conversation reset]"
                 )
@@ -130,7 +132,15 @@ class Repl:
         self.stream.write("\n")
         if stopped:
             self._say("[stopped]")
+        if self.session.last.context_full:
+            self._say(
+                f"[the context of {self.session.engine.context} tokens is full; the next message starts a new "
+                "conversation]"
+            )
         self.stream.flush()
+
+    def _note(self, text: str) -> None:
+        self._say(f"[{text}]")
 
     def _say(self, text: str) -> None:
         self.stream.write(text + "\n")

@@ -5,6 +5,11 @@ same size whatever the history, the MLA latents grow by `kv_lora_rank + qk_rope`
 With a chat template the new tokens are the part of the re-rendered conversation after what the cache already
 holds; when the template rewrites earlier text (e.g. trims the reply) the conversation is re-prefilled once from
 scratch, which is always correct.
+
+On a model with a context (`Engine.context`: attention layers) the conversation is bounded by it: a reply stops
+where the conversation reaches it, and a message that does not fit what is left starts a new conversation (the
+message alone, told through `on_note`). A message longer than the context by itself is still answered, told as
+past the context. A model of recurrent layers only has no such bound.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class TurnStats:
     context_tokens: int = 0
     cache_bytes: int = 0
     reprefilled: bool = False
+    context_full: bool = False  # the conversation reached the model's context: the next message starts over
 
     @property
     def prefill_tokens_per_s(self) -> float:
@@ -91,10 +97,19 @@ class ChatSession:
         """Tokens of the conversation: those in the cache plus the reply's last, fed with the next turn."""
         return self.state.length + len(self.transcript.pending)
 
-    def send(self, user_text: str, should_stop: Callable[[], bool] | None = None) -> Iterator[str]:
-        """Prefill the new turn on top of the live cache, then stream the reply as text pieces."""
+    def send(
+        self,
+        user_text: str,
+        should_stop: Callable[[], bool] | None = None,
+        on_note: Callable[[str], None] | None = None,
+    ) -> Iterator[str]:
+        """Prefill the new turn on top of the live cache, then stream the reply as text pieces.
+
+        `on_note` is told, before the reply, when the conversation is reset because this message does not fit the
+        model's context, and when the message is past the context by itself.
+        """
         stats = TurnStats()
-        new_ids = self._new_turn_ids(user_text, stats)
+        new_ids = self._fitting_turn_ids(user_text, stats, on_note or (lambda _note: None))
         s = self.settings
         sampling = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
         stream = TextStream(self.tokenizer)
@@ -130,7 +145,37 @@ class ChatSession:
         self._record_reply(reply)
         stats.context_tokens = self.context_tokens
         stats.cache_bytes = self.engine.cache_bytes(self.state)
+        stats.context_full = self.engine.context is not None and self.context_tokens >= self.engine.context
         self.last = stats
+
+    def _fitting_turn_ids(
+        self, user_text: str, stats: TurnStats, on_note: Callable[[str], None]
+    ) -> list[int]:
+        """The ids of this turn (`_new_turn_ids`), after a reset when the conversation and they reach the
+        context; the live state grown when they alone need more room than it has."""
+        had_history = self.state.length > 0 or bool(self.transcript.pending)
+        ids = self._new_turn_ids(user_text, stats)
+        context = self.engine.context
+        if context is None:
+            return ids
+        if (had_history or stats.reprefilled) and self.state.length + len(ids) >= context:
+            on_note(
+                f"the context of {context} tokens is full ({self.state.length} used, this message needs "
+                f"{len(ids)}); conversation reset"
+            )
+            self.reset()
+            stats.reprefilled = False
+            ids = self._new_turn_ids(user_text, stats)
+        if len(ids) >= context:
+            where = "past" if len(ids) > context else "the whole of"
+            on_note(
+                f"this message makes the conversation {len(ids)} tokens, {where} the model's context of "
+                f"{context}; quality past it is not trained"
+            )
+        need = self.engine.capacity_for([self.state.length + len(ids)], self.settings.max_new_tokens)
+        if self.state.length == 0 and not self.state.has_room(need):  # a fresh state, too small for it alone
+            self.state = self.engine.new_state(batch=1, capacity=need)
+        return ids
 
     def _new_turn_ids(self, user_text: str, stats: TurnStats) -> list[int]:
         """The ids to feed for this turn: pending tokens + the new part of the rendered conversation."""

@@ -20,6 +20,7 @@ from zebra.cli._options import (
     max_new_option,
     tokenizer_option,
 )
+from zebra.cli._output import out
 from zebra.errors import ZebraError
 from zebra.model_folder import model_path
 
@@ -60,7 +61,10 @@ def generate_command(
         model, device=device, dtype=dtype, tokenizer=tokenizer, cuda_graph=cuda_graph, compile=compile_
     )
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
-    for piece in stream_completion(engine, tok, text, max_new_tokens=max_new, sampling=sampling, seed=seed):
+    pieces = stream_completion(
+        engine, tok, text, max_new_tokens=max_new, sampling=sampling, seed=seed, on_note=out.note
+    )
+    for piece in pieces:
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")

@@ -25,27 +25,29 @@ import torch
 
 from zebra.generation.decode_step import DecodeRunner
 from zebra.generation.state import DecodeState
-from zebra.generation.token_sampling import SamplingParams, TokenChooser
+from zebra.generation.token_sampling import SamplingParams, TokenChooser, row_budgets
 from zebra.host_copy import HostCopy
 
 
 class _Rows:
-    """Host bookkeeping of every row: prompt tokens still to feed, tokens output, stopped or not."""
+    """Host bookkeeping of every row: prompt tokens still to feed, tokens output (of its budget), stopped or not."""
 
-    def __init__(self, forced_lengths: Sequence[int], max_new_tokens: int, stop_ids: Collection[int]):
+    def __init__(
+        self, forced_lengths: Sequence[int], max_new_tokens: int | Sequence[int], stop_ids: Collection[int]
+    ):
         self.forced = list(forced_lengths)
-        self.max_new = max_new_tokens
+        self.max_new = row_budgets(max_new_tokens, len(self.forced))
         self.stop_ids = frozenset(stop_ids)
         self.produced = [0] * len(self.forced)
-        self.done = [max_new_tokens <= 0] * len(self.forced)
+        self.done = [budget <= 0 for budget in self.max_new]
 
     def all_done(self) -> bool:
         return all(self.done)
 
     def all_done_after(self, i: int) -> bool:
         """Every row is done once token i is out, whatever its value (budgets only; stop ids are not known)."""
-        rows = zip(self.done, self.forced, self.produced, strict=True)
-        return all(done or (forced <= i and made + 1 >= self.max_new) for done, forced, made in rows)
+        rows = zip(self.done, self.forced, self.produced, self.max_new, strict=True)
+        return all(done or (forced <= i and made + 1 >= most) for done, forced, made, most in rows)
 
     def take(self, i: int, tokens: list[int]) -> list[int | None]:
         """Record token column i; returns what each row outputs (None: still in its prompt, or done)."""
@@ -55,7 +57,7 @@ class _Rows:
                 continue
             column[b] = token
             self.produced[b] += 1
-            self.done[b] = token in self.stop_ids or self.produced[b] >= self.max_new
+            self.done[b] = token in self.stop_ids or self.produced[b] >= self.max_new[b]
         return column
 
 
@@ -67,7 +69,7 @@ class DecodeLoop:
             the cache has no room for a step ahead).
         state: a prefilled state (`state.logits` set).
         forced: per row, the prompt tokens it still feeds before it outputs (longer prompts in a batch).
-        max_new_tokens: tokens each row may output.
+        max_new_tokens: tokens each row may output: one budget for all rows, or one per row.
         sampling: how tokens are chosen.
         stop_ids: tokens that end a row (output, never fed).
         seed: the device generator's seed.
@@ -81,7 +83,7 @@ class DecodeLoop:
         state: DecodeState,
         forced: Sequence[Sequence[int]],
         *,
-        max_new_tokens: int,
+        max_new_tokens: int | Sequence[int],
         sampling: SamplingParams,
         stop_ids: Collection[int],
         seed: int,

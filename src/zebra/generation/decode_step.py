@@ -16,12 +16,15 @@ that cache when it is large enough, so only one state per batch size is live at 
 `bucket_capacity` (powers of two up to the engine's `max_seq_len`), so requests of similar lengths share one slot;
 when a request needs more, the old slot's graphs and cache are released before the new ones are allocated and
 captured. Every graph has its own memory pool: a pool is never shared with a graph that may be released first.
+A model without MLA sublayers (GDN / KDA / Mamba2 only) has a cache of the same size whatever the length: its
+slot is never regrown and its states have no capacity (`DecodeState.capacity` None), so decoding never ends for
+lack of room.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import torch
@@ -29,6 +32,7 @@ import torch
 from zebra.generation.forward import LogitsForward
 from zebra.generation.state import DecodeState
 from zebra.generation.token_sampling import SamplingParams, TokenChooser
+from zebra.mixers import mixer_spec
 from zebra.models import ZebraCache
 
 WARMUP_STEPS = 3  # eager runs on a side stream before a capture: kernel selection, autotuning, allocator
@@ -105,7 +109,7 @@ class DecodeRunner:
         state: DecodeState,
         sampling: SamplingParams,
         stop_ids: Collection[int],
-        max_new_tokens: int,
+        max_new_tokens: int | Sequence[int],
         seed: int,
     ) -> TokenChooser:
         """The chooser for one decode call on `state`, started: buffers set for these settings, its random
@@ -160,15 +164,18 @@ class StaticRunner(DecodeRunner):
         )
         self._slots: dict[int, _StaticSlot] = {}
         self._step_fn = torch.compile(forward, dynamic=False) if compile else forward
+        # whether the cache holds something per token (MLA latents); without, its size ignores the capacity
+        self.grows = any(mixer_spec(char).state == "latent" for char in model.config.layer_pattern)
 
     def new_state(self, batch: int, capacity: int) -> DecodeState:
         slot = self._slot(batch, capacity)
         slot.cache.reset()
-        return DecodeState(cache=slot.cache, batch=batch, capacity=slot.cache.max_length)
+        room = slot.cache.max_length if self.grows else None
+        return DecodeState(cache=slot.cache, batch=batch, capacity=room)
 
     def _slot(self, batch: int, capacity: int) -> _StaticSlot:
         slot = self._slots.get(batch)
-        if slot is not None and slot.cache.max_length >= capacity:
+        if slot is not None and (slot.cache.max_length >= capacity or not self.grows):
             return slot
         if slot is not None:  # release the old graphs and cache before the new ones take memory
             del self._slots[batch]
@@ -263,7 +270,7 @@ class StaticRunner(DecodeRunner):
         src, dst = state.cache, target.cache
         if dst is src:
             return state
-        if dst.max_length < src.max_length:
+        if self.grows and dst.max_length < src.max_length:
             raise ValueError("clone target cache is smaller than the source")
         for s_layer, d_layer in zip(src.layers, dst.layers, strict=True):
             if s_layer is None:

@@ -10,6 +10,13 @@ The engine knows nothing about text (nanochat's rule). It owns one model and run
 Every row of a state holds the same number of tokens. A batch of prompts of different lengths is prefilled up to
 the shortest one together; the remaining prompt tokens are forced through decode steps (Meta's Llama reference
 does the same), so no padding ever enters a recurrent state and each row equals its own batch-1 run.
+
+A model whose layers have a position limit (attention with RoPE: MLA, a transformer) has a context, `Engine.context`
+(its `max_position_embeddings`): a row stops when its sequence reaches it, as it stops after `max_new_tokens`, so a
+static cache is never sized past it however many tokens are asked for. A prompt already at or past the context is
+still fed whole and continued, for at most `context` new tokens (`Engine.budgets`). A model of recurrent layers
+only (GDN, KDA, Mamba2) has no positions and no context: its generation is bounded by `max_new_tokens` alone, and
+its static cache has the same size whatever the length.
 """
 
 from __future__ import annotations
@@ -24,6 +31,22 @@ from zebra.generation.decode_step import DecodeRunner, StaticRunner
 from zebra.generation.forward import logits_forward
 from zebra.generation.state import DecodeState
 from zebra.generation.token_sampling import SamplingParams
+from zebra.mixers import mixer_spec
+
+
+def position_limit(config: Any) -> int | None:
+    """The context of a model whose layers have a position limit: its `max_position_embeddings` when it has
+    attention layers (MLA in a zebra model, an FLA model's `attn` layers, any transformers model declaring one);
+    None for a model of recurrent layers only (zebra's GDN / KDA / Mamba2, FLA's models without `attn`)."""
+    if getattr(config, "model_type", None) == "zebra":
+        # "latent" is MLA's slot kind: keys kept per token, at RoPE positions
+        positioned = any(mixer_spec(char).state == "latent" for char in config.layer_pattern)
+    elif hasattr(config, "attn"):  # FLA's recurrent families: hybrid only when `attn` names attention layers
+        positioned = bool(config.attn)
+    else:
+        positioned = True
+    limit = getattr(config, "max_position_embeddings", None) if positioned else None
+    return int(limit) if limit else None
 
 
 class Engine:
@@ -35,8 +58,15 @@ class Engine:
             or `auto`: static on a GPU for zebra models, dynamic otherwise.
         cuda_graph: capture the decode step in a CUDA graph (static cache on a GPU only).
         compile: `torch.compile` the decode step before its CUDA-graph capture (ignored without a graph).
-        max_seq_len: capacity of static caches used by chat; `generate` sizes them to prompt + new tokens rounded
-            up to a power of two, but not past this (so requests of similar lengths share one cache and graph).
+        max_seq_len: the context (see `context`) in place of the model's own, and the capacity of the static
+            caches of `new_state` (chat); `generate` sizes them to prompt + new tokens rounded up to a power of two,
+            but not past this (so requests of similar lengths share one cache and graph). Default: the model's
+            `max_position_embeddings` (4096 without one).
+
+    Attributes:
+        context: the longest sequence (prompt + new tokens) a row reaches before it stops, for a model whose
+            layers have a position limit (`position_limit`): `max_seq_len` when given, else the model's
+            `max_position_embeddings`. None for a model of recurrent layers only: no limit.
     """
 
     def __init__(
@@ -51,6 +81,8 @@ class Engine:
         self.model = model.eval()
         self.config = model.config
         self.device = next(model.parameters()).device
+        limit = position_limit(self.config)
+        self.context = (max_seq_len or limit) if limit else None
         self.max_seq_len = max_seq_len or getattr(self.config, "max_position_embeddings", None) or 4096
         self.forward_logits = logits_forward(model)
         is_zebra = getattr(self.config, "model_type", None) == "zebra"
@@ -86,6 +118,21 @@ class Engine:
     def cache_bytes(self, state: DecodeState) -> int:
         """Bytes the cache holds now (allocated bytes, for a static cache its full capacity)."""
         return self.runner.cache_bytes(state)
+
+    def budgets(self, lengths: Sequence[int], max_new_tokens: int) -> list[int]:
+        """New tokens each row may output after a sequence of `lengths[b]` tokens: `max_new_tokens`, but not
+        past `context` (a row of 7 tokens and a context of 1024 gets at most 1017); a row already at or past the
+        context gets `max_new_tokens` too, at most `context` of them (so its cache stays bounded)."""
+        if self.context is None:
+            return [max_new_tokens for _ in lengths]
+        room = [self.context - n if n < self.context else self.context for n in lengths]
+        return [min(max_new_tokens, r) for r in room]
+
+    def capacity_for(self, lengths: Sequence[int], max_new_tokens: int) -> int:
+        """Tokens a cache needs for rows of `lengths` tokens to output their `budgets` (the context at most,
+        unless a row is longer already)."""
+        budgets = self.budgets(lengths, max_new_tokens)
+        return max(n + b for n, b in zip(lengths, budgets, strict=True))
 
     # ------------------------------------------------------------------ feeding
     @torch.inference_mode()
@@ -128,20 +175,23 @@ class Engine:
 
         Each yielded list has one entry per row (`len(prompts) * num_samples`, samples of a prompt adjacent):
         the row's new token, or None when the row already stopped. A row stops after yielding a token in
-        `stop_ids` or `max_new_tokens` tokens; all rows stop when `should_stop()` turns true.
+        `stop_ids` or its budget of tokens: `max_new_tokens`, but not past `context` (`budgets`); all rows stop
+        when `should_stop()` turns true.
 
         With `num_samples > 1` the prompts are prefilled once and the cache is cloned per sample.
         """
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
-        shortest = min(len(p) for p in prompts)
-        state = self.new_state(batch=len(prompts), capacity=self._capacity_for(prompts, max_new_tokens))
+        lengths = [len(p) for p in prompts]
+        shortest = min(lengths)
+        state = self.new_state(batch=len(prompts), capacity=self.capacity_for(lengths, max_new_tokens))
         self.prefill(state, torch.tensor([list(p[:shortest]) for p in prompts], dtype=torch.long))
         if num_samples > 1:
             state = self.clone(state, num_samples)
         rows = [list(p) for p in prompts for _ in range(num_samples)]
         forced = [row[shortest:] for row in rows]  # prompt tokens still to feed, per row
-        yield from self._decode(state, forced, max_new_tokens, sampling, stop_ids, seed, should_stop)
+        budgets = [b for b in self.budgets(lengths, max_new_tokens) for _ in range(num_samples)]
+        yield from self._decode(state, forced, budgets, sampling, stop_ids, seed, should_stop)
 
     def generate_from(
         self,
@@ -154,7 +204,9 @@ class Engine:
         seed: int | None = None,
         should_stop: Callable[[], bool] | None = None,
     ) -> Iterator[list[int | None]]:
-        """Continue a live batch-1 `state` (e.g. a chat): feed `ids`, then stream new tokens as `generate` does.
+        """Continue a live batch-1 `state` (e.g. a chat): feed `ids`, then stream new tokens as `generate` does;
+        the budget counts the whole sequence (`state.length + len(ids)`) against `context`, and a static state's
+        capacity bounds it too (the reply stops where the cache is full instead of raising `CacheFullError`).
 
         Every yielded token is fed to the cache but the last one when the stream ended on a stop id or on
         `max_new_tokens` (after `should_stop()` it may be fed already): afterwards `state.unfed` is that token or
@@ -168,14 +220,17 @@ class Engine:
             self.prefill(state, torch.tensor([list(ids)], dtype=torch.long))
         elif state.logits is None:
             raise ValueError("nothing to continue from: feed at least one token")
-        yield from self._decode(state, [[]], max_new_tokens, sampling, stop_ids, seed, should_stop)
+        budget = self.budgets([state.length], max_new_tokens)[0]
+        if state.capacity is not None:
+            budget = min(budget, state.capacity - state.length)
+        yield from self._decode(state, [[]], budget, sampling, stop_ids, seed, should_stop)
 
     @torch.inference_mode()
     def _decode(
         self,
         state: DecodeState,
         forced: list[list[int]],
-        max_new_tokens: int,
+        max_new_tokens: int | list[int],
         sampling: SamplingParams | None,
         stop_ids: set[int] | frozenset[int],
         seed: int | None,
@@ -194,9 +249,6 @@ class Engine:
             should_stop=should_stop,
         )
         yield from loop
-
-    def _capacity_for(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> int:
-        return max(len(p) for p in prompts) + max_new_tokens
 
 
 def generate_tokens(engine: Engine, prompts: Sequence[Sequence[int]], **kwargs: Any) -> list[list[int]]:

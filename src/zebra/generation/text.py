@@ -6,7 +6,7 @@ tokens into text pieces (chat uses it per turn); `stream_completion` continues o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from zebra.errors import ZebraError
@@ -55,9 +55,13 @@ def stream_completion(
     max_new_tokens: int,
     sampling: SamplingParams | None = None,
     seed: int | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> Iterator[str]:
-    """Continue `prompt` and yield the new text as it is generated, up to the tokenizer's eos (not shown) or
-    `max_new_tokens` tokens.
+    """Continue `prompt` and yield the new text as it is generated, up to the tokenizer's eos (not shown),
+    `max_new_tokens` tokens or the model's context (`Engine.budgets`).
+
+    `on_note` is told, before the first piece, when the prompt or `max_new_tokens` reaches past the model's context
+    (`context_note`).
 
     Raises:
         ZebraError: the prompt has no tokens.
@@ -65,6 +69,9 @@ def stream_completion(
     ids = tokenizer(prompt)["input_ids"]
     if not ids:
         raise ZebraError("the prompt is empty after tokenization", fix="pass a non-empty --prompt or --file")
+    note = context_note(engine, len(ids), max_new_tokens)
+    if note is not None and on_note is not None:
+        on_note(note)
     stream = TextStream(tokenizer)
     stop = {tokenizer.eos_token_id} - {None}
     for tokens in engine.generate(
@@ -75,3 +82,23 @@ def stream_completion(
             yield piece
     if tail := stream.flush():
         yield tail
+
+
+def context_note(engine: Engine, prompt_tokens: int, max_new_tokens: int) -> str | None:
+    """What a user of `zebra generate` is told when a prompt of `prompt_tokens` tokens, or `max_new_tokens` on top
+    of it (`--max-new`), reaches past the model's context (`Engine.context`); None when neither does."""
+    context = engine.context
+    if context is None:
+        return None
+    if prompt_tokens >= context:
+        where = "past" if prompt_tokens > context else "the whole of"
+        note = f"the prompt is {prompt_tokens} tokens, {where} the model's context of {context}; quality past it is not trained"
+        if max_new_tokens > context:
+            note += f" (--max-new {max_new_tokens} is cut to {context} new tokens)"
+        return note
+    if prompt_tokens + max_new_tokens > context:
+        return (
+            f"--max-new {max_new_tokens} reaches past the model's context of {context} tokens (the prompt takes "
+            f"{prompt_tokens}); generation stops there"
+        )
+    return None

@@ -12,7 +12,7 @@ Not to be confused with the `@sample` corpus of `zebra data`: this module only e
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -119,6 +119,16 @@ def _restrict(scores: torch.Tensor, top_k: int | torch.Tensor, top_p: float | to
     return scores.masked_fill(drop, float("-inf"))
 
 
+def row_budgets(max_new_tokens: int | Sequence[int], batch: int) -> list[int]:
+    """Tokens each of `batch` rows may output: one budget for all, or one per row (checked against `batch`)."""
+    if isinstance(max_new_tokens, int):
+        return [max_new_tokens] * batch
+    budgets = [int(b) for b in max_new_tokens]
+    if len(budgets) != batch:
+        raise ValueError(f"{len(budgets)} token budgets for {batch} rows")
+    return budgets
+
+
 class TokenChooser:
     """The device side of one decode: sample every row's next token into `tokens` and track which rows stopped.
 
@@ -126,7 +136,7 @@ class TokenChooser:
     buffers, refilled by `start()` for each call:
         tokens `[B, 1]` int64   the chosen tokens: the next step's input
         emitting `[B]` bool     rows whose token this step is output (False while a row still feeds its prompt)
-        remaining `[B]` int64   tokens each row may still output
+        remaining `[B]` int64   tokens each row may still output (its budget at `start`)
         stopped `[B]` bool      rows that output a stop id or their last allowed token
         running `[]` bool       any row not stopped (a cache's feed flag: a step after every row stopped must
                                 leave the cache as it was)
@@ -166,10 +176,11 @@ class TokenChooser:
         self,
         params: SamplingParams,
         stop_ids: Collection[int],
-        max_new_tokens: int,
+        max_new_tokens: int | Sequence[int],
         generator: torch.Generator | None,
     ) -> None:
-        """Set the buffers for a new decode call (asynchronous host-to-device fills)."""
+        """Set the buffers for a new decode call (asynchronous host-to-device fills); `max_new_tokens` is one
+        budget for every row or one per row."""
         if len(stop_ids) > self.stop_ids.numel():
             raise ValueError(f"at most {self.stop_ids.numel()} stop ids, got {len(stop_ids)}")
         ids = sorted(stop_ids) + [-1] * (self.stop_ids.numel() - len(stop_ids))
@@ -178,9 +189,10 @@ class TokenChooser:
         self.top_k.fill_(params.top_k or self.vocab)
         self.top_p.fill_(params.top_p if params.top_p < 1.0 else float("inf"))
         self.emitting.fill_(True)
-        self.remaining.fill_(max_new_tokens)
-        self.stopped.fill_(max_new_tokens <= 0)
-        self.running.fill_(max_new_tokens > 0)
+        budgets = row_budgets(max_new_tokens, self.remaining.numel())
+        self.remaining.copy_(torch.tensor(budgets, dtype=torch.long), non_blocking=True)  # [B]
+        self.stopped.copy_(torch.tensor([b <= 0 for b in budgets]), non_blocking=True)  # [B]
+        self.running.fill_(any(b > 0 for b in budgets))
         self.kind, self.generator = params.kind, generator
 
     def choose(self, logits: torch.Tensor) -> None:
