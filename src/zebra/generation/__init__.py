@@ -7,9 +7,11 @@ Public API:
         .generate_from(state, ids, ...)   continue a live batch-1 state (chat)
         .new_state(batch, capacity) / .prefill(state, ids [B, T]) / .step(state, tokens [B]) / .clone(state, n)
         .cache_bytes(state)
+        .context                          the longest sequence a row reaches (None: no position limit)
+        .budgets(lengths, max_new) / .capacity_for(lengths, max_new)   what rows may output, the cache it takes
     generate_tokens(engine, prompts, **kw) -> list of new-token lists
     SamplingParams(temperature=0.0, top_k=0, top_p=1.0), sample_next_token(logits, params, generator)
-    TextStream(tokenizer), stream_completion(engine, tokenizer, prompt, ...)   text on top of the engine
+    TextStream(tokenizer), stream_completion(engine, tokenizer, prompt, ..., on_note=)   text on top of the engine
 
 Modules, each importing only those before it: state, forward, token_sampling (sampling, the device-side
 TokenChooser) -> decode_step (the runners) -> decode_loop (the host side of a decode) -> engine -> text -> loading
