@@ -371,3 +371,17 @@ def test_starting_over_is_refused_while_a_checkpoint_is_read(tmp_path):
         os.close(hold)
     prepare_run(planned, start_over=True)
     assert not ck.dir.exists() and not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_the_lost_node_error_names_the_step_a_resume_reads_when_the_newest_meta_is_torn(tmp_path):
+    from zebra.train.peers import Peer, lost_nodes_error
+
+    for step, meta in ((10, '{"step": 10}'), (20, '{"st')):  # step 20's meta.json torn by the crash
+        folder = tmp_path / "checkpoints" / f"step_{step:07d}"
+        folder.mkdir(parents=True)
+        (folder / ".metadata").write_bytes(b"")
+        (folder / "meta.json").write_text(meta)
+    lost = [Peer(rank=1, node=1, host="node-b", address="10.0.0.2", port=29600)]
+    error = lost_nodes_error(lost, ConnectionError("Connection closed by peer"), tmp_path)
+    assert "node 1 (node-b" in error.message and "continues from step 10" in error.fix
+    assert "the start" in lost_nodes_error(lost, ConnectionError("x"), tmp_path / "none").fix

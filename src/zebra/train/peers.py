@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from zebra.checkpoint_dir import committed, read_meta
+from zebra.checkpoint_dir import committed, newest_step
 from zebra.errors import ZebraError
 from zebra.train.dist import DistEnv
 
@@ -122,8 +122,8 @@ def short_cause(error: BaseException) -> str:
 
 
 def lost_nodes_error(lost: list[Peer], error: BaseException, run_dir: Path) -> ZebraError:
-    found = committed(run_dir / "checkpoints")
-    where = f"step {read_meta(found[0])['step']}" if found else "the start (no checkpoint yet)"
+    step = newest_step(committed(run_dir / "checkpoints"))  # a torn meta.json: the one a resume would read
+    where = f"step {step}" if step is not None else "the start (no checkpoint yet)"
     return ZebraError(
         f"lost {describe_lost(lost)}: it stopped answering ({short_cause(error)})",
         fix=f"restart every node with the same command: --resume auto continues from {where}",
