@@ -120,9 +120,8 @@ class Repl:
                 for piece in self.session.send(text, should_stop=stop.is_set, on_note=self._note):
                     self.stream.write(piece)
                     self.stream.flush()
-            except (
-                CacheFullError
-            ):  # a safety net: the session keeps every turn within the context and the cache
+            # a safety net: the session keeps every turn within the context and the cache
+            except CacheFullError:
                 self._say(
                     f"\n[the context is full ({self.session.context_tokens} tokens); conversation reset]"
                 )
