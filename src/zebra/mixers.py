@@ -107,6 +107,12 @@ def mixer_spec(char: str) -> MixerSpec:
         raise ValueError(f"unknown sublayer character {char!r} (known: {' '.join(MIXERS)})") from None
 
 
+def keeps_tokens(pattern: str) -> bool:
+    """Whether a layer pattern has a sublayer that keeps state per token ("latent": MLA's keys, at RoPE
+    positions): its cache grows with the sequence and its positions are bounded by the model's context."""
+    return any(mixer_spec(char).state == "latent" for char in pattern)
+
+
 def recurrent_names() -> tuple[str, ...]:
     """Names a `recurrent_type` may take: the mixers with a recurrent cache slot, in table order."""
     return tuple(s.name for s in MIXERS.values() if s.state == "recurrent")

@@ -32,7 +32,7 @@ import torch
 from zebra.generation.forward import LogitsForward
 from zebra.generation.state import DecodeState
 from zebra.generation.token_sampling import SamplingParams, TokenChooser
-from zebra.mixers import mixer_spec
+from zebra.mixers import keeps_tokens
 from zebra.models import ZebraCache
 
 WARMUP_STEPS = 3  # eager runs on a side stream before a capture: kernel selection, autotuning, allocator
@@ -165,7 +165,7 @@ class StaticRunner(DecodeRunner):
         self._slots: dict[int, _StaticSlot] = {}
         self._step_fn = torch.compile(forward, dynamic=False) if compile else forward
         # whether the cache holds something per token (MLA latents); without, its size ignores the capacity
-        self.grows = any(mixer_spec(char).state == "latent" for char in model.config.layer_pattern)
+        self.grows = keeps_tokens(model.config.layer_pattern)
 
     def new_state(self, batch: int, capacity: int) -> DecodeState:
         slot = self._slot(batch, capacity)

@@ -31,7 +31,7 @@ from zebra.generation.decode_step import DecodeRunner, StaticRunner
 from zebra.generation.forward import logits_forward
 from zebra.generation.state import DecodeState
 from zebra.generation.token_sampling import SamplingParams
-from zebra.mixers import mixer_spec
+from zebra.mixers import keeps_tokens
 
 
 def position_limit(config: Any) -> int | None:
@@ -39,8 +39,7 @@ def position_limit(config: Any) -> int | None:
     attention layers (MLA in a zebra model, an FLA model's `attn` layers, any transformers model declaring one);
     None for a model of recurrent layers only (zebra's GDN / KDA / Mamba2, FLA's models without `attn`)."""
     if getattr(config, "model_type", None) == "zebra":
-        # "latent" is MLA's slot kind: keys kept per token, at RoPE positions
-        positioned = any(mixer_spec(char).state == "latent" for char in config.layer_pattern)
+        positioned = keeps_tokens(config.layer_pattern)
     elif hasattr(config, "attn"):  # FLA's recurrent families: hybrid only when `attn` names attention layers
         positioned = bool(config.attn)
     else:
