@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zebra.generation import Engine, SamplingParams, TextStream
+from zebra.generation.text import past_context_note
 
 
 @dataclass
@@ -167,11 +168,7 @@ class ChatSession:
             stats.reprefilled = False
             ids = self._new_turn_ids(user_text, stats)
         if len(ids) >= context:
-            where = "past" if len(ids) > context else "the whole of"
-            on_note(
-                f"this message makes the conversation {len(ids)} tokens, {where} the model's context of "
-                f"{context}; quality past it is not trained"
-            )
+            on_note(past_context_note("this message makes the conversation", len(ids), context))
         need = self.engine.capacity_for([self.state.length + len(ids)], self.settings.max_new_tokens)
         if self.state.length == 0 and not self.state.has_room(need):  # a fresh state, too small for it alone
             self.state = self.engine.new_state(batch=1, capacity=need)

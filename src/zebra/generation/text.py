@@ -91,8 +91,7 @@ def context_note(engine: Engine, prompt_tokens: int, max_new_tokens: int) -> str
     if context is None:
         return None
     if prompt_tokens >= context:
-        where = "past" if prompt_tokens > context else "the whole of"
-        note = f"the prompt is {prompt_tokens} tokens, {where} the model's context of {context}; quality past it is not trained"
+        note = past_context_note("the prompt is", prompt_tokens, context)
         if max_new_tokens > context:
             note += f" (--max-new {max_new_tokens} is cut to {context} new tokens)"
         return note
@@ -102,3 +101,9 @@ def context_note(engine: Engine, prompt_tokens: int, max_new_tokens: int) -> str
             f"{prompt_tokens}); generation stops there"
         )
     return None
+
+
+def past_context_note(what: str, tokens: int, context: int) -> str:
+    """`WHAT N tokens, past the model's context of M; ...`: told when `tokens` reach the whole `context` or more."""
+    where = "past" if tokens > context else "the whole of"
+    return f"{what} {tokens} tokens, {where} the model's context of {context}; quality past it is not trained"
