@@ -87,12 +87,15 @@ class Sinfo:
 
     def __init__(self) -> None:
         self._answers: dict[str, list[str] | ZebraError] = {}
-        self.asked: list[str] = []  # the queries run, in order
+
+    @property
+    def asked(self) -> list[str]:
+        """The queries run, in order."""
+        return list(self._answers)
 
     def lines(self, fields: str) -> list[str]:
         """The lines of `sinfo --all -h -o FIELDS` (`_sinfo`), run on the first ask only."""
         if fields not in self._answers:
-            self.asked.append(fields)
             try:
                 self._answers[fields] = _sinfo(fields)
             except ZebraError as e:
