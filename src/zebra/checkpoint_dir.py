@@ -192,6 +192,27 @@ def commit_step(partial: Path, final: Path, *, on_wait: Callable[[str], None] | 
     shutil.rmtree(aside, ignore_errors=True)
 
 
+def recover_interrupted_commit(checkpoints: Path) -> list[str]:
+    """Put back the checkpoints a `commit_step` stopped between its two renames left without their name: the new
+    copy (`step_X.partial`, complete: the old copy is set aside only after it was written and synced) when its
+    meta.json reads, else the old one (`step_X.replaced`). Call it only where no save of this run can be running
+    (the run's own trainer before it resumes or saves). Returns the names put back."""
+    recovered = []
+    for aside in sorted(checkpoints.glob("step_*.replaced")):
+        final = aside.with_name(aside.name.removesuffix(".replaced"))
+        if final.exists():
+            continue  # the commit finished: the old copy is stale (the next prune deletes it)
+        partial = final.with_name(final.name + ".partial")
+        try:
+            read_meta(partial)
+            ready = is_complete(partial)
+        except (OSError, ValueError):
+            ready = False
+        (partial if ready else aside).rename(final)
+        recovered.append(final.name)
+    return recovered
+
+
 def remove_checkpoints(checkpoints: Path) -> None:
     """Delete a run's `checkpoints/` folder (the run starts over), or raise a ZebraError naming a checkpoint that
     a reader holds (then nothing is deleted)."""

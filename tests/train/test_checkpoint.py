@@ -385,3 +385,32 @@ def test_the_lost_node_error_names_the_step_a_resume_reads_when_the_newest_meta_
     error = lost_nodes_error(lost, ConnectionError("Connection closed by peer"), tmp_path)
     assert "node 1 (node-b" in error.message and "continues from step 10" in error.fix
     assert "the start" in lost_nodes_error(lost, ConnectionError("x"), tmp_path / "none").fix
+
+
+@pytest.mark.parametrize("torn_new_meta", [False, True])
+def test_a_save_killed_between_its_two_renames_loses_neither_copy(tmp_path, monkeypatch, torn_new_meta):
+    """A save of a step already there sets the old folder aside, then renames the new one into place: killed in
+    between, the step had no folder under its name, the resume fell back to an older step and the next save's
+    prune deleted both copies. The resume now puts back the new copy (the old one where the new is torn)."""
+    ck = _saved(tmp_path, steps=(2, 4))
+    real_rename = Path.rename
+
+    def killed_after_setting_aside(self, target):
+        if self.name == "step_0000004.partial":
+            raise KeyboardInterrupt  # the process dies here
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", killed_after_setting_aside)
+    with pytest.raises(KeyboardInterrupt):
+        ck.save(4, {**_state(4), "w": torch.full((4,), 99.0)}, {"consumed_samples": 99})
+    monkeypatch.undo()
+    assert not (ck.dir / "step_0000004").exists()
+    if torn_new_meta:
+        (ck.dir / "step_0000004.partial" / "meta.json").write_text("")
+    warnings, state = [], _state()
+    path, meta = ck.resume("auto", state, warn=warnings.append)
+    assert path == ck.dir / "step_0000004" and warnings == []
+    assert meta["consumed_samples"] == (32 if torn_new_meta else 99)
+    assert torch.equal(state["w"], torch.full((4,), 4.0 if torn_new_meta else 99.0))
+    ck.save(6, _state(6), {"consumed_samples": 48})  # the prune keeps the recovered step
+    assert [p.name for p in committed(ck.dir)] == ["step_0000006", "step_0000004", "step_0000002"]

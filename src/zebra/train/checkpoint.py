@@ -38,6 +38,7 @@ from typing import Any
 from zebra.atomic import fsync_dir, fsync_tree, write_atomic
 from zebra.checkpoint_dir import (
     commit_step,
+    recover_interrupted_commit,
     committed,
     find_checkpoints,
     held,
@@ -200,10 +201,18 @@ class Checkpointer:
         return final
 
     def _prune(self) -> None:
+        self._recover()  # before the stale copies go: one may be the only copy of its step
         for old in committed(self.dir)[self.keep_last :]:  # rank 0 only; one being converted stays for now
             remove_unless_held(old)
         for stale in [*self.dir.glob("step_*.partial"), *self.dir.glob("step_*.replaced")]:
             shutil.rmtree(stale, ignore_errors=True)
+
+    def _recover(self) -> None:
+        """Rank 0: this run's checkpoints a save interrupted between its two renames, put back under their names
+        (`recover_interrupted_commit`; this run's trainer is the only writer of its folder)."""
+        for name in recover_interrupted_commit(self.dir):
+            if self.warn is not None:
+                self.warn(f"{self.dir / name}: put back under its name (a save of it was interrupted)")
 
     def resume(
         self, source: str, state: dict[str, Any], *, warn: Callable[[str], None]
@@ -217,6 +226,7 @@ class Checkpointer:
         with contextlib.ExitStack() as holds:
             listed: list[str] | tuple[str, str | None] = []
             if self.env.is_main:
+                self._recover()
                 try:
                     found = holds.enter_context(held(lambda: find_checkpoints(source, self.dir.parent)))
                     listed = [str(p) for p in found]
