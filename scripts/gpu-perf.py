@@ -59,6 +59,9 @@ VARIANTS: dict[str, tuple[int, str | None, list[str]]] = {
     "fp8-mlp-b16": (16, "fla", FP8_MLP),
     "fp8-mlp-vs-llama": (8, "llama", FP8_MLP),
     "fp8-mlp-vs-llama-2k": (8, "llama", ["data.seq_len=2048", *FP8_MLP]),
+    # one scale per tensor instead of per row: cheaper casts, GEMMs on cuBLAS' tensorwise float8 path
+    "fp8-mlp-tw": (8, "fla", [*FP8_MLP, "train.fp8_recipe=tensorwise"]),
+    "fp8-mlp-tw-b16": (16, "fla", [*FP8_MLP, "train.fp8_recipe=tensorwise"]),
 }
 
 
@@ -220,6 +223,8 @@ def _levers_on(record: dict) -> list[str]:
     for lever in ("compile", "fp8"):
         if levers.get(lever) and levers.get(f"{lever}_sublayers", "all") != "all":
             on[on.index(lever)] = f"{lever}[{levers[f'{lever}_sublayers']}]"
+    if levers.get("fp8") and levers.get("fp8_recipe", "rowwise") != "rowwise":
+        on.append(levers["fp8_recipe"])
     if levers.get("kernel_backend") not in (None, "auto"):
         on.append(f"backend={levers['kernel_backend']}")
     return on

@@ -148,6 +148,20 @@ def test_float8_on_the_chosen_sublayers_only():
     assert float8_in["-"] == {"-": True, "*": False, "M": False, "G": False, "K": False}
 
 
+@pytest.mark.skipif(not HAS_TORCHAO, reason="needs torchao")
+@pytest.mark.parametrize(("recipe", "granularity"), [("rowwise", "AXISWISE"), ("tensorwise", "TENSORWISE")])
+def test_the_float8_recipe_sets_the_scales(recipe, granularity):
+    """train.fp8_recipe reaches torchao: a scale per row of each operand, or one per tensor."""
+    from torchao.float8.float8_linear import Float8Linear
+
+    from zebra.models import ZebraForCausalLM
+
+    model = ZebraForCausalLM(load_recipe("tiny").model.to_config(hidden_size=256, intermediate_size=1024))
+    apply_float8(model, "-", recipe)
+    converted = [m for m in model.modules() if isinstance(m, Float8Linear)]
+    assert converted and {m.config.cast_config_input.scaling_granularity.name for m in converted} == {granularity}
+
+
 @pytest.mark.skipif(HAS_TORCHAO, reason="checks the error without torchao")
 def test_float8_without_torchao_is_one_line_with_the_install():
     with pytest.raises(ZebraError, match=r"train\.fp8 needs torchao") as info:

@@ -82,6 +82,7 @@ LEVERS = (
     "optimizer_graph",
     "fp8",
     "fp8_sublayers",
+    "fp8_recipe",
 )
 # Llama-3.2-1B's architecture (its config.json), randomly initialised: the dense baseline of `--against llama`
 LLAMA_3_2_1B = dict(

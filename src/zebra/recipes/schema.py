@@ -266,9 +266,14 @@ class TrainSpec:
     optimizer_graph: bool = spec(
         False, doc="replay AdamW's step from a CUDA graph (one GPU or DDP, not FSDP)"
     )
-    fp8: bool = spec(False, doc="torchao float8 Linear layers, rowwise scales (zebra-llama[fp8], sm89+ GPU)")
+    fp8: bool = spec(False, doc="torchao float8 Linear layers (zebra-llama[fp8], sm89+ GPU; fp8_recipe: the scales)")
     fp8_sublayers: str = spec(
         "all", doc="with fp8: the sublayers in float8, 'all' or pattern letters (e.g. '-' the MLPs)"
+    )
+    fp8_recipe: str = spec(
+        "rowwise",
+        doc="with fp8: torchao's scaling recipe (rowwise: a scale per row; tensorwise: one per tensor)",
+        choices=("rowwise", "tensorwise", "rowwise_with_gw_hp"),
     )
     log_interval: int = spec(10, doc="steps between log lines", min=1)
     eval_interval: int = spec(1000, doc="steps between validation losses (0 = never)", min=0)

@@ -94,11 +94,12 @@ def float8_eligible(module: torch.nn.Module, fqn: str) -> bool:
     return all(d % 16 == 0 and d >= FLOAT8_MIN_DIM for d in dims)
 
 
-def apply_float8(model: torch.nn.Module, which: str = "all") -> None:
-    """torchao float8 training with rowwise scales on the `float8_eligible` Linear layers of every sublayer, or
-    of those whose pattern character is in `which` (`train.fp8_sublayers`, e.g. "-" for the MLPs, whose GEMMs are
-    the widest), in place; parameter names unchanged. Projections fused by `fuse_projections` run as one bf16
-    GEMM instead."""
+def apply_float8(model: torch.nn.Module, which: str = "all", recipe: str = "rowwise") -> None:
+    """torchao float8 training on the `float8_eligible` Linear layers of every sublayer, or of those whose pattern
+    character is in `which` (`train.fp8_sublayers`, e.g. "-" for the MLPs, whose GEMMs are the widest), in place;
+    parameter names unchanged. `recipe` (`train.fp8_recipe`) is torchao's: "rowwise" (a scale per row of each
+    operand), "tensorwise" (one per tensor, fewer casts) or "rowwise_with_gw_hp" (the weight gradient in bf16).
+    Projections fused by `fuse_projections` run as one bf16 GEMM instead."""
     layers = chosen_sublayers(model, which, "train.fp8_sublayers")
     try:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
@@ -106,7 +107,7 @@ def apply_float8(model: torch.nn.Module, which: str = "all") -> None:
         raise ZebraError(
             f"train.fp8 needs torchao ({error})", fix="pip install 'zebra-llama[fp8]', or drop train.fp8"
         ) from None
-    config = Float8LinearConfig.from_recipe_name("rowwise")
+    config = Float8LinearConfig.from_recipe_name(recipe)
     for layer in layers:
         convert_to_float8_training(layer, config=config, module_filter_fn=float8_eligible)
 
@@ -136,7 +137,7 @@ def parallelize(
     if train.fuse_projections:
         apply_fused_projections(model)
     if train.fp8:
-        apply_float8(model, train.fp8_sublayers)
+        apply_float8(model, train.fp8_sublayers, train.fp8_recipe)
     if train.activation_checkpointing:
         apply_activation_checkpointing(model)
     if train.compile:
