@@ -38,11 +38,11 @@ from typing import Any
 from zebra.atomic import fsync_dir, fsync_tree, write_atomic
 from zebra.checkpoint_dir import (
     commit_step,
-    recover_interrupted_commit,
     committed,
     find_checkpoints,
     held,
     read_meta,
+    recover_interrupted_commit,
     remove_unless_held,
     step_name,
 )
