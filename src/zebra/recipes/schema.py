@@ -266,7 +266,9 @@ class TrainSpec:
     optimizer_graph: bool = spec(
         False, doc="replay AdamW's step from a CUDA graph (one GPU or DDP, not FSDP)"
     )
-    fp8: bool = spec(False, doc="torchao float8 Linear layers (zebra-llama[fp8], sm89+ GPU; fp8_recipe: the scales)")
+    fp8: bool = spec(
+        False, doc="torchao float8 Linear layers (zebra-llama[fp8], sm89+ GPU; fp8_recipe: the scales)"
+    )
     fp8_sublayers: str = spec(
         "all", doc="with fp8: the sublayers in float8, 'all' or pattern letters (e.g. '-' the MLPs)"
     )
