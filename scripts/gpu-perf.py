@@ -62,6 +62,8 @@ VARIANTS: dict[str, tuple[int, str | None, list[str]]] = {
     # one scale per tensor instead of per row: cheaper casts, GEMMs on cuBLAS' tensorwise float8 path
     "fp8-mlp-tw": (8, "fla", [*FP8_MLP, "train.fp8_recipe=tensorwise"]),
     "fp8-mlp-tw-b16": (16, "fla", [*FP8_MLP, "train.fp8_recipe=tensorwise"]),
+    "fp8-mlp-tw-vs-llama": (8, "llama", [*FP8_MLP, "train.fp8_recipe=tensorwise"]),
+    "fp8-mlp-tw-vs-llama-2k": (8, "llama", ["data.seq_len=2048", *FP8_MLP, "train.fp8_recipe=tensorwise"]),
 }
 
 

@@ -85,17 +85,23 @@ for phase in "${phases[@]}"; do
     fp8-curve)  # FP8 against bf16, FP8_STEPS (1000) steps of FP8_BATCH x 2048 tokens of real text each, same seed and
       # data order: FP8_DATA is scripts/build-parity-data.sh's output (chunks/ and tokenizer/, vocab 16384)
       data=${FP8_DATA:-data/parity-python-docs} batch=${FP8_BATCH:-2}
+      # FP8_PARALLEL=1: both runs at once (a batch-2 step leaves the GPU mostly idle; each run's losses are its own)
       for run in ${FP8_RUNS:-bf16 fp8}; do  # FP8_RUNS=bf16 then FP8_RUNS=fp8: two calls on one warm machine
         levers=(); [ $run = fp8 ] && levers=(--set train.fp8=true --set train.compile=true \
-          --set train.compile_sublayers=${FP8_COMPILE:--} --set train.fp8_sublayers=${FP8_SUBLAYERS:-all})
+          --set train.compile_sublayers=${FP8_COMPILE:--} --set train.fp8_sublayers=${FP8_SUBLAYERS:-all} \
+          --set train.fp8_recipe=${FP8_RECIPE:-rowwise})
         # FP8_COMPILE=all: every sublayer compiled (gpu-perf's fp8-all); FP8_SUBLAYERS=-: float8 MLPs only (fp8-mlp)
         left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -lt 60 ] && { note "fp8-curve $run: not run ($left s left)"; continue; }
         timeout "$left" python3 -m zebra.cli.main train 1b-gdn-pure --data "$data/chunks" --run $run --output /tmp/fp8runs \
           --max-steps ${FP8_STEPS:-1000} --yes --resume never --set data.tokenizer="$data/tokenizer" \
           --set model.vocab_size=16384 --set train.micro_batch_size=$batch --set train.global_batch_size=$batch \
           --set train.save_interval=0 --set train.eval_interval=0 --set train.export=false --set train.log_interval=1 \
-          "${levers[@]}" >> "$log" 2>&1
-        note "fp8-curve $run rc=$? $(tail -1 /tmp/fp8runs/$run/metrics.jsonl 2>/dev/null)"
+          "${levers[@]}" >> "$log.$run" 2>&1 &
+        [ "${FP8_PARALLEL:-0}" = 1 ] || wait $!
+      done
+      wait
+      for run in ${FP8_RUNS:-bf16 fp8}; do
+        cat "$log.$run" >> "$log"; note "fp8-curve $run: $(tail -1 /tmp/fp8runs/$run/metrics.jsonl 2>/dev/null)"
         rm -rf /tmp/fp8runs/$run/checkpoints  # tens of GB each; the curve is what counts
       done
       [ -f /tmp/fp8runs/bf16/metrics.jsonl ] && [ -f /tmp/fp8runs/fp8/metrics.jsonl ] && python3 scripts/fp8-curve.py /tmp/fp8runs/bf16 /tmp/fp8runs/fp8 --out "$OUT/fp8_curve.json" --png "$OUT/fp8_curve.png" \
