@@ -87,13 +87,15 @@ def test_a_comparison_model_out_of_memory_keeps_zebras_row(cli, monkeypatch):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 502.00 MiB.")
 
     monkeypatch.setattr(bench, "llama_model", out_of_memory)
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
     result = cli("bench", "train", "tiny", "--steps", "1", "--warmup", "0", "--batch", "2", "--seq-len", "32",
                  "--against", "llama", "--json")  # fmt: skip
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert [row["model"] for row in report["rows"]] == ["zebra"] and report["ratio"] is None
     assert report["against_error"] == (
-        "llama ran out of memory at batch 2 x 32; compare at a smaller --batch or --seq-len"
+        "llama ran out of memory at batch 2 x 32; compare at a smaller --batch or --seq-len, or with "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (zebra's freed blocks then serve it)"
     )
     table = cli("bench", "train", "tiny", "--steps", "1", "--warmup", "0", "--batch", "2", "--seq-len", "32",
                 "--against", "llama")  # fmt: skip

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -440,6 +441,8 @@ def run_train_bench(
                 f"{cfg.against} ran out of memory at batch {cfg.batch} x {cfg.seq_len}; compare at a smaller "
                 "--batch or --seq-len"
             )
+            if "expandable_segments:True" not in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
+                against_error += ", or with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (zebra's freed blocks then serve it)"
     return TrainBenchReport(
         recipe=recipe.name,
         device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
