@@ -48,10 +48,10 @@ VARIANTS: dict[str, tuple[int, str | None, list[str]]] = {
     "ssd-fla": (8, None, ["model.kernel_backend=fla"]),
     "compile-mlp": (8, None, ["train.compile=true", "train.compile_sublayers=-"]),
     "compile-all": (8, None, ["train.compile=true"]),
-    "fp8": (8, None, ["train.fp8=true", "train.compile=true", "train.compile_sublayers=-"]),
+    "fp8": (8, "fla", ["train.fp8=true", "train.compile=true", "train.compile_sublayers=-"]),
     # every sublayer compiled: torchao's float8 casts fuse only inside compiled code (the fp8 row above left the
     # GDN projections eager and ran 40% slower than bf16 on 2026-12-04)
-    "fp8-all": (8, None, ["train.fp8=true", "train.compile=true"]),
+    "fp8-all": (8, "fla", ["train.fp8=true", "train.compile=true"]),
     # float8 only where the GEMMs are widest (the MLPs: 2048 x 8192), those compiled; the recurrent mixers' narrower
     # projections stay bf16 and eager. Each row times the goal's reference in the same run (FLA's class, Llama's
     # shape for the hybrids)
@@ -59,11 +59,11 @@ VARIANTS: dict[str, tuple[int, str | None, list[str]]] = {
     "fp8-mlp-b16": (16, "fla", FP8_MLP),
     "fp8-mlp-vs-llama": (8, "llama", FP8_MLP),
     "fp8-mlp-vs-llama-2k": (8, "llama", ["data.seq_len=2048", *FP8_MLP]),
-    # one scale per tensor instead of per row: cheaper casts, GEMMs on cuBLAS' tensorwise float8 path
-    "fp8-mlp-tw": (8, "fla", [*FP8_MLP, "train.fp8_recipe=tensorwise"]),
-    "fp8-mlp-tw-b16": (16, "fla", [*FP8_MLP, "train.fp8_recipe=tensorwise"]),
-    "fp8-mlp-tw-vs-llama": (8, "llama", [*FP8_MLP, "train.fp8_recipe=tensorwise"]),
-    "fp8-mlp-tw-vs-llama-2k": (8, "llama", ["data.seq_len=2048", *FP8_MLP, "train.fp8_recipe=tensorwise"]),
+    # the rows above take train.fp8_recipe's default, tensorwise scales (rowwise before 2026-12-05 15:50 UTC; that
+    # day's tensorwise rows ran as fp8-mlp-tw*); rowwise, a scale per row, for comparison
+    "fp8-mlp-rowwise": (8, "fla", [*FP8_MLP, "train.fp8_recipe=rowwise"]),
+    "fp8-mlp-rowwise-b16": (16, "fla", [*FP8_MLP, "train.fp8_recipe=rowwise"]),
+    "fp8-all-b16": (16, "fla", ["train.fp8=true", "train.compile=true"]),
 }
 
 
@@ -225,8 +225,8 @@ def _levers_on(record: dict) -> list[str]:
     for lever in ("compile", "fp8"):
         if levers.get(lever) and levers.get(f"{lever}_sublayers", "all") != "all":
             on[on.index(lever)] = f"{lever}[{levers[f'{lever}_sublayers']}]"
-    if levers.get("fp8") and levers.get("fp8_recipe", "rowwise") != "rowwise":
-        on.append(levers["fp8_recipe"])
+    if levers.get("fp8"):
+        on.append(levers.get("fp8_recipe", "rowwise"))  # reports from before the key: rowwise
     if levers.get("kernel_backend") not in (None, "auto"):
         on.append(f"backend={levers['kernel_backend']}")
     return on

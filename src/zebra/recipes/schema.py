@@ -273,9 +273,9 @@ class TrainSpec:
         "all", doc="with fp8: the sublayers in float8, 'all' or pattern letters (e.g. '-' the MLPs)"
     )
     fp8_recipe: str = spec(
-        "rowwise",
-        doc="with fp8: torchao's scaling recipe (rowwise: a scale per row; tensorwise: one per tensor)",
-        choices=("rowwise", "tensorwise", "rowwise_with_gw_hp"),
+        "tensorwise",
+        doc="with fp8: torchao's scales (tensorwise: one per tensor, the faster; rowwise: one per row)",
+        choices=("tensorwise", "rowwise", "rowwise_with_gw_hp"),
     )
     log_interval: int = spec(10, doc="steps between log lines", min=1)
     eval_interval: int = spec(1000, doc="steps between validation losses (0 = never)", min=0)
