@@ -33,3 +33,11 @@ def error_summary(error: BaseException, limit: int = 160) -> str:
     """`Type: first line of the message`, or the type alone for an empty message."""
     line = first_line(error, limit)
     return line if line == type(error).__name__ else f"{type(error).__name__}: {line}"
+
+
+def yaml_problem(error: BaseException) -> tuple[int | None, str]:
+    """A YAML parse error as (line, what): the 1-based line where the broken construct starts (or where the
+    problem was found; None when the error has no position) and what is wrong, in one line."""
+    mark = getattr(error, "context_mark", None) or getattr(error, "problem_mark", None)
+    what = ", ".join(x for x in (getattr(error, "context", None), getattr(error, "problem", None)) if x)
+    return (mark.line + 1 if mark else None), what or first_line(error)

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from zebra.errors import ZebraError, first_line
+from zebra.errors import ZebraError, first_line, yaml_problem
 
 # The Zebra-Llama guide's evaluation suite (lm-eval task names).
 ZEBRA_SUITE = (
@@ -117,7 +117,7 @@ def _unreadable_yamls(folders: list[Path], name: str) -> list[tuple[Path, str]]:
         except OSError as e:
             found.append((path, e.strerror or first_line(e)))
         except yaml.YAMLError as e:
-            found.append((path, yaml_problem(e)))
+            found.append((path, yaml_problem_text(e)))
         else:
             if not isinstance(spec, dict):
                 found.append((path, f"a {type(spec).__name__}, not a mapping of task keys"))
@@ -146,12 +146,10 @@ def read_task_yaml(path: Path) -> Any:
     return yaml.load(path.read_bytes(), Loader=Loader)  # a SafeLoader: the file runs no code
 
 
-def yaml_problem(error: Exception) -> str:
-    """A YAML parse error in one line: `line N: what` (N: where the broken construct starts)."""
-    mark = getattr(error, "context_mark", None) or getattr(error, "problem_mark", None)
-    what = ", ".join(x for x in (getattr(error, "context", None), getattr(error, "problem", None)) if x)
-    what = what or first_line(error)
-    return f"line {mark.line + 1}: {what}" if mark else what
+def yaml_problem_text(error: Exception) -> str:
+    """A YAML parse error in one line: `line N: what` (`zebra.errors.yaml_problem`)."""
+    line, what = yaml_problem(error)
+    return f"line {line}: {what}" if line else what
 
 
 def close_task_names(name: str, known: list[str], limit: int = 5) -> list[str]:
@@ -174,7 +172,7 @@ def _load_one(name: str, manager: Any) -> list[Any]:
         loaded = manager.load([name])
     except yaml.YAMLError as e:
         raise ZebraError(
-            f"--tasks {name}: not a valid task YAML ({yaml_problem(e)})", fix="fix the YAML at that line"
+            f"--tasks {name}: not a valid task YAML ({yaml_problem_text(e)})", fix="fix the YAML at that line"
         ) from None
     except jinja2.TemplateError as e:  # a template rendered on the task's first document
         raise template_error([name], manager, e) from None

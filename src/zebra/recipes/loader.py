@@ -16,7 +16,7 @@ from typing import Any
 
 from zebra import arch
 from zebra.data.paths import parse_data_path
-from zebra.errors import ZebraError
+from zebra.errors import ZebraError, yaml_problem
 from zebra.recipes.schema import Recipe, field_choices
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1] / "_recipes"  # installed wheel: zebra/_recipes
@@ -84,9 +84,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.load(text, Loader=_unique_keys_loader())
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ZebraError(f"{path}:{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
+        line, what = yaml_problem(e)
+        where = f" line {line}:" if line else ""
+        raise ZebraError(f"{path}:{where} not valid YAML ({what})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
