@@ -50,10 +50,14 @@ VARIANTS: dict[str, tuple[int, str | None, list[str]]] = {
     "ssd-fla": (8, None, ["model.kernel_backend=fla"]),
     "compile-mlp": (8, None, ["train.compile=true", "train.compile_sublayers=-"]),
     "compile-all": (8, None, ["train.compile=true"]),
-    "fp8": (8, "fla", ["train.fp8=true", "train.compile=true", "train.compile_sublayers=-"]),
+    "fp8": (
+        8,
+        "fla",
+        ["train.fp8=true", "train.fp8_sublayers=all", "train.compile=true", "train.compile_sublayers=-"],
+    ),
     # every sublayer compiled: torchao's float8 casts fuse only inside compiled code (the fp8 row above left the
     # GDN projections eager and ran 40% slower than bf16 on 2026-12-04)
-    "fp8-all": (8, "fla", ["train.fp8=true", "train.compile=true"]),
+    "fp8-all": (8, "fla", ["train.fp8=true", "train.fp8_sublayers=all", "train.compile=true"]),
     # float8 only where the GEMMs are widest (the MLPs: 2048 x 8192), those compiled; the recurrent mixers' narrower
     # projections stay bf16 and eager. Each row times the goal's reference in the same run (FLA's class, Llama's
     # shape for the hybrids)
@@ -65,7 +69,7 @@ VARIANTS: dict[str, tuple[int, str | None, list[str]]] = {
     # day's tensorwise rows ran as fp8-mlp-tw*); rowwise, a scale per row, for comparison
     "fp8-mlp-rowwise": (8, "fla", [*FP8_MLP, "train.fp8_recipe=rowwise"]),
     "fp8-mlp-rowwise-b16": (16, "fla", [*FP8_MLP, "train.fp8_recipe=rowwise"]),
-    "fp8-all-b16": (16, "fla", ["train.fp8=true", "train.compile=true"]),
+    "fp8-all-b16": (16, "fla", ["train.fp8=true", "train.fp8_sublayers=all", "train.compile=true"]),
 }
 
 

@@ -88,9 +88,9 @@ for phase in "${phases[@]}"; do
       # FP8_PARALLEL=1: both runs at once (a batch-2 step leaves the GPU mostly idle; each run's losses are its own)
       for run in ${FP8_RUNS:-bf16 fp8}; do  # FP8_RUNS=bf16 then FP8_RUNS=fp8: two calls on one warm machine
         levers=(); [ $run = fp8 ] && levers=(--set train.fp8=true --set train.compile=true \
-          --set train.compile_sublayers=${FP8_COMPILE:--} --set train.fp8_sublayers=${FP8_SUBLAYERS:-all} \
+          --set train.compile_sublayers=${FP8_COMPILE:--} --set train.fp8_sublayers=${FP8_SUBLAYERS:--} \
           --set train.fp8_recipe=${FP8_RECIPE:-rowwise})
-        # FP8_COMPILE=all: every sublayer compiled (gpu-perf's fp8-all); FP8_SUBLAYERS=-: float8 MLPs only (fp8-mlp)
+        # FP8_COMPILE=all: every sublayer compiled; FP8_SUBLAYERS=all: float8 on every sublayer (gpu-perf's fp8-all)
         left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -lt 60 ] && { note "fp8-curve $run: not run ($left s left)"; continue; }
         timeout "$left" python3 -m zebra.cli.main train 1b-gdn-pure --data "$data/chunks" --run $run --output /tmp/fp8runs \
           --max-steps ${FP8_STEPS:-1000} --yes --resume never --set data.tokenizer="$data/tokenizer" \

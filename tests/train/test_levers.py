@@ -18,6 +18,7 @@ from zebra.train.parallelize import (
     apply_compile,
     apply_float8,
     apply_fused_projections,
+    eager_float8_note,
     float8_eligible,
     sublayer_letter,
 )
@@ -146,6 +147,31 @@ def test_float8_on_the_chosen_sublayers_only():
     # MLA's, GDN's and KDA's projections at width 256 are below FLOAT8_MIN_DIM: bf16 either way
     assert float8_in["all"] == {"-": True, "*": False, "M": True, "G": False, "K": False}
     assert float8_in["-"] == {"-": True, "*": False, "M": False, "G": False, "K": False}
+
+
+@pytest.mark.parametrize(
+    ("levers", "eager", "fix"),
+    [
+        ({"fp8": False}, None, None),
+        ({}, "-", "--set train.compile=true --set train.compile_sublayers=-"),
+        ({"compile": True}, None, None),  # the defaults: float8 MLPs, every sublayer compiled
+        ({"compile": True, "compile_sublayers": "-"}, None, None),
+        ({"fp8_sublayers": "all", "compile": True, "compile_sublayers": "-"}, "*GKM",
+         "--set train.compile_sublayers=*-GKM, or float8 only where compiled: --set train.fp8_sublayers=-"),
+        ({"fp8_sublayers": "G-", "compile": True, "compile_sublayers": "*-"}, "G", "train.compile_sublayers=*-G,"),
+    ],
+)  # fmt: skip
+def test_float8_layers_left_eager_are_warned_about_with_the_keys_that_compile_them(levers, eager, fix):
+    """torchao's float8 casts run as kernels of their own outside compiled code: FP8 on eager sublayers ran 40%
+    slower than bf16. The trainer warns, naming the sublayer kinds and the --set that compiles them."""
+    import dataclasses
+
+    train = dataclasses.replace(load_recipe("tiny").train, **{"fp8": True, **levers})
+    note = eager_float8_note(tiny_model("tiny"), train)  # sublayers *-M-G-K-
+    if eager is None:
+        assert note is None
+    else:
+        assert f"the float8 layers of the {eager!r} sublayers run eager" in note and fix in note
 
 
 @pytest.mark.skipif(not HAS_TORCHAO, reason="needs torchao")

@@ -270,7 +270,8 @@ class TrainSpec:
         False, doc="torchao float8 Linear layers (zebra-llama[fp8], sm89+ GPU; fp8_recipe: the scales)"
     )
     fp8_sublayers: str = spec(
-        "all", doc="with fp8: the sublayers in float8, 'all' or pattern letters (e.g. '-' the MLPs)"
+        "-",
+        doc="with fp8: the sublayers in float8, pattern letters ('-': the MLPs, the widest GEMMs) or 'all'",
     )
     fp8_recipe: str = spec(
         "tensorwise",

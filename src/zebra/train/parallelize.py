@@ -94,7 +94,30 @@ def float8_eligible(module: torch.nn.Module, fqn: str) -> bool:
     return all(d % 16 == 0 and d >= FLOAT8_MIN_DIM for d in dims)
 
 
-def apply_float8(model: torch.nn.Module, which: str = "all", recipe: str = "tensorwise") -> None:
+def eager_float8_note(model: torch.nn.Module, train: TrainSpec) -> str | None:
+    """A warning when `train.fp8` converts sublayers that `train.compile` leaves eager: torchao's casts then run
+    as kernels of their own (FP8 was 40% slower than bf16 so, benchmarks.md 2026-12-04). None when every float8
+    sublayer is compiled, or fp8 is off."""
+    if not train.fp8:
+        return None
+
+    def letters(which: str, key: str) -> set[str]:
+        return {sublayer_letter(layer) or "" for layer in chosen_sublayers(model, which, key)} - {""}
+
+    converted = letters(train.fp8_sublayers, "train.fp8_sublayers")
+    compiled = letters(train.compile_sublayers, "train.compile_sublayers") if train.compile else set()
+    if not (eager := converted - compiled):
+        return None
+    fix = f"--set train.compile=true --set train.compile_sublayers={''.join(sorted(compiled | eager))}"
+    if compiled:
+        fix += f", or float8 only where compiled: --set train.fp8_sublayers={''.join(sorted(compiled))}"
+    return (
+        f"train.fp8: the float8 layers of the {''.join(sorted(eager))!r} sublayers run eager, where torchao's casts "
+        f"are kernels of their own (FP8 ran 40% slower than bf16 so); compile them: {fix}"
+    )
+
+
+def apply_float8(model: torch.nn.Module, which: str = "-", recipe: str = "tensorwise") -> None:
     """torchao float8 training on the `float8_eligible` Linear layers of every sublayer, or of those whose pattern
     character is in `which` (`train.fp8_sublayers`, e.g. "-" for the MLPs, whose GEMMs are the widest), in place;
     parameter names unchanged. `recipe` (`train.fp8_recipe`) is torchao's: "tensorwise" (one scale per tensor:

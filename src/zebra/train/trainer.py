@@ -37,7 +37,7 @@ from zebra.train.metrics import (
     process_seconds,
 )
 from zebra.train.optim import build_optimizer, build_scheduler
-from zebra.train.parallelize import choose_parallel, parallelize
+from zebra.train.parallelize import choose_parallel, eager_float8_note, parallelize
 from zebra.train.peers import watch_peers
 from zebra.train.plot import plot_runs
 from zebra.train.step import TrainStep, loss_sum
@@ -197,6 +197,8 @@ class Trainer:
                 "train.optimizer_graph cannot replay FSDP2's sharded optimizer step (gradients move every step)",
                 fix="--set train.optimizer_graph=false, or --set train.parallel=ddp",
             )
+        if note := eager_float8_note(self.model_core, t):
+            self.view.warn(note)
         bf16 = t.precision == "bf16"
         self.model = parallelize(
             self.model_core,
