@@ -70,6 +70,9 @@ VARIANTS: dict[str, tuple[int, str | None, list[str]]] = {
     "fp8-mlp-rowwise": (8, "fla", [*FP8_MLP, "train.fp8_recipe=rowwise"]),
     "fp8-mlp-rowwise-b16": (16, "fla", [*FP8_MLP, "train.fp8_recipe=rowwise"]),
     "fp8-all-b16": (16, "fla", ["train.fp8=true", "train.fp8_sublayers=all", "train.compile=true"]),
+    # float8 MLPs with the GDN/MLA input projections as one bf16 GEMM (fuse alone: +1.4% at batch 8, 2026-12-03)
+    "fp8-mlp-fuse": (8, "fla", [*FP8_MLP, "train.fuse_projections=true"]),
+    "fp8-mlp-fuse-b16": (16, "fla", [*FP8_MLP, "train.fuse_projections=true"]),
 }
 
 
