@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import re
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from zebra.train.parallelize import (
     apply_compile,
     apply_float8,
     apply_fused_projections,
+    check_float8_device,
     eager_float8_note,
     float8_eligible,
     sublayer_letter,
@@ -172,6 +174,38 @@ def test_float8_layers_left_eager_are_warned_about_with_the_keys_that_compile_th
         assert note is None
     else:
         assert f"the float8 layers of the {eager!r} sublayers run eager" in note and fix in note
+
+
+@pytest.mark.parametrize(
+    ("hip", "capability", "arch", "refused"),
+    [
+        (None, (8, 0), "", "NVIDIA A100 (sm80) has no float8 GEMMs"),
+        (None, (9, 0), "", None),
+        (None, (8, 9), "", None),
+        ("6.4", (9, 0), "gfx90a:sramecc+:xnack-", "NVIDIA A100 (gfx90a) has no float8 GEMMs"),
+        ("6.4", (9, 4), "gfx942:sramecc+:xnack-", None),
+    ],
+)
+def test_float8_on_a_gpu_without_float8_gemms_is_refused_in_one_line(
+    monkeypatch, hip, capability, arch, refused
+):
+    """A100s and MI250s have no float8 GEMMs: torch's `_scaled_mm` failed inside the first step. (The GPU is
+    faked: this machine has none; the name is the fake's.)"""
+    import types
+
+    monkeypatch.setattr(torch.version, "hip", hip)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA A100")
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(gcnArchName=arch)
+    )
+    check_float8_device(torch.device("cpu"))  # the CPU runs it through torch's own _scaled_mm
+    if refused is None:
+        check_float8_device(torch.device("cuda", 0))
+        return
+    with pytest.raises(ZebraError, match=re.escape(refused)) as info:
+        check_float8_device(torch.device("cuda", 0))
+    assert info.value.fix.startswith("drop train.fp8; it needs NVIDIA sm89+")
 
 
 @pytest.mark.skipif(not HAS_TORCHAO, reason="needs torchao")

@@ -117,6 +117,29 @@ def eager_float8_note(model: torch.nn.Module, train: TrainSpec) -> str | None:
     )
 
 
+FLOAT8_GPUS = "NVIDIA sm89+ (Ada, Hopper, Blackwell) or AMD MI300/MI350"
+
+
+def check_float8_device(device: torch.device) -> None:
+    """Refuse `train.fp8` on a GPU without float8 GEMMs, in one line before the model is built (torch's
+    `_scaled_mm` would fail in the first step). CPUs pass: torch's CPU `_scaled_mm` runs it, slowly (tests)."""
+    import torch
+
+    if device.type != "cuda":
+        return
+    if torch.version.hip:
+        arch = torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
+        ok, which = arch in ("gfx942", "gfx950"), arch
+    else:
+        major, minor = torch.cuda.get_device_capability(device)
+        ok, which = (major, minor) >= (8, 9), f"sm{major}{minor}"
+    if not ok:
+        raise ZebraError(
+            f"train.fp8: {torch.cuda.get_device_name(device)} ({which}) has no float8 GEMMs",
+            fix=f"drop train.fp8; it needs {FLOAT8_GPUS}",
+        )
+
+
 def apply_float8(model: torch.nn.Module, which: str = "-", recipe: str = "tensorwise") -> None:
     """torchao float8 training on the `float8_eligible` Linear layers of every sublayer, or of those whose pattern
     character is in `which` (`train.fp8_sublayers`, e.g. "-" for the MLPs, whose GEMMs are the widest), in place;
@@ -161,6 +184,7 @@ def parallelize(
     if train.fuse_projections:
         apply_fused_projections(model)
     if train.fp8:
+        check_float8_device(env.device)
         apply_float8(model, train.fp8_sublayers, train.fp8_recipe)
     if train.activation_checkpointing:
         apply_activation_checkpointing(model)

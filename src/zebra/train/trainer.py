@@ -197,8 +197,6 @@ class Trainer:
                 "train.optimizer_graph cannot replay FSDP2's sharded optimizer step (gradients move every step)",
                 fix="--set train.optimizer_graph=false, or --set train.parallel=ddp",
             )
-        if note := eager_float8_note(self.model_core, t):
-            self.view.warn(note)
         bf16 = t.precision == "bf16"
         self.model = parallelize(
             self.model_core,
@@ -207,6 +205,8 @@ class Trainer:
             bf16=bf16,
             train=t,
         )
+        if note := eager_float8_note(self.model_core, t):
+            self.view.warn(note)
         self.optimizer = build_optimizer(self.model, t, env.device)
         self.scheduler = build_scheduler(self.optimizer, t)
         self.step_fn = TrainStep(
