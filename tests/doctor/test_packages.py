@@ -104,6 +104,15 @@ def test_absent_optional_package_warns_with_pip_command():
     )
 
 
+def test_torchao_absent_warns_with_the_fp8_extra_and_outside_its_range_fails():
+    """torchao is train.fp8's: missing, a warning with the extra that installs the tested range."""
+    missing = check_package(PKG["torchao"], None, ">=0.17,<0.19")
+    assert missing.status == "warn" and missing.fix == "pip install 'zebra-llama[fp8]'"
+    assert "train.fp8" in missing.detail
+    assert check_package(PKG["torchao"], ("torchao", "0.16.0"), "<0.19,>=0.17").status == "fail"
+    assert check_package(PKG["torchao"], ("torchao", "0.17.0"), "<0.19,>=0.17").status == "ok"
+
+
 def test_absent_required_package_fails():
     check = check_package(PKG["megatron-core"], None, "<0.20,>=0.16.1")
     assert check.status == "fail"

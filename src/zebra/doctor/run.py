@@ -36,6 +36,7 @@ CHECK_NAMES = (
     "fla",
     "triton",
     "mamba-ssm",
+    "torchao",
     "lm-eval",
     "gpu",
     "fla-triton-hopper",
