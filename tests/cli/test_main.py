@@ -100,6 +100,30 @@ def test_a_table_written_to_a_pipe_is_not_folded_to_80_columns():
     assert 80 < max(len(line) for line in r.stdout.splitlines()) <= 160
 
 
+@pytest.mark.parametrize("columns", [60, 80, 100])
+def test_a_narrow_terminal_drops_the_optional_columns_instead_of_folding_names(columns):
+    """At 80 columns `zebra recipes list` folded recipe and tokenizer names mid-word (`meta-llama/Llama-3.2-1` /
+    `B`). Names stay whole now: the description column goes first, then the tokenizer's, and the description
+    wraps between words where it stays."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.cli.conftest import ENTRY
+
+    r = subprocess.run([sys.executable, "-c", ENTRY, "recipes", "list"], capture_output=True, text=True,
+                       env={**os.environ, "COLUMNS": str(columns)}, stdin=subprocess.DEVNULL, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert max(len(line) for line in lines) <= columns
+    header = lines[1]
+    assert ("model" in header) == (columns >= 100) and ("tokenizer" in header) == (columns >= 80)
+    row = next(line for line in lines if "1b-mamba-mla" in line)
+    assert "12 Mamba2+4 MLA" in row and "1.29B" in row
+    if columns >= 80:
+        assert "meta-llama/Llama-3.2-1B" in row
+
+
 def test_a_table_written_to_a_reader_that_left_ends_quietly():
     """Rich's output, like `zebra generate`'s, ends with the SIGPIPE status when stdout's reader has gone."""
     import os

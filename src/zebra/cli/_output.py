@@ -89,13 +89,27 @@ class Output:
         *,
         title: str | None = None,
         justify: dict[str, str] | None = None,
+        optional: tuple[str, ...] = (),
+        wrap: tuple[str, ...] | None = None,
     ) -> None:
+        """A Rich table on stdout. `wrap`: the columns whose cells may wrap between words (the others are kept
+        whole: names, paths, numbers); None lets every column fold. `optional` columns are left out, in that
+        order, while the table cannot fit the terminal that way (`--json` keeps them)."""
         justify = justify or {}
-        table = Table(title=title, header_style="bold", title_justify="left")
-        for col in columns:
-            table.add_column(col, justify=justify.get(col, "left"), overflow="fold")  # type: ignore[arg-type]
-        for row in rows:
-            table.add_row(*["" if v is None else str(v) for v in row])
+        shown = list(range(len(columns)))
+        while True:
+            table = Table(title=title, header_style="bold", title_justify="left")
+            for i in shown:
+                name = columns[i]
+                whole = wrap is not None and name not in wrap
+                table.add_column(name, justify=justify.get(name, "left"), overflow="fold", no_wrap=whole)  # type: ignore[arg-type]
+            for row in rows:
+                table.add_row(*["" if row[i] is None else str(row[i]) for i in shown])
+            drop = next((columns.index(c) for c in optional if columns.index(c) in shown), None)
+            unbounded = self.console.options.update_width(1_000_000)  # its own width, not the terminal's
+            if drop is None or self.console.measure(table, options=unbounded).minimum <= self.console.width:
+                break
+            shown.remove(drop)
         self.console.print(table)
 
     def result(self, message: str) -> None:

@@ -89,6 +89,8 @@ def list_(json_: JsonOpt = False) -> None:
             for r in rows
         ],
         justify={"params": "right", "seq len": "right"},
+        wrap=("model", "mixers"),
+        optional=("model", "tokenizer"),  # `zebra recipes show NAME` has both
     )
 
 
