@@ -182,7 +182,7 @@ def test_float8_layers_left_eager_are_warned_about_with_the_keys_that_compile_th
         (None, (8, 0), "", "NVIDIA A100 (sm80) has no float8 GEMMs"),
         (None, (9, 0), "", None),
         (None, (8, 9), "", None),
-        ("6.4", (9, 0), "gfx90a:sramecc+:xnack-", "NVIDIA A100 (gfx90a) has no float8 GEMMs"),
+        ("6.4", (9, 0), "gfx90a:sramecc+:xnack-", "AMD Instinct MI250X (gfx90a) has no float8 GEMMs"),
         ("6.4", (9, 4), "gfx942:sramecc+:xnack-", None),
     ],
 )
@@ -190,12 +190,13 @@ def test_float8_on_a_gpu_without_float8_gemms_is_refused_in_one_line(
     monkeypatch, hip, capability, arch, refused
 ):
     """A100s and MI250s have no float8 GEMMs: torch's `_scaled_mm` failed inside the first step. (The GPU is
-    faked: this machine has none; the name is the fake's.)"""
+    faked: this machine has none.)"""
     import types
 
     monkeypatch.setattr(torch.version, "hip", hip)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: capability)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA A100")
+    name = "AMD Instinct MI250X" if hip else "NVIDIA A100"
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: name)
     monkeypatch.setattr(
         torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(gcnArchName=arch)
     )
