@@ -146,16 +146,24 @@ def remove_unless_held(path: Path) -> bool:
     except OSError:
         return False
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _exclusive_now(fd):
             return False  # a reader holds it: a later save prunes it
-        except OSError:
-            pass  # no locks on this file system
         shutil.rmtree(path, ignore_errors=True)
         return True
     finally:
         os.close(fd)
+
+
+def _exclusive_now(fd: int) -> bool:
+    """Take the writer's (exclusive) side of folder `fd`'s lock without waiting: False when a reader holds it
+    (`read_hold`); True once taken, or where the file system has no locks."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        pass  # no locks on this file system
+    return True
 
 
 READERS = "zebra convert, verify, eval, chat or generate of this run, or a run resuming from it"
@@ -176,14 +184,10 @@ def commit_step(partial: Path, final: Path, *, on_wait: Callable[[str], None] | 
         return
     aside = final.with_name(final.name + ".replaced")
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _exclusive_now(fd):
             if on_wait is not None:
                 on_wait(f"{final} is being read ({READERS}): waiting for it to finish before replacing it")
             fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:
-            pass  # no locks on this file system
         shutil.rmtree(aside, ignore_errors=True)
         final.rename(aside)  # a reader waiting for `final` finds another folder under its name and holds that
         partial.rename(final)
@@ -224,15 +228,11 @@ def remove_checkpoints(checkpoints: Path) -> None:
             except OSError:
                 continue  # a file, or gone
             fds.append(fd)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+            if not _exclusive_now(fd):
                 raise ZebraError(
                     f"{path}: being read ({READERS})",
                     fix="wait for it to finish, then start the run over again",
-                ) from None
-            except OSError:
-                pass  # no locks on this file system
+                )
         shutil.rmtree(checkpoints, ignore_errors=True)
     finally:
         for fd in fds:
