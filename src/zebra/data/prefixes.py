@@ -24,7 +24,9 @@ from zebra.data.text_sources import default_folder, holds_text, open_source, pre
 from zebra.errors import ZebraError
 
 
-def resolve_prefixes(entry: str, *, tokenizer: str = "byte", prepare: bool = True) -> list[tuple[str, float]]:
+def resolve_prefixes(
+    entry: str, *, tokenizer: str = "byte", prepare: bool = True, sample: BundledSample | None = None
+) -> list[tuple[str, float]]:
     """Turn one `data.paths` entry into Megatron prefixes with blend weights; the trainer calls this.
 
     Args:
@@ -33,6 +35,7 @@ def resolve_prefixes(entry: str, *, tokenizer: str = "byte", prepare: bool = Tru
             error names the `zebra data prep` command that makes it with this tokenizer.
         prepare: tokenize `@sample` into the cache if it is not there yet; False (a dry run): write nothing and
             name the prefix it would be (`bundled_sample`).
+        sample: `@sample` as the caller already asked `bundled_sample` for it (tokenizer and prepare alike).
 
     Returns:
         `[(prefix, weight), ...]`. The weights of one entry sum to its WEIGHT and split it in proportion to
@@ -44,7 +47,7 @@ def resolve_prefixes(entry: str, *, tokenizer: str = "byte", prepare: bool = Tru
     """
     target, weight = parse_data_path(entry)
     if target == BUNDLED:
-        return [(str(bundled_sample(tokenizer, prepare=prepare).prefix), weight)]
+        return [(str((sample or bundled_sample(tokenizer, prepare=prepare)).prefix), weight)]
     folder = prep_folder(target)
     if folder is not None:
         return _folder_prefixes(folder, read_manifest(folder), weight)

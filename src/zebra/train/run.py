@@ -134,27 +134,26 @@ def resolve_data(recipe: Recipe, *, prepare_data: bool = True) -> None:
     _check_vocab(recipe)
     for entry in recipe.data.paths:
         _check_manifest_tokenizer(entry, recipe)
+    # a dry run asks for `@sample` once: its prefix, and its document count where it is not written yet
+    sample = None
+    if not prepare_data and any(parse_data_path(entry).target == BUNDLED for entry in recipe.data.paths):
+        sample = bundled_sample(recipe.data.tokenizer, prepare=False)
     resolved = [
         (str(Path(prefix).resolve()), weight)
         for entry in recipe.data.paths
-        for prefix, weight in resolve_prefixes(entry, tokenizer=recipe.data.tokenizer, prepare=prepare_data)
+        for prefix, weight in resolve_prefixes(
+            entry, tokenizer=recipe.data.tokenizer, prepare=prepare_data, sample=sample
+        )
     ]
     if recipe.data.order != "fla":  # before the run folder exists; FLA's order has no split
+        unwritten = sample is not None and not sample.prepared  # no files to count its documents in
         check_split_documents(
             recipe,
             [prefix for prefix, _ in resolved],
             eval_on=recipe.train.eval_interval > 0,
-            documents=_unwritten_sample(recipe) if not prepare_data else None,
+            documents={str(sample.prefix.resolve()): sample.documents} if unwritten else None,
         )
     recipe.data.paths = [f"{prefix}:{weight!r}" for prefix, weight in resolved]
-
-
-def _unwritten_sample(recipe: Recipe) -> dict[str, int]:
-    """`{prefix: documents}` of `@sample` where a dry run left it untokenized (no files to count them in)."""
-    if not any(parse_data_path(entry).target == BUNDLED for entry in recipe.data.paths):
-        return {}
-    sample = bundled_sample(recipe.data.tokenizer, prepare=False)
-    return {} if sample.prepared else {str(sample.prefix.resolve()): sample.documents}
 
 
 def resolve_distill(recipe: Recipe) -> None:
