@@ -89,19 +89,20 @@ for phase in "${phases[@]}"; do
       for run in ${FP8_RUNS:-bf16 fp8}; do  # FP8_RUNS=bf16 then FP8_RUNS=fp8: two calls on one warm machine
         levers=(); [ $run = fp8 ] && levers=(--set train.fp8=true --set train.compile=true \
           --set train.compile_sublayers=${FP8_COMPILE:--} --set train.fp8_sublayers=${FP8_SUBLAYERS:--} \
-          --set train.fp8_recipe=${FP8_RECIPE:-rowwise})
+          --set train.fp8_recipe=${FP8_RECIPE:-tensorwise})
         # FP8_COMPILE=all: every sublayer compiled; FP8_SUBLAYERS=all: float8 on every sublayer (gpu-perf's fp8-all)
         left=$(( ${DEADLINE:-100000} - SECONDS )); [ "$left" -lt 60 ] && { note "fp8-curve $run: not run ($left s left)"; continue; }
-        timeout "$left" python3 -m zebra.cli.main train 1b-gdn-pure --data "$data/chunks" --run $run --output /tmp/fp8runs \
+        { timeout "$left" python3 -m zebra.cli.main train 1b-gdn-pure --data "$data/chunks" --run $run --output /tmp/fp8runs \
           --max-steps ${FP8_STEPS:-1000} --yes --resume never --set data.tokenizer="$data/tokenizer" \
           --set model.vocab_size=16384 --set train.micro_batch_size=$batch --set train.global_batch_size=$batch \
           --set train.save_interval=0 --set train.eval_interval=0 --set train.export=false --set train.log_interval=1 \
-          "${levers[@]}" >> "$log.$run" 2>&1 &
+          "${levers[@]}" >> "$log.$run" 2>&1; echo $? > "$log.$run.rc"; } &
         [ "${FP8_PARALLEL:-0}" = 1 ] || wait $!
       done
       wait
       for run in ${FP8_RUNS:-bf16 fp8}; do
-        cat "$log.$run" >> "$log"; note "fp8-curve $run: $(tail -1 /tmp/fp8runs/$run/metrics.jsonl 2>/dev/null)"
+        cat "$log.$run" >> "$log" 2>/dev/null  # absent for a run left out (DEADLINE)
+        note "fp8-curve $run rc=$(cat "$log.$run.rc" 2>/dev/null) $(tail -1 /tmp/fp8runs/$run/metrics.jsonl 2>/dev/null)"
         rm -rf /tmp/fp8runs/$run/checkpoints  # tens of GB each; the curve is what counts
       done
       [ -f /tmp/fp8runs/bf16/metrics.jsonl ] && [ -f /tmp/fp8runs/fp8/metrics.jsonl ] && python3 scripts/fp8-curve.py /tmp/fp8runs/bf16 /tmp/fp8runs/fp8 --out "$OUT/fp8_curve.json" --png "$OUT/fp8_curve.png" \
