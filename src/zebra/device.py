@@ -42,3 +42,10 @@ def resolve_dtype(name: str, device: str = "cpu", *, auto_on_gpu: str | None = N
         name = auto_on_gpu
     torch_name = DTYPES[name]
     return None if torch_name is None else getattr(torch, torch_name)
+
+
+def gpu_arch(index: int | torch.device = 0) -> str:
+    """A GPU's architecture as compilers name it: "sm_90" (CUDA compute capability) or "gfx942" (ROCm's
+    gcnArchName without its feature flags)."""
+    props = torch.cuda.get_device_properties(index)
+    return props.gcnArchName.split(":")[0] if torch.version.hip else f"sm_{props.major}{props.minor}"

@@ -179,7 +179,7 @@ def test_float8_layers_left_eager_are_warned_about_with_the_keys_that_compile_th
 @pytest.mark.parametrize(
     ("hip", "capability", "arch", "refused"),
     [
-        (None, (8, 0), "", "NVIDIA A100 (sm80) has no float8 GEMMs"),
+        (None, (8, 0), "", "NVIDIA A100 (sm_80) has no float8 GEMMs"),
         (None, (9, 0), "", None),
         (None, (8, 9), "", None),
         ("6.4", (9, 0), "gfx90a:sramecc+:xnack-", "AMD Instinct MI250X (gfx90a) has no float8 GEMMs"),
@@ -198,7 +198,9 @@ def test_float8_on_a_gpu_without_float8_gemms_is_refused_in_one_line(
     name = "AMD Instinct MI250X" if hip else "NVIDIA A100"
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: name)
     monkeypatch.setattr(
-        torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(gcnArchName=arch)
+        torch.cuda,
+        "get_device_properties",
+        lambda device: types.SimpleNamespace(gcnArchName=arch, major=capability[0], minor=capability[1]),
     )
     check_float8_device(torch.device("cpu"))  # the CPU runs it through torch's own _scaled_mm
     if refused is None:

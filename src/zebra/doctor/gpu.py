@@ -87,6 +87,8 @@ def gather_gpus() -> GpuInventory:
     """Ask torch (imported here) for the build and the visible devices; never raises for a missing GPU."""
     try:
         import torch
+
+        from zebra.device import gpu_arch
     except ImportError:
         return GpuInventory(backend="none")
     hip, cuda = torch.version.hip, torch.version.cuda
@@ -101,8 +103,7 @@ def gather_gpus() -> GpuInventory:
             available = torch.cuda.is_available()
         for i in range(torch.cuda.device_count() if available else 0):
             p = torch.cuda.get_device_properties(i)
-            arch = p.gcnArchName.split(":")[0] if backend == "rocm" else f"sm_{p.major}{p.minor}"
-            devices.append(GpuDevice(p.name, int(p.total_memory), arch))
+            devices.append(GpuDevice(p.name, int(p.total_memory), gpu_arch(i)))
         if not available:
             said = [first_line(str(w.message)) for w in caught if str(w.message).strip()]
             problem = said[0] if said else "torch.cuda.is_available() is False"

@@ -127,15 +127,17 @@ def check_float8_device(device: torch.device) -> None:
 
     if device.type != "cuda":
         return
-    if torch.version.hip:
-        arch = torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
-        ok, which = arch in ("gfx942", "gfx950"), arch
-    else:
-        major, minor = torch.cuda.get_device_capability(device)
-        ok, which = (major, minor) >= (8, 9), f"sm{major}{minor}"
+    from zebra.device import gpu_arch
+
+    arch = gpu_arch(device)
+    ok = (
+        arch in ("gfx942", "gfx950")
+        if torch.version.hip
+        else torch.cuda.get_device_capability(device) >= (8, 9)
+    )
     if not ok:
         raise ZebraError(
-            f"train.fp8: {torch.cuda.get_device_name(device)} ({which}) has no float8 GEMMs",
+            f"train.fp8: {torch.cuda.get_device_name(device)} ({arch}) has no float8 GEMMs",
             fix=f"drop train.fp8; it needs {FLOAT8_GPUS}",
         )
 
