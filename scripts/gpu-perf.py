@@ -32,7 +32,6 @@ WARM_LEFT = 30  # seconds a later one needs (the kernels are tuned; builds, warm
 # 20th step (bf16: 63.0k and 63.4k; H100, 2026-12-05)
 STEPS, WARMUP = 10, 4
 
-GRAPH = "train.forward_backward_graph=true"
 FP8_MLP = ["train.fp8=true", "train.fp8_sublayers=-", "train.compile=true", "train.compile_sublayers=-"]
 
 # name -> (batch, against, recipe overrides); the levers of docs/benchmarks.md, "Training levers"
@@ -74,14 +73,6 @@ VARIANTS: dict[str, tuple[int, str | None, list[str]]] = {
     # float8 MLPs with the GDN/MLA input projections as one bf16 GEMM (fuse alone: +1.4% at batch 8, 2026-12-03)
     "fp8-mlp-fuse": (8, "fla", [*FP8_MLP, "train.fuse_projections=true"]),
     "fp8-mlp-fuse-b16": (16, "fla", [*FP8_MLP, "train.fuse_projections=true"]),
-    # the forward and backward replayed from one CUDA graph: in bf16 it gained nothing (the GPU was the bound,
-    # 2026-12-05 04:20); with float8 MLPs at batch 8 the GPU's share shrinks below the host's launch time
-    "graph-b8": (8, "fla", [GRAPH]),
-    "fp8-mlp-graph": (8, "fla", [*FP8_MLP, GRAPH]),
-    "fp8-mlp-fuse-graph": (8, "fla", [*FP8_MLP, "train.fuse_projections=true", GRAPH]),
-    "fp8-mlp-graph-b16": (16, "fla", [*FP8_MLP, GRAPH]),
-    "fp8-mlp-graph-vs-llama": (8, "llama", [*FP8_MLP, GRAPH]),
-    "fp8-mlp-graph-vs-llama-2k": (8, "llama", ["data.seq_len=2048", *FP8_MLP, GRAPH]),
 }
 
 
@@ -235,7 +226,6 @@ def _levers_on(record: dict) -> list[str]:
             "compile",
             "fuse_projections",
             "optimizer_graph",
-            "forward_backward_graph",
             "fp8",
             "activation_checkpointing",
         )

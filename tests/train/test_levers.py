@@ -1,6 +1,6 @@
 """The training levers `zebra bench train --set train.X=...` toggles: fused input projections (checked against the
 unfused path), regional compile, float8's layer choice and its missing-torchao error, the CUDA-graphed
-optimizer step and forward/backward (GPU) and float8 training (CPU with torchao; GPU)."""
+optimizer step (GPU) and float8 training (CPU with torchao; GPU)."""
 
 from __future__ import annotations
 
@@ -275,108 +275,6 @@ def test_graphed_optimizer_step_follows_the_eager_one():
         torch.testing.assert_close(weights[True][name], w, rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_forward_backward_graph_needs_one_gpu(tmp_path):
-    """The graphed forward/backward refuses a CPU run and a data-parallel one, naming the flag that turns it off:
-    when the run is resolved (before a run folder, a launcher or a Slurm job exists), and in the step itself."""
-    from zebra.train.dist import DistEnv
-    from zebra.train.optim import build_optimizer
-    from zebra.train.run import RankLayout, resolve_run
-    from zebra.train.step import TrainStep
-
-    recipe = load_recipe("tiny", overrides=["train.forward_backward_graph=true"])
-    for ranks, message in [
-        (RankLayout("cpu", nodes=1, ranks_per_node=1), r"needs a CUDA GPU \(this run is on cpu\)"),
-        (RankLayout("cuda", nodes=1, ranks_per_node=2), r"runs on one GPU \(DDP's and FSDP2's"),
-    ]:
-        with pytest.raises(ZebraError, match=r"train\.forward_backward_graph " + message) as info:
-            resolve_run(recipe, ranks, output=tmp_path)
-        assert info.value.fix.startswith("--set train.forward_backward_graph=false")
-    assert not any(tmp_path.iterdir())
-    model = tiny_model("tiny")
-    optimizer = build_optimizer(model, recipe.train, torch.device("cpu"))
-    env = DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
-    with pytest.raises(ZebraError, match=r"train\.forward_backward_graph needs a CUDA GPU"):
-        TrainStep(
-            model, optimizer, None, env, autocast_bf16=False, clip_grad=1.0, forward_backward_graph=True
-        )
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
-def test_graphed_forward_backward_follows_the_eager_step(bf16):
-    """TrainStep with each micro-batch's forward and backward replayed from a CUDA graph, on the tiny hybrid
-    (MLA, Mamba2, GDN, KDA on FLA's kernels): two micro-batches accumulated per step, one step with a micro-batch of
-    another length (run eagerly) in between; every step's loss and the final weights match the eager step's."""
-    from zebra.train.dist import DistEnv
-    from zebra.train.optim import build_optimizer
-    from zebra.train.step import TrainStep
-
-    env = DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cuda"))
-    gen = torch.Generator().manual_seed(0)
-
-    def micro_batch(T):
-        ids = torch.randint(0, 272, (2, T + 1), generator=gen)
-        return {
-            "tokens": ids[:, :-1],
-            "labels": ids[:, 1:],
-            "loss_mask": (torch.rand(2, T, generator=gen) > 0.1).float(),
-        }
-
-    steps = [[micro_batch(64), micro_batch(64)] for _ in range(3)]
-    steps.insert(2, [micro_batch(32)])
-    losses, weights = {}, {}
-    for graphed in (False, True):
-        spec = load_recipe("tiny").train
-        torch.manual_seed(0)
-        model = tiny_model("tiny").float().cuda().train()
-        optimizer = build_optimizer(model, spec, env.device)
-        step = TrainStep(model, optimizer, None, env, autocast_bf16=bf16, clip_grad=spec.clip_grad,
-                         forward_backward_graph=graphed)  # fmt: skip
-        losses[graphed] = [step(batches).loss for batches in steps]
-        if graphed:
-            assert step.forward_backward.graph is not None
-        weights[graphed] = {n: p.detach().clone() for n, p in model.named_parameters()}
-    assert losses[True] == pytest.approx(losses[False], rel=1e-4)
-    for name, w in weights[False].items():
-        torch.testing.assert_close(weights[True][name], w, rtol=1e-4, atol=1e-5, msg=name)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.skipif(not HAS_TORCHAO, reason="needs torchao")
-def test_a_graphed_step_holds_compiled_float8_mlps():
-    """The combination the batch-8 bench times: float8 MLPs (tensorwise scales, dynamic on the device) compiled
-    by inductor, between eager MLA sublayers, captured in the step's CUDA graph: the graphed steps' losses and
-    weights follow the eager step with the same levers (both bf16 autocast). MLA and MLPs only, 256 wide so the
-    MLPs' Linear layers are float8-eligible; no FLA kernel autotunes."""
-    from zebra.train.dist import DistEnv
-    from zebra.train.optim import build_optimizer
-    from zebra.train.step import TrainStep
-
-    check_float8_device(torch.device("cuda"))
-    env = DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cuda"))
-    ids = torch.randint(0, 272, (4, 4, 257), generator=torch.Generator().manual_seed(0))
-    steps = [[{"tokens": s[:, :-1], "labels": s[:, 1:], "loss_mask": torch.ones(4, 256)}] for s in ids]
-    losses, weights = {}, {}
-    for graphed in (False, True):
-        spec = load_recipe("tiny").train
-        model = tiny_model("tiny", kernel_backend="auto", layer_pattern="*-*-*-*-", hidden_size=256,
-                           intermediate_size=1024).float().cuda().train()  # fmt: skip
-        apply_float8(model, "-", "tensorwise")
-        apply_compile(model, "-")
-        optimizer = build_optimizer(model, spec, env.device)
-        step = TrainStep(model, optimizer, None, env, autocast_bf16=True, clip_grad=spec.clip_grad,
-                         forward_backward_graph=graphed)  # fmt: skip
-        losses[graphed] = [step(batches).loss for batches in steps]
-        if graphed:
-            assert step.forward_backward.graph is not None
-        weights[graphed] = {n: p.detach().clone() for n, p in model.named_parameters()}
-    assert losses[True] == pytest.approx(losses[False], rel=1e-3)
-    for name, w in weights[False].items():
-        torch.testing.assert_close(weights[True][name], w, rtol=1e-3, atol=1e-4, msg=name)
-
-
 @pytest.mark.skipif(not HAS_TORCHAO, reason="needs torchao")
 @pytest.mark.parametrize("device", cpu_and_gpu())
 def test_float8_training_step_runs_close_to_bf16(device):
@@ -406,29 +304,3 @@ def test_float8_training_step_runs_close_to_bf16(device):
         assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
         losses[fp8] = loss.item()
     assert abs(losses[True] - losses[False]) < 0.02 * losses[False]
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_a_graphed_step_that_reads_the_gpu_from_the_host_names_the_line():
-    """A loss that calls `.item()` cannot be captured: the warm-up's last pass (sync debug mode) names the line
-    that waits, with the flag that turns the graph off."""
-    from zebra.train.dist import DistEnv
-    from zebra.train.optim import build_optimizer
-    from zebra.train.step import TrainStep, zebra_loss_sum
-
-    def loss_with_a_host_read(model, tokens, labels, loss_mask):
-        loss = zebra_loss_sum(model, tokens, labels, loss_mask)
-        return loss * 0 if loss.item() < 0 else loss  # the host waits for the forward here
-
-    env = DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cuda"))
-    model = tiny_model("tiny").float().cuda().train()
-    optimizer = build_optimizer(model, load_recipe("tiny").train, env.device)
-    step = TrainStep(model, optimizer, None, env, autocast_bf16=False, clip_grad=1.0, loss_fn=loss_with_a_host_read,
-                     forward_backward_graph=True)  # fmt: skip
-    ids = torch.randint(0, 272, (2, 65), generator=torch.Generator().manual_seed(0))
-    with pytest.raises(
-        ZebraError, match=r"makes the host wait for the GPU at .*test_levers\.py:\d+ \(return loss"
-    ) as info:
-        step([{"tokens": ids[:, :-1], "labels": ids[:, 1:], "loss_mask": torch.ones(2, 64)}])
-    assert info.value.fix.startswith("--set train.forward_backward_graph=false")

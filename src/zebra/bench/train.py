@@ -9,16 +9,14 @@ it: the recipe's precision (bf16 autocast, fp32 master weights), AdamW with the 
   6 N + causal MLA attention (`zebra.arch.train_flops_per_token`, the same count for both models);
 - MFU against the measured peak too: the bf16 matmul rate of the device measured in the run (an 8192^3 GEMM,
   `measured_matmul_peak`), what the issue's goals are stated against;
-- peak memory: the CUDA allocator's peak over the warm-up and timed steps (a graphed step allocates its
-  activations once, while it is captured in the first warm-up step, and its replays bypass the allocator), and
-  what stays resident between steps (weights, optimizer moments, kept gradients) just before the timed steps
-  (none on CPU);
+- peak memory: the CUDA allocator's peak over the warm-up and timed steps (the graphed optimizer step allocates
+  once, while it is captured in the warm-up, and its replays bypass the allocator), and what stays resident
+  between steps (weights, optimizer moments, kept gradients) just before the timed steps (none on CPU);
 - first step: seconds from the start of a model's build to the end of its first step (build, compile, kernel
   compilation and autotuning), and from the start of the process (zebra's row: the time to first step a user
   waits): what a warm start (the kernel cache, `zebra.caches`) shortens.
 The recipe's training levers apply to the zebra row (`train.compile` / `compile_sublayers`, `fuse_projections`,
-`optimizer_graph`, `forward_backward_graph`, `fp8`, `activation_checkpointing`: toggle them with
-`--set train.X=...`); the report lists them.
+`optimizer_graph`, `fp8`, `activation_checkpointing`: toggle them with `--set train.X=...`); the report lists them.
 `--against fla` runs FLA's own GatedDeltaNetForCausalLM / KDAForCausalLM built at the recipe's shapes
 (`zebra.convert.fla.fla_config`); `--against llama` runs transformers' LlamaForCausalLM at Llama-3.2-1B's shape
 (SDPA attention, random weights; the dense baseline of the hybrids). Both with the same step code and data, in the
@@ -83,7 +81,6 @@ LEVERS = (
     "compile_sublayers",
     "fuse_projections",
     "optimizer_graph",
-    "forward_backward_graph",
     "fp8",
     "fp8_sublayers",
     "fp8_recipe",
@@ -241,17 +238,10 @@ def make_step(model, recipe, device, *, loss_fn=None, schedule: bool = False, le
     """The trainer's `TrainStep` on one device for `model`: the recipe's precision (bf16 autocast, fp32 master
     weights), AdamW with its parameter groups, gradient clipping and training levers, and with `schedule` its
     warm-up + decay learning rate (else the peak lr throughout). `loss_fn` as `TrainStep`'s; `levers=False` turns
-    compile, fused projections, both CUDA graphs and fp8 off (the comparison models' plain form)."""
+    compile, fused projections, the optimizer graph and fp8 off (the comparison models' plain form)."""
     t = recipe.train
     if not levers:
-        t = dataclasses.replace(
-            t,
-            compile=False,
-            fuse_projections=False,
-            optimizer_graph=False,
-            forward_backward_graph=False,
-            fp8=False,
-        )
+        t = dataclasses.replace(t, compile=False, fuse_projections=False, optimizer_graph=False, fp8=False)
     env = DistEnv(rank=0, local_rank=0, world_size=1, device=device)
     bf16 = t.precision == "bf16"
     model = parallelize(model, env, mode="none", bf16=bf16, train=t)
@@ -265,7 +255,6 @@ def make_step(model, recipe, device, *, loss_fn=None, schedule: bool = False, le
         clip_grad=t.clip_grad,
         loss_fn=loss_fn,
         optimizer_graph=t.optimizer_graph,
-        forward_backward_graph=t.forward_backward_graph,
     )
 
 

@@ -266,9 +266,6 @@ class TrainSpec:
     optimizer_graph: bool = spec(
         False, doc="replay AdamW's step from a CUDA graph (one GPU or DDP, not FSDP)"
     )
-    forward_backward_graph: bool = spec(
-        False, doc="replay each micro-batch's forward and backward from a CUDA graph (one GPU)"
-    )
     fp8: bool = spec(
         False, doc="torchao float8 Linear layers (zebra-llama[fp8], sm89+ GPU; fp8_recipe: the scales)"
     )

@@ -28,7 +28,6 @@ from zebra.locks import FolderLock
 from zebra.recipes import Recipe, dump_recipe, load_recipe
 from zebra.train.data import batch_plan, check_split_documents
 from zebra.train.optim import check_optimizer_graph
-from zebra.train.step_graph import check_graphable
 
 RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "loss.png", "export", "tensorboard", "data_cache")
 
@@ -279,8 +278,6 @@ def resolve_run(
         resume = str(Path(resume).resolve())  # ranks may start elsewhere: a container, a Slurm task's folder
     if t.optimizer_graph:
         check_optimizer_graph(ranks.device)
-    if t.forward_backward_graph:
-        check_graphable(ranks.device, distributed=ranks.world_size > 1)
     if recipe.model.kernel_backend in ("fla", "mamba_ssm") and ranks.device != "cuda":
         raise ZebraError(
             f"model.kernel_backend={recipe.model.kernel_backend} needs a CUDA/ROCm GPU (this run is on {ranks.device})",

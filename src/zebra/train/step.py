@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 from zebra.train.dist import DistEnv, all_reduce_sum
 from zebra.train.optim import GraphedOptimizerStep
-from zebra.train.step_graph import GraphedForwardBackward, check_graphable
 
 if TYPE_CHECKING:
     import torch
@@ -150,8 +149,6 @@ class TrainStep:
         loss_fn: how a micro-batch's summed CE is computed (default: `micro_batch_loss(model)`).
         optimizer_graph: replay the optimizer's step from a CUDA graph (`GraphedOptimizerStep`; the optimizer
             must be capturable); gradients are then zeroed in place instead of freed.
-        forward_backward_graph: replay each micro-batch's forward and backward from a CUDA graph
-            (`zebra.train.step_graph`; one GPU); gradients are then zeroed in place instead of freed.
     """
 
     def __init__(
@@ -165,22 +162,15 @@ class TrainStep:
         clip_grad: float,
         loss_fn: MicroBatchLoss | None = None,
         optimizer_graph: bool = False,
-        forward_backward_graph: bool = False,
     ):
         self.model, self.optimizer, self.scheduler, self.env = model, optimizer, scheduler, env
         self.optimizer_step = GraphedOptimizerStep(optimizer) if optimizer_graph else optimizer.step
-        # the graphs read and write the gradients where their capture found them
-        self.keep_grads = optimizer_graph or forward_backward_graph
+        self.keep_grads = optimizer_graph  # the graph reads the gradients where the first step found them
         self.loss_fn = loss_fn if loss_fn is not None else micro_batch_loss(model)
         self.metric_names = tuple(getattr(self.loss_fn, "metric_names", ()))
         self.autocast_bf16 = autocast_bf16
         self.clip_grad = clip_grad
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.forward_backward = self._eager_forward_backward
-        if forward_backward_graph:
-            check_graphable(env.device.type, env.distributed)
-            self.forward_backward = GraphedForwardBackward(self._eager_forward_backward, self.params)
-        self.autocast_cache = not forward_backward_graph  # a graph casts the weights itself, every replay
         # a fused AdamW (torch's, on GPUs) reads `found_inf` and skips its own update: the step needs no host read
         # (not measured with FSDP2's sharded parameters: those keep the host check)
         self.skip_on_device = (
@@ -194,7 +184,7 @@ class TrainStep:
 
         if not self.autocast_bf16:
             return contextlib.nullcontext()
-        return torch.autocast(self.env.device.type, dtype=torch.bfloat16, cache_enabled=self.autocast_cache)
+        return torch.autocast(self.env.device.type, dtype=torch.bfloat16)
 
     def _no_sync(self, last: bool):
         """DDP: all-reduce gradients only on the last micro-batch of a step."""
@@ -214,8 +204,8 @@ class TrainStep:
             self.optimizer.grad_scale = 1.0 / (self.clip_grad / (norm + 1e-6)).clamp(max=1.0)  # [] >= 1
         return norm
 
-    def _eager_forward_backward(
-        self, tokens: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor, scale: float | torch.Tensor
+    def forward_backward(
+        self, tokens: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor, scale: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One micro-batch on the device (`[m, T]` each): its summed loss and parts (`[len(metric_names)]`),
         backward of loss * scale adding into the gradients."""

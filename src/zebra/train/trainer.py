@@ -217,7 +217,6 @@ class Trainer:
             autocast_bf16=bf16 and self.parallel != "fsdp",
             clip_grad=t.clip_grad,
             optimizer_graph=t.optimizer_graph,
-            forward_backward_graph=t.forward_backward_graph,
             loss_fn=self.distill_loss(),
         )
         self.progress = Progress()
