@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import math
 import re
+import sys
 
 import pytest
 import torch
 from tests.models.tiny import tiny_model
-from tests.train.helpers import cpu_and_gpu
+from tests.train.helpers import cpu_and_gpu, losses, sets
 
 from zebra.errors import ZebraError
 from zebra.recipes import load_recipe
@@ -226,11 +228,46 @@ def test_the_float8_recipe_sets_the_scales(recipe, granularity):
     assert converted and scales == {granularity}
 
 
-@pytest.mark.skipif(HAS_TORCHAO, reason="checks the error without torchao")
-def test_float8_without_torchao_is_one_line_with_the_install():
+def test_float8_without_torchao_is_one_line_with_the_install(monkeypatch):
+    model = tiny_model("tiny")
+    # as where torchao is not installed: its import fails
+    monkeypatch.setitem(sys.modules, "torchao.float8", None)
     with pytest.raises(ZebraError, match=r"train\.fp8 needs torchao") as info:
-        apply_float8(tiny_model("tiny"))
+        apply_float8(model)
     assert info.value.fix.startswith("pip install 'zebra-llama[fp8]'")
+
+
+@pytest.mark.skipif(not HAS_TORCHAO, reason="needs torchao")
+def test_an_fp8_run_warns_resumes_like_the_uninterrupted_run_and_exports(cli, tmp_path, sample_prefix):
+    """`zebra train --set train.fp8=true` end to end on the CPU (torch's own `_scaled_mm`): the trainer warns that
+    the float8 MLPs run eager, naming the keys that compile them; a run resumed from the step-4 checkpoint of
+    another logs that run's losses for steps 5-8 (torchao's Float8Linear keeps the parameter names, and tensorwise
+    scales are recomputed from the tensors every step: no scale state to lose); the export loads as a plain model
+    (no float8 layers) with the trained weights."""
+    from zebra.models import ZebraForCausalLM
+
+    levers = ("model.hidden_size=256", "model.intermediate_size=1024", "train.fp8=true",
+              "train.save_interval=4", "train.export=true")  # fmt: skip
+
+    def train(run: str, *extra: str):
+        result = cli("train", "tiny-gdn", "--data", sample_prefix, "--max-steps", "8", "--output", str(tmp_path),
+                     "--run", run, *extra, *sets(*levers))  # fmt: skip
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    output = train("whole")
+    assert "the float8 layers of the '-' sublayers run eager" in output
+    assert "--set train.compile=true --set train.compile_sublayers=-" in output
+    whole = losses(tmp_path / "whole")
+    assert sorted(whole) == list(range(1, 9)) and all(math.isfinite(v) for v in whole.values())
+    train("resumed", "--resume", str(tmp_path / "whole" / "checkpoints" / "step_0000004"), "--yes")
+    resumed = losses(tmp_path / "resumed")
+    for step in range(5, 9):
+        assert resumed[step] == pytest.approx(whole[step], rel=1e-5), step
+    exported = ZebraForCausalLM.from_pretrained(tmp_path / "whole" / "export")
+    assert {type(m).__name__ for m in exported.modules()}.isdisjoint({"Float8Linear"})
+    ids = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(0))
+    assert torch.isfinite(exported(ids).logits).all()
 
 
 def test_optimizer_graph_needs_a_gpu(tmp_path):
