@@ -22,6 +22,7 @@ from zebra.cli import train as train_cli
 from zebra.cli import upcycle as upcycle_cli
 from zebra.cli._help import print_group_help
 from zebra.cli._output import leave_on_broken_pipe, out, stdout_reader_gone
+from zebra.cli._quiet import quiet_library_noise
 from zebra.errors import ZebraError
 
 
@@ -85,6 +86,7 @@ def _root(
     ] = False,
 ) -> None:
     """Train, convert, verify, evaluate and chat with hybrid recurrent-attention (Zebra-Llama) models."""
+    quiet_library_noise()
 
 
 app.add_typer(recipes.app, name="recipes")

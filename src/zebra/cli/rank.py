@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from zebra.cli._output import out
+from zebra.cli._quiet import quiet_library_noise
 from zebra.errors import ZebraError
 from zebra.train.trainer import train_rank
 
@@ -34,6 +35,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    quiet_library_noise()
     rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
     where = f"[rank {rank}] " if rank else ""
     try:
