@@ -243,7 +243,7 @@ def test_an_fp8_run_warns_resumes_like_the_uninterrupted_run_and_exports(cli, tm
     the float8 MLPs run eager, naming the keys that compile them; a run resumed from the step-4 checkpoint of
     another logs that run's losses for steps 5-8 (torchao's Float8Linear keeps the parameter names, and tensorwise
     scales are recomputed from the tensors every step: no scale state to lose); the export loads as a plain model
-    (no float8 layers) with the trained weights."""
+    (no float8 layers) whose logits are finite."""
     from zebra.models import ZebraForCausalLM
 
     levers = ("model.hidden_size=256", "model.intermediate_size=1024", "train.fp8=true",
