@@ -3,7 +3,10 @@ that cannot run."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+
+import pytest
 
 
 def test_bench_train_reports_the_trainers_step(cli):
@@ -24,6 +27,23 @@ def test_bench_train_reports_the_trainers_step(cli):
         and row["build_s"] + row["step_setup_s"] < row["first_step_s"]
     )
     assert report["kernel_cache"] and report["kernels"] == "torch"
+    assert report["notes"] == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="needs torchao")
+def test_bench_train_warns_about_float8_layers_left_eager_as_the_trainer_does(cli):
+    """FP8 on sublayers that are not compiled is timed as asked, and warned about on stderr with the keys that
+    compile them (the trainer's warning); `--json` stays parseable and carries it."""
+    result = cli("bench", "train", "tiny-gdn", "--steps", "1", "--warmup", "0", "--batch", "2", "--seq-len", "32",
+                 "--json", "--set", "model.hidden_size=256", "--set", "model.intermediate_size=1024",
+                 "--set", "train.fp8=true")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    (note,) = report["notes"]
+    assert "the float8 layers of the '-' sublayers run eager" in note
+    assert "--set train.compile=true --set train.compile_sublayers=-" in note
+    assert "warning:" in result.stderr and "sublayers run eager" in result.stderr
+    assert report["levers"]["fp8"] is True
 
 
 def test_bench_train_table_states_the_mfu_formula(cli):

@@ -171,7 +171,7 @@ def test_float8_layers_left_eager_are_warned_about_with_the_keys_that_compile_th
     import dataclasses
 
     train = dataclasses.replace(load_recipe("tiny").train, **{"fp8": True, **levers})
-    note = eager_float8_note(tiny_model("tiny"), train)  # sublayers *-M-G-K-
+    note = eager_float8_note(tiny_model("tiny").config.layer_pattern, train)  # sublayers *-M-G-K-
     if eager is None:
         assert note is None
     else:

@@ -55,7 +55,7 @@ from zebra.recipes import load_recipe
 from zebra.train.dist import DistEnv
 from zebra.train.metrics import device_peak_flops, process_seconds
 from zebra.train.optim import build_optimizer, build_scheduler
-from zebra.train.parallelize import parallelize
+from zebra.train.parallelize import eager_float8_note, parallelize
 from zebra.train.step import TrainStep
 from zebra.train.trainer import build_model, kernels_in_use
 
@@ -140,6 +140,7 @@ class TrainBenchReport:
     rows: list[TrainBenchRow]
     kernel_cache: str | None = None  # where compiled kernels and autotuning results persist
     against_error: str | None = None  # why the comparison model has no row (it ran out of memory)
+    notes: list[str] = field(default_factory=list)  # what the trainer would warn about these levers
 
     @property
     def ratio(self) -> float | None:
@@ -421,7 +422,9 @@ def run_train_bench(
     kernels = kernels_in_use(recipe.model.to_config(), device)  # a backend that cannot run here: told now
     cfg.batch = cfg.batch or recipe.train.micro_batch_size
     cfg.seq_len = cfg.seq_len or recipe.data.seq_len
-    flops = arch.train_flops_per_token(arch.as_config(recipe.model.flat()), cfg.seq_len)
+    flat = arch.as_config(recipe.model.flat())
+    flops = arch.train_flops_per_token(flat, cfg.seq_len)
+    notes = [note] if (note := eager_float8_note(arch.resolve_pattern(flat), recipe.train)) else []
     if cfg.against == "fla":
         check_fla_comparable(recipe, device)  # fail before any timing
     peaks = Peaks(device_peak_flops(device), measured_matmul_peak(device))
@@ -463,4 +466,5 @@ def run_train_bench(
         rows=rows,
         kernel_cache=cache["TRITON_CACHE_DIR"],
         against_error=against_error,
+        notes=notes,
     )

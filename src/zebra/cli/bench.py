@@ -301,6 +301,8 @@ def train_(
     )
     with out.progress("train bench", unit="model") as bar:
         report = run_train_bench(cfg, on_progress=bar)
+    for note in report.notes:  # on stderr: `--json` stays parseable
+        out.warn(note)
     if json_:
         out.json(report.to_dict())
         return

@@ -54,15 +54,23 @@ def sublayer_letter(layer: torch.nn.Module) -> str | None:
     return getattr(getattr(layer, "_checkpoint_wrapped_module", layer), "char", None)
 
 
-def chosen_sublayers(model: torch.nn.Module, which: str, key: str) -> list[torch.nn.Module]:
-    """The sublayers a lever applies to: every one for `which == "all"`, else those whose pattern character is in
-    `which` (e.g. "-" for the MLPs); a ZebraError naming the recipe key `key` for anything else."""
+def chosen_letters(pattern: str, which: str, key: str) -> set[str]:
+    """The sublayer kinds (pattern letters) of `pattern` a lever applies to: all of them for `which == "all"`,
+    else those in `which` (e.g. "-" for the MLPs); a ZebraError naming the recipe key `key` for anything else."""
     if which != "all" and (not which or set(which) - set(MIXERS)):
         raise ZebraError(
             f"{key}={which!r} is neither 'all' nor letters of {''.join(MIXERS)!r}",
             fix=f"set it to all, or to the sublayer kinds it applies to, e.g. --set {key}='*-'",
         )
-    return [layer for layer in sublayers(model) if which == "all" or sublayer_letter(layer) in tuple(which)]
+    return set(pattern) if which == "all" else set(pattern) & set(which)
+
+
+def chosen_sublayers(model: torch.nn.Module, which: str, key: str) -> list[torch.nn.Module]:
+    """The sublayers a lever applies to (`chosen_letters`): every one for `which == "all"`, else those whose
+    pattern character is in `which`."""
+    layers = sublayers(model)
+    chosen = chosen_letters("".join(sublayer_letter(layer) or "" for layer in layers), which, key)
+    return [layer for layer in layers if which == "all" or sublayer_letter(layer) in chosen]
 
 
 def apply_compile(model: torch.nn.Module, which: str = "all") -> None:
@@ -94,18 +102,18 @@ def float8_eligible(module: torch.nn.Module, fqn: str) -> bool:
     return all(d % 16 == 0 and d >= FLOAT8_MIN_DIM for d in dims)
 
 
-def eager_float8_note(model: torch.nn.Module, train: TrainSpec) -> str | None:
-    """A warning when `train.fp8` converts sublayers that `train.compile` leaves eager: torchao's casts then run
-    as kernels of their own (FP8 was 40% slower than bf16 so, benchmarks.md 2026-12-04). None when every float8
-    sublayer is compiled, or fp8 is off."""
+def eager_float8_note(pattern: str, train: TrainSpec) -> str | None:
+    """A warning when `train.fp8` converts sublayers of the layer `pattern` that `train.compile` leaves eager:
+    torchao's casts then run as kernels of their own (FP8 was 40% slower than bf16 so, benchmarks.md 2026-12-04).
+    None when every float8 sublayer is compiled, or fp8 is off."""
     if not train.fp8:
         return None
-
-    def letters(which: str, key: str) -> set[str]:
-        return {sublayer_letter(layer) or "" for layer in chosen_sublayers(model, which, key)} - {""}
-
-    converted = letters(train.fp8_sublayers, "train.fp8_sublayers")
-    compiled = letters(train.compile_sublayers, "train.compile_sublayers") if train.compile else set()
+    converted = chosen_letters(pattern, train.fp8_sublayers, "train.fp8_sublayers")
+    compiled = (
+        chosen_letters(pattern, train.compile_sublayers, "train.compile_sublayers")
+        if train.compile
+        else set()
+    )
     if not (eager := converted - compiled):
         return None
     fix = f"--set train.compile=true --set train.compile_sublayers={''.join(sorted(compiled | eager))}"

@@ -205,7 +205,7 @@ class Trainer:
             bf16=bf16,
             train=t,
         )
-        if note := eager_float8_note(self.model_core, t):
+        if note := eager_float8_note(self.model_core.config.layer_pattern, t):
             self.view.warn(note)
         self.optimizer = build_optimizer(self.model, t, env.device)
         self.scheduler = build_scheduler(self.optimizer, t)
