@@ -32,6 +32,9 @@
 #                  as a tar split beside the Triton parts (64 MiB a call with the tree); keep the teacher under /tmp
 #                  there (an untracked file in the tree is removed by the next call). One upcycle-figure student takes about 6 min;
 #                  pipeline-figure --pipelines kd 409 s, --pipelines ild,smart 571 s (cold Triton cache).
+#   longctx        issue 41 item 3: batch-1 training at LONG_LENGTHS (8192 16384 32768) of 1b-gdn-pure vs FLA's class,
+#                  LONG_HYBRIDS (1b-mamba-mla 1b-kda-mla) vs Llama-3.2-1B's shape at LONG_HYBRID_LEN (32768), then
+#                  decode of LONG_DECODE_RECIPES at LONG_PROMPT (32768) cached tokens; every report in long.jsonl
 #   parity         zebra bench parity (fp32 5 steps, bf16 250) on PARITY_DATA (scripts/build-parity-data.sh)
 #   perf18         issue 18 items 3-4 in one call of about 8 minutes (DEADLINE=480), one table  perf.jsonl
 #   ssd levers     Mamba2 scan backends; our pre-norm and SwiGLU kernels against FLA's, then 1b-gdn-pure vs FLA with each lever
@@ -232,6 +235,28 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
         esac
       done
       python3 scripts/decode-checks.py "$OUT" | tee -a "$OUT/summary.txt";;
+    longctx)
+      long() {  # long LABEL ARGS...: one `zebra ... --json` report, under a '## LABEL rc=N' line, into long.jsonl
+        local label=$1 left=$(( ${DEADLINE:-100000} - SECONDS )) rc; shift
+        [ "$left" -lt 90 ] && { note "longctx $label: not run ($left s left)"; return; }
+        timeout "$left" python3 -m zebra.cli.main "$@" --json > "$OUT/long.tmp" 2>> "$log"; rc=$?
+        { echo "## $label rc=$rc"; cat "$OUT/long.tmp"; } >> "$OUT/long.jsonl"; rm -f "$OUT/long.tmp"
+        note "longctx $label rc=$rc"
+      }
+      for len in ${LONG_LENGTHS:-8192 16384 32768}; do
+        long "train 1b-gdn-pure $len" bench train 1b-gdn-pure --batch 1 --seq-len $len --steps 5 --warmup 2 --against fla
+      done
+      long_recipe() {  # long_recipe R: R with a 131072-token context (MLA's RoPE and the decode cache reach it)
+        printf 'extends: %s\nmodel:\n  max_position_embeddings: 131072\n' "$1" > "/tmp/long-$1.yaml"; echo "/tmp/long-$1.yaml"
+      }
+      for r in ${LONG_HYBRIDS:-1b-mamba-mla 1b-kda-mla}; do
+        long "train $r ${LONG_HYBRID_LEN:-32768}" bench train "$(long_recipe $r)" --batch 1 \
+          --seq-len ${LONG_HYBRID_LEN:-32768} --steps 5 --warmup 2 --against llama
+      done
+      for r in ${LONG_DECODE_RECIPES:-1b-gdn-pure 1b-mamba-mla}; do
+        long "decode $r ${LONG_PROMPT:-32768}" bench decode "$(long_recipe $r)" --batch 1 --prompt ${LONG_PROMPT:-32768} \
+          --new 64 --no-hf
+      done;;
     parity)  # the data from scripts/build-parity-data.sh, carried to $PARITY_DATA (e.g. carry data/parity-python-docs)
       data=${PARITY_DATA:-data/parity-python-docs}/chunks
       for precision in fp32 bf16; do
