@@ -250,8 +250,10 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
         printf 'extends: %s\nmodel:\n  max_position_embeddings: 131072\n' "$1" > "/tmp/long-$1.yaml"; echo "/tmp/long-$1.yaml"
       }
       for r in ${LONG_HYBRIDS:-1b-mamba-mla 1b-kda-mla}; do
+        # LONG_AC=1: both models recompute (Llama-3.2-1B's shape needs it at 32k on 80 GB)
         long "train $r ${LONG_HYBRID_LEN:-32768}" bench train "$(long_recipe $r)" --batch 1 \
-          --seq-len ${LONG_HYBRID_LEN:-32768} --steps 5 --warmup 2 --against llama
+          --seq-len ${LONG_HYBRID_LEN:-32768} --steps 5 --warmup 2 --against llama \
+          --set train.activation_checkpointing=$([ "${LONG_AC:-0}" = 1 ] && echo true || echo false)
       done
       for r in ${LONG_DECODE_RECIPES:-1b-gdn-pure 1b-mamba-mla}; do
         long "decode $r ${LONG_PROMPT:-32768}" bench decode "$(long_recipe $r)" --batch 1 --prompt ${LONG_PROMPT:-32768} \

@@ -95,6 +95,28 @@ def test_against_llama_runs_transformers_llama_with_its_own_loss_and_flops(monke
     assert report.levers["fuse_projections"] is True and report.measured_peak_flops is None
 
 
+def test_activation_checkpointing_recomputes_the_comparison_model_too(monkeypatch):
+    """At 32k Llama-3.2-1B's shape does not fit one H100 without recomputation (docs/benchmarks.md, long
+    context): with the recipe's train.activation_checkpointing the Llama row recomputes its layers as well, and
+    says so; the same weights and batches give the same loss."""
+    from zebra.bench import train as bench
+
+    small = dict(bench.LLAMA_3_2_1B, vocab_size=272, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=16)  # fmt: skip
+    monkeypatch.setattr(bench, "LLAMA_3_2_1B", small)
+    built = []
+    llama_model = bench.llama_model
+    monkeypatch.setattr(bench, "llama_model", lambda *a, **k: built.append(llama_model(*a, **k)) or built[-1])
+    rows = {}
+    for checkpointing in (False, True):
+        cfg = bench.TrainBenchConfig(recipe="tiny", steps=1, warmup=0, batch=2, seq_len=32, against="llama",
+                                     overrides=[f"train.activation_checkpointing={str(checkpointing).lower()}"])  # fmt: skip
+        rows[checkpointing] = bench.run_train_bench(cfg).rows[1]
+    assert [model.is_activation_checkpointing for model in built] == [False, True]
+    assert rows[True].model == "llama (LlamaForCausalLM) + activation checkpointing"
+    assert rows[True].loss == rows[False].loss
+
+
 def test_a_comparison_model_out_of_memory_keeps_zebras_row(cli, monkeypatch):
     """Llama's full logits do not fit at 1b-kda-mla's 8 x 8192 on one H200 (2026-12-04): the zebra row, measured
     first, is still reported, with the reason the comparison is missing and what to change. The GPU's
@@ -115,6 +137,7 @@ def test_a_comparison_model_out_of_memory_keeps_zebras_row(cli, monkeypatch):
     assert [row["model"] for row in report["rows"]] == ["zebra"] and report["ratio"] is None
     assert report["against_error"] == (
         "llama ran out of memory at batch 2 x 32; compare at a smaller --batch or --seq-len, or with "
+        "--set train.activation_checkpointing=true (both models recompute), or with "
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (zebra's freed blocks then serve it)"
     )
     table = cli("bench", "train", "tiny", "--steps", "1", "--warmup", "0", "--batch", "2", "--seq-len", "32",

@@ -17,6 +17,7 @@ it: the recipe's precision (bf16 autocast, fp32 master weights), AdamW with the 
   waits): what a warm start (the kernel cache, `zebra.caches`) shortens.
 The recipe's training levers apply to the zebra row (`train.compile` / `compile_sublayers`, `fuse_projections`,
 `optimizer_graph`, `fp8`, `activation_checkpointing`: toggle them with `--set train.X=...`); the report lists them.
+The comparison model keeps its levers off, except activation checkpointing, which it then applies too.
 `--against fla` runs FLA's own GatedDeltaNetForCausalLM / KDAForCausalLM built at the recipe's shapes
 (`zebra.convert.fla.fla_config`); `--against llama` runs transformers' LlamaForCausalLM at Llama-3.2-1B's shape
 (SDPA attention, random weights; the dense baseline of the hybrids). Both with the same step code and data, in the
@@ -378,16 +379,29 @@ def _free(device) -> None:
 
 
 def _against_row(cfg: TrainBenchConfig, recipe, device, peaks: Peaks) -> TrainBenchRow:
-    """The comparison model's row (`cfg.against`), levers off, its own loss path and FLOPs per token."""
+    """The comparison model's row (`cfg.against`), levers off, its own loss path and FLOPs per token; with the
+    recipe's `train.activation_checkpointing` it recomputes its layers too (transformers' gradient checkpointing),
+    so that a long sequence compares at equal memory policy."""
     if cfg.against == "fla":
-        build, name = (lambda: fla_model(recipe, device)), "fla (GatedDeltaNetForCausalLM / KDAForCausalLM)"
+        build_model, name = (
+            (lambda: fla_model(recipe, device)),
+            "fla (GatedDeltaNetForCausalLM / KDAForCausalLM)",
+        )
         same_shapes = arch.train_flops_per_token(arch.as_config(recipe.model.flat()), cfg.seq_len)
         flops_of = lambda _model: same_shapes  # noqa: E731
     else:
-        build, name = (lambda: llama_model(device, recipe.train.seed)), "llama (LlamaForCausalLM)"
+        build_model, name = (lambda: llama_model(device, recipe.train.seed)), "llama (LlamaForCausalLM)"
         flops_of = lambda model: llama_flops_per_token(model, cfg.seq_len)  # noqa: E731
+    checkpointing = recipe.train.activation_checkpointing
+
+    def build():
+        model = build_model()
+        if checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return model
+
     return _measure(
-        name,
+        f"{name} + activation checkpointing" if checkpointing else name,
         build,
         flops_of,
         recipe,
@@ -444,6 +458,8 @@ def run_train_bench(
                 f"{cfg.against} ran out of memory at batch {cfg.batch} x {cfg.seq_len}; compare at a smaller "
                 "--batch or --seq-len"
             )
+            if not recipe.train.activation_checkpointing:
+                against_error += ", or with --set train.activation_checkpointing=true (both models recompute)"
             if "expandable_segments:True" not in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
                 against_error += ", or with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (zebra's freed blocks then serve it)"
     return TrainBenchReport(
