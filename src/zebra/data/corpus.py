@@ -34,7 +34,7 @@ from zebra.data.packages import Unpacked, fetch_and_unpack
 from zebra.data.python_docs import is_heldout
 from zebra.errors import ZebraError
 
-BUILD_VERSION = 1  # bumped when the cleaning changes, so that sources written before are read again
+BUILD_VERSION = 2  # bumped when the cleaning changes, so that sources written before are read again
 SPLITS = ("train", "heldout")
 Progress = Callable[..., None]
 
@@ -45,8 +45,15 @@ def default_cache() -> Path:
 
 
 def fetch_source(source: CorpusSource, cache: Path, *, apt_update: bool = True) -> list[Unpacked]:
-    """The source's packages fetched (unless cached) and unpacked."""
-    return [fetch_and_unpack(p, cache, apt_update=apt_update) for p in source.packages]
+    """The source's packages fetched (unless cached) and unpacked.
+
+    Raises:
+        ZebraError: a package cannot be fetched or unpacked (the message names the source and the package).
+    """
+    try:
+        return [fetch_and_unpack(p, cache, apt_update=apt_update) for p in source.packages]
+    except ZebraError as e:
+        raise ZebraError(f"source {source.name}: {e.message}", fix=e.fix) from None
 
 
 def _settings(source: CorpusSource, unpacked: list[Unpacked]) -> dict[str, Any]:

@@ -204,7 +204,9 @@ def _read_man(doc: Doc) -> str | None:
     if source.lstrip().startswith(b".so ") and len(source) < 200:  # an alias of another page
         return None
     env = os.environ | {"MANWIDTH": "80", "MAN_KEEP_FORMATTING": "", "LC_ALL": "C.UTF-8", "MANPAGER": "cat"}
-    rendered = subprocess.run(["man", "-l", str(doc.path)], capture_output=True, env=env, timeout=120).stdout
+    rendered = subprocess.run(
+        ["man", "--nh", "--nj", "-l", str(doc.path)], capture_output=True, env=env, timeout=120
+    ).stdout
     return clean_text(_run_text(["col", "-bx"], stdin=rendered))
 
 
@@ -342,7 +344,7 @@ SOURCES = {
         ),
         CorpusSource(
             "man",
-            "man pages (Linux man-pages, git), rendered with man -l and col -bx",
+            "man pages (Linux man-pages, git), rendered with man -l (no hyphenation or justification), col -bx",
             "per package (GPL-2+, BSD, MIT and others)",
             _deb("manpages", "manpages-dev", "git-man"),
             _man_pages,
