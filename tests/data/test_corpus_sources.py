@@ -358,13 +358,14 @@ def test_a_cap_keeps_a_stable_sample_and_a_rerun_reads_nothing_again(cache, tmp_
 def test_the_splits_tokenize_into_data_folders(cache, tmp_path):
     out = tmp_path / "corpus"
     build_corpus(out, sources_named(["python-docs", "perl-docs"]), cache=cache, apt_update=False)
-    manifest = tokenize_corpus(out, "byte")
+    manifest = tokenize_corpus(out, "byte", workers=1)
     for split in ("train", "heldout"):
         texts = [r["text"] for r in read_split(out, split)]
         assert texts and read_all(out / split) == expected_ids("byte", texts)  # every document, in order
         assert manifest["tokens"][split] == sum(map(len, expected_ids("byte", texts)))
 
 
+@pytest.mark.slow  # the GGUF's tokenizer takes a while to convert
 def test_the_command_builds_and_tokenizes_in_a_teachers_tokenizer(cache, tmp_path):
     from tests.upcycle.teachers import smollm2_gguf
 

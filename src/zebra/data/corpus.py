@@ -282,7 +282,11 @@ def record_tokens(output: Path, tokenizer: str, tokens: dict[str, int]) -> dict[
     return manifest
 
 
-def tokenize_corpus(output: Path, tokenizer: str, *, force: bool = False) -> dict[str, Any]:
+def tokenize_corpus(
+    output: Path, tokenizer: str, *, workers: int | None = None, force: bool = False
+) -> dict[str, Any]:
     """Both splits tokenized (`tokenize_split`) and counted in the manifest, without progress."""
-    tokens = {split: tokenize_split(output, split, tokenizer, force=force) for split in SPLITS}
+    tokens = {
+        split: tokenize_split(output, split, tokenizer, workers=workers, force=force) for split in SPLITS
+    }
     return record_tokens(output, tokenizer, tokens)
