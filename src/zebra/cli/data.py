@@ -232,6 +232,8 @@ def corpus(
     if output is None:
         raise ZebraError("--output is missing", fix="pass --output DIR (the corpus folder to write)")
     cache = cache or default_cache()
+    if tokenizer is not None:  # a tokenizer that does not load stops the command before the packages
+        tokenizer = _corpus_tokenizer(output, tokenizer)
     stats = []
     for source in chosen:
         with progress_callback(f"{source.name}: fetching and reading", unit="files") as on_progress:
@@ -250,16 +252,25 @@ def corpus(
     _render_corpus(output, manifest)
 
 
-def _tokenize_corpus(output: Path, tokenizer: str, *, workers: int | None, force: bool) -> dict:
-    """Both splits in `tokenizer` (a teacher's saved to OUT/tokenizer first); the manifest with their tokens."""
-    from zebra.data.corpus import SPLITS, record_tokens, tokenize_split
-    from zebra.data.tokenizers import BYTE_TOKENIZER, has_tokenizer_files
+def _corpus_tokenizer(output: Path, tokenizer: str) -> str:
+    """The tokenizer to prepare with, checked before any work: a teacher's (.gguf, Megatron checkpoint) saved to
+    OUT/tokenizer, else `tokenizer` itself once it loads."""
+    from zebra.data.tokenizers import BYTE_TOKENIZER, has_tokenizer_files, load_tokenizer
 
     spec = Path(tokenizer).expanduser()
-    if tokenizer != BYTE_TOKENIZER and spec.exists() and not has_tokenizer_files(spec):
-        from zebra.upcycle.readers import save_teacher_tokenizer  # a .gguf or a Megatron checkpoint
+    teacher = spec.suffix == ".gguf" or (spec.exists() and not has_tokenizer_files(spec))
+    if tokenizer != BYTE_TOKENIZER and teacher:
+        from zebra.upcycle.readers import save_teacher_tokenizer
 
-        tokenizer = str(save_teacher_tokenizer(spec, output / "tokenizer"))
+        return str(save_teacher_tokenizer(spec, output / "tokenizer"))
+    load_tokenizer(tokenizer)
+    return tokenizer
+
+
+def _tokenize_corpus(output: Path, tokenizer: str, *, workers: int | None, force: bool) -> dict:
+    """Both splits in `tokenizer`; the manifest with their tokens."""
+    from zebra.data.corpus import SPLITS, record_tokens, tokenize_split
+
     tokens = {}
     for split in SPLITS:
         with progress_callback(f"tokenizing {split}") as on_progress:
