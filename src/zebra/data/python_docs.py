@@ -113,13 +113,21 @@ def python_docs_pages(root: Path = PYTHON_DOCS) -> Iterator[tuple[str, str]]:
             f"{root}: the Python 3.11 documentation is not installed",
             fix="apt-get install python3.11-doc (Debian/Ubuntu), or pass the folder of its HTML pages",
         )
-    for path in sorted(root.rglob("*.html"), key=lambda p: _hash("order:" + p.relative_to(root).as_posix())):
-        page = path.relative_to(root).as_posix()
-        if page.startswith(("_", "includes/")) or SKIPPED_PAGES.match(page):
-            continue
+    for page, path in python_docs_page_files(root):
         text = html_to_text(path.read_text(encoding="utf-8", errors="replace"))
         if len(text) >= MIN_CHARS:
             yield page, text
+
+
+def python_docs_page_files(root: Path) -> list[tuple[str, Path]]:
+    """(relative path, file) of every HTML page under `root` that may hold content (no index, search or
+    licence page), in a fixed pseudo-random order."""
+    pages = []
+    for path in sorted(root.rglob("*.html"), key=lambda p: _hash("order:" + p.relative_to(root).as_posix())):
+        page = path.relative_to(root).as_posix()
+        if not (page.startswith(("_", "includes/")) or SKIPPED_PAGES.match(page)):
+            pages.append((page, path))
+    return pages
 
 
 def write_python_docs_corpus(

@@ -49,3 +49,16 @@ def open_teacher(spec: str | Path, *, tokenizer: str | None = None) -> Teacher:
 
 def _looks_like_hub_id(text: str) -> bool:
     return re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", text) is not None and not text.startswith(".")
+
+
+def save_teacher_tokenizer(spec: str | Path, folder: Path) -> Path:
+    """The teacher's own tokenizer (from a .gguf file, a Megatron checkpoint or an HF model) saved in HF layout
+    to `folder`, for `zebra data prep --tokenizer FOLDER`; returns `folder`."""
+    teacher = open_teacher(spec)
+    teacher.tensors.close()
+    if teacher.tokenizer is None:
+        raise ZebraError(
+            f"{spec}: the teacher ships no tokenizer", fix="pass a tokenizer folder or name instead"
+        )
+    teacher.tokenizer.save_pretrained(folder)
+    return folder
