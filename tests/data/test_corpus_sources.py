@@ -378,10 +378,8 @@ def test_the_splits_tokenize_into_data_folders(cache, tmp_path):
 
 
 @pytest.mark.slow  # the GGUF's tokenizer takes a while to convert
-def test_the_command_builds_and_tokenizes_in_a_teachers_tokenizer(cache, tmp_path):
-    from tests.upcycle.teachers import smollm2_gguf
-
-    gguf = smollm2_gguf()
+def test_the_command_builds_and_tokenizes_in_a_teachers_tokenizer(cache, tmp_path, smollm2_gguf):
+    gguf = smollm2_gguf
     out = tmp_path / "corpus"
     sources = "perl-docs,python-docs"
     args = ["data", "corpus", "-o", out, "--cache", cache, "--sources", sources, "-t", gguf, "--json"]
