@@ -61,7 +61,14 @@ def eval_command(
 ) -> None:
     """Evaluate MODEL on lm-eval-harness tasks and print one row per task and metric."""
     model_path(model)  # told before the model library is imported
-    from zebra.eval import EvalRequest, expand_tasks, metric_rows, run_eval, write_results
+    from zebra.eval import (
+        EvalRequest,
+        check_results_folder,
+        expand_tasks,
+        metric_rows,
+        run_eval,
+        write_results,
+    )
 
     req = EvalRequest(
         model=model,
@@ -75,6 +82,8 @@ def eval_command(
         tokenizer=tokenizer,
         seed=seed,
     )
+    if output:
+        check_results_folder(output, req)  # before the evaluation: its results must have somewhere to go
     results = run_eval(req, on_note=out.note)
     written = write_results(results, output) if output else None
     rows = metric_rows(results)

@@ -97,9 +97,10 @@ def upcycle_command(
 ) -> None:
     """Initialise a hybrid from a Transformer: copy embeddings, norms and MLPs, factorise attention into MLA,
     copy Q/K/V/O into the recurrent mixers; write a Zebra HF export with upcycle.json."""
-    from zebra.atomic import sigterm_raises
+    from zebra.atomic import check_output_apart, sigterm_raises
     from zebra.upcycle.calibration import Calibration
-    from zebra.upcycle.run import upcycle
+    from zebra.upcycle.compose import compose_inputs
+    from zebra.upcycle.run import upcycle, upcycle_inputs
     from zebra.upcycle.student import StudentOptions, parse_mla_layers
 
     if svd not in SVD_METHODS:
@@ -107,6 +108,12 @@ def upcycle_command(
     if (teacher is None) == (compose is None):
         raise ZebraError("pass a TEACHER or --compose MLA_DIR RECURRENT_DIR (one of them)",
                          fix="zebra upcycle TEACHER -o OUT, or zebra upcycle --compose A B --mla N -o OUT")  # fmt: skip
+    if compose is not None:  # before any question: no answer and no --force may replace what is read
+        check_output_apart(output, compose_inputs(*compose, calibration))
+    else:
+        check_output_apart(
+            output, upcycle_inputs(teacher, StudentOptions(recipe=recipe), tokenizer, calibration)
+        )
     force = confirm_overwrite(output, force=force, yes=yes)
     if compose is not None:
         if svd != "plain":

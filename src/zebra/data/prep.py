@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import zebra.data.tokenizers as tok
 from zebra import __version__
+from zebra.atomic import check_output_apart
 from zebra.data.encoders import ENCODERS, EncodedBatch, encode_batch, encoder_name, init_worker
 from zebra.data.fast_bpe import FastBPESpec, fast_bpe_spec
 from zebra.data.folder import FolderResult, ShardFolder, folder_lock, resume_manifest
@@ -97,12 +98,19 @@ def plan_prep(
         nominal_tokens: expected token count (FineWeb-Edu samples), for the disk-space check.
 
     Raises:
-        ZebraError: bad numbers, a folder another prep is writing, a tokenizer that does not fit the dtype, a
+        ZebraError: bad numbers, an output that is, holds or lies in the source (whatever `force` says), a
+            folder another prep is writing, a tokenizer that does not fit the dtype, a
             folder with other data, no disk space.
     """
     max_tokens = _token_count(max_tokens)
     _check_counts(workers=workers, max_docs=max_docs, max_tokens=max_tokens, shards=shards)
     folder = Path(output).expanduser().resolve()
+    local = source.name if source.kind == "local" else None
+    check_output_apart(
+        folder,
+        {"--source": local, "--tokenizer": tokenizer},
+        harm="its shards would land among the files being read",
+    )
     folder_lock(folder).check()  # another prep writing it: said before a question, a tokenizer or the hub
     tokenizer_obj = tok.load_tokenizer(tokenizer)
     np_dtype = tok.token_dtype(tok.vocab_size(tokenizer_obj), dtype)
