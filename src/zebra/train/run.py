@@ -353,6 +353,19 @@ def has_outputs(run_dir: Path) -> bool:
     return any((run_dir / name).exists() for name in RUN_OUTPUTS)
 
 
+def results_without_checkpoint(run: TrainRun) -> list[str]:
+    """The results of an earlier run (metrics.jsonl, export/, loss.png, tensorboard/) that `run` would start
+    over on because it has no checkpoint to resume (`--resume auto`, checkpoints/ gone or never written): a run
+    that starts replaces them, so it asks first, as `--resume never` does."""
+    if run.resume != "auto" or run.checkpoint_step is not None:
+        return []
+    return [
+        name
+        for name in RUN_OUTPUTS
+        if name not in ("checkpoints", "data_cache") and (run.run_dir / name).exists()
+    ]
+
+
 def replaces_outputs(run: TrainRun) -> bool:
     """True when `--resume PATH` continues from another checkpoint than the newest of a run directory that holds
     outputs: as the steps come round again, its metrics.jsonl is cut and its checkpoints are replaced."""
