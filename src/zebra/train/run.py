@@ -23,7 +23,7 @@ from zebra.checkpoint_dir import committed, find_checkpoints, newest_step, remov
 from zebra.data import load_tokenizer, read_manifest, resolve_prefixes
 from zebra.data.paths import BUNDLED, parse_data_path, prep_folder
 from zebra.data.prefixes import bundled_sample
-from zebra.errors import ZebraError
+from zebra.errors import ZebraError, reading
 from zebra.locks import FolderLock
 from zebra.recipes import Recipe, dump_recipe, load_recipe
 from zebra.train.data import batch_plan, check_split_documents
@@ -344,7 +344,10 @@ def _changed_keys(saved: Path, new_yaml: str) -> list[str]:
             out.update(flat(v, f"{prefix}.{k}" if prefix else str(k)))
         return out
 
-    old, new = flat(yaml.safe_load(saved.read_text()) or {}), flat(yaml.safe_load(new_yaml))
+    fix = "restore it, or remove it (the run writes it again from the recipe; its checkpoints keep the model)"
+    with reading(saved, what="the run's recipe as YAML", fix=fix, also=(yaml.YAMLError,)):
+        old = flat(yaml.safe_load(saved.read_text(encoding="utf-8")) or {})
+    new = flat(yaml.safe_load(new_yaml))
     return sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
 
 
