@@ -22,6 +22,7 @@ from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError
 from zebra.eval.tasks import load_tasks, task_manager, template_error
 from zebra.generation.loading import (
+    check_finite_weights,
     machine_kernels,
     register_model_types,
     resolve_model_dir,
@@ -95,6 +96,7 @@ def run_eval(req: EvalRequest, on_note: Callable[[str], None] | None = None) -> 
             tokenizer=tokenizer,
             **machine_kernels(model_dir),
         )
+        check_finite_weights(lm.model, model_dir.path)
         results = _evaluate(lm, tasks, manager, req)
     results.pop("samples", None)
     results["zebra"] = {
