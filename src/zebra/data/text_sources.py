@@ -157,7 +157,9 @@ def open_source(
                 f"--source {source}: no {'/'.join(s.lstrip('.') for s in LOCAL_SUFFIXES)} files found",
                 fix="point --source at data files or a folder holding them",
             )
-        src = Source("local", str(path.resolve()), text_field, files=[f.resolve() for f in files])
+        # absolute, but through its links: a file is read as its own name says (a `doc.txt` link to a blob)
+        files = [Path(os.path.abspath(f)) for f in files]
+        src = Source("local", str(path.resolve()), text_field, files=files)
         _check_text_files(src.files)
         _check_local_field(src)
         return src
