@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import zebra.data.tokenizers as tok
 from zebra import __version__
-from zebra.atomic import check_output_apart
+from zebra.atomic import check_output_apart, write_error
 from zebra.data.encoders import ENCODERS, EncodedBatch, encode_batch, encoder_name, init_worker
 from zebra.data.fast_bpe import FastBPESpec, fast_bpe_spec
 from zebra.data.folder import FolderResult, ShardFolder, folder_lock, resume_manifest
@@ -263,33 +263,40 @@ def run_prep(
     Returns:
         What the folder holds now; its `notes` are `plan.notes`, with what the run found added.
     """
-    with ShardFolder(plan.folder, plan.manifest, force=plan.force, notes=plan.notes) as shards:
-        if on_resume is not None and shards.kept:
-            on_resume(shards.kept, shards.manifest.tokens)
-        if not plan.manifest.complete:
-            megatron_indexed()  # import megatron-core (seconds) before the workers start, not while they run
-            utf8 = plan.tokenizer_name == tok.BYTE_TOKENIZER
-            initargs = (
-                plan.tokenizer,
-                plan.dtype.str,
-                plan.manifest.tokenizer["eod_id"],
-                plan.fast_bpe,
-                utf8,
-            )
-            if plan.workers == 1:
-                pool = _InlinePool(initargs)
-            else:
-                ctx = (
-                    mp.get_context("fork")
-                    if "fork" in mp.get_all_start_methods()
-                    else mp.get_context("spawn")
+    try:
+        with ShardFolder(plan.folder, plan.manifest, force=plan.force, notes=plan.notes) as shards:
+            if on_resume is not None and shards.kept:
+                on_resume(shards.kept, shards.manifest.tokens)
+            if not plan.manifest.complete:
+                megatron_indexed()  # import megatron-core (seconds) before the workers start, not while they run
+                utf8 = plan.tokenizer_name == tok.BYTE_TOKENIZER
+                initargs = (
+                    plan.tokenizer,
+                    plan.dtype.str,
+                    plan.manifest.tokenizer["eod_id"],
+                    plan.fast_bpe,
+                    utf8,
                 )
-                pool = ctx.Pool(plan.workers, initializer=init_worker, initargs=initargs)
-            try:
-                _Run(plan, pool, shards, on_progress).execute()
-            finally:
-                pool.terminate()
-                pool.join()
+                if plan.workers == 1:
+                    pool = _InlinePool(initargs)
+                else:
+                    ctx = (
+                        mp.get_context("fork")
+                        if "fork" in mp.get_all_start_methods()
+                        else mp.get_context("spawn")
+                    )
+                    pool = ctx.Pool(plan.workers, initializer=init_worker, initargs=initargs)
+                try:
+                    _Run(plan, pool, shards, on_progress).execute()
+                finally:
+                    pool.terminate()
+                    pool.join()
+    except OSError as e:  # a full disk, a read-only folder: the shards committed so far stay, a rerun resumes
+        if isinstance(e, BrokenPipeError):
+            raise
+        raise write_error(
+            plan.folder, e, fix="free some space (or choose another --output); a rerun resumes"
+        ) from None
     return shards.result()
 
 
