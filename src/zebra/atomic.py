@@ -98,6 +98,24 @@ def check_writable(folder: str | Path, *, fix: str | None = None) -> None:
             probe.unlink()
 
 
+def check_output_folder(
+    output: str | Path,
+    inputs: dict[str, str | Path | None] | Iterable[tuple[str, str | Path | None]],
+    *,
+    flag: str = "--output",
+    harm: str = "writing it would destroy what is read",
+    fix: str | None = None,
+) -> None:
+    """Before long work: `output` is a folder apart from `inputs` (`check_output_apart`) that takes a file
+    (`check_writable`, which creates it), so the work's result is never lost to a bad output.
+
+    Raises:
+        ZebraError: an overlap, a file in the way, a place that cannot be written.
+    """
+    check_output_apart(output, inputs, flag=flag, harm=harm)
+    check_writable(output, fix=fix or f"choose another {flag}")
+
+
 @contextlib.contextmanager
 def sigterm_raises(command: str) -> Iterator[None]:
     """While a command runs, SIGTERM raises a ZebraError (exit status 143) where it lands, so the handlers that

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from zebra.atomic import check_output_folder
 from zebra.cli._options import DeviceOpt, JsonOpt, examples, tokenizer_option
 from zebra.cli._output import out
 from zebra.model_folder import model_path
@@ -61,9 +62,17 @@ def eval_command(
 ) -> None:
     """Evaluate MODEL on lm-eval-harness tasks and print one row per task and metric."""
     model_path(model)  # told before the model library is imported
+    if output:  # checked before the evaluation (and lm-eval's import): its results must have somewhere to go
+        yamls = [t for t in tasks.split(",") if t.strip().endswith((".yaml", ".yml"))]
+        read = [
+            ("the model", model),
+            *(("--include-path", p) for p in include_path or []),
+            *(("--tasks", t) for t in yamls),
+        ]
+        check_output_folder(output, read, harm="results.json would be written among the files evaluated",
+                            fix="choose another --output (a folder for results.json)")  # fmt: skip
     from zebra.eval import (
         EvalRequest,
-        check_results_folder,
         expand_tasks,
         metric_rows,
         run_eval,
@@ -82,8 +91,6 @@ def eval_command(
         tokenizer=tokenizer,
         seed=seed,
     )
-    if output:
-        check_results_folder(output, req)  # before the evaluation: its results must have somewhere to go
     results = run_eval(req, on_note=out.note)
     written = write_results(results, output) if output else None
     rows = metric_rows(results)

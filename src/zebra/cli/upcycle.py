@@ -64,9 +64,11 @@ def upcycle_command(
         ),
     ] = None,
     calibration_samples: Annotated[
-        int, typer.Option("--calibration-samples", help="Calibration sequences.", min=1)
+        int, typer.Option("--calibration-samples", help="Calibration sequences.", min=1, max=1_000_000)
     ] = 256,
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Calibration sequence length.", min=8)] = 512,
+    seq_len: Annotated[
+        int, typer.Option("--seq-len", help="Calibration sequence length.", min=8, max=1 << 20)
+    ] = 512,
     device: Annotated[
         str, typer.Option("--device", help="Where the calibration runs: auto, cpu, cuda.")
     ] = "auto",

@@ -185,12 +185,22 @@ def _token_count(value: float | None) -> int | None:
     return int(value)
 
 
+# the most tokenizer processes and shards a prep makes: far above a machine's cores and any corpus's needs, low
+# enough that a typo does not fork a million processes or create a million files
+MAX_COUNTS = {"workers": 1024, "shards": 100_000}
+
+
 def _check_counts(**flags: int | None) -> None:
     for name, value in flags.items():
         flag = "--" + name.replace("_", "-")
         if value is not None and value < 1:
             raise ZebraError(
                 f"{flag} {value}: must be at least 1", fix=f"pass a positive {flag} or leave it out"
+            )
+        if value is not None and value > MAX_COUNTS.get(name, value):
+            raise ZebraError(
+                f"{flag} {value}: above the most zebra takes, {MAX_COUNTS[name]:,}",
+                fix=f"pass a smaller {flag} or leave it out",
             )
 
 

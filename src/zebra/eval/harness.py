@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zebra.atomic import check_output_apart, check_writable, make_folder, write_atomic
+from zebra.atomic import make_folder, write_atomic
 from zebra.data.tokenizers import load_tokenizer
 from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError
@@ -204,19 +204,6 @@ def metric_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                     }
                 )
     return rows
-
-
-def check_results_folder(output: Path, req: EvalRequest) -> None:
-    """Before the evaluation runs: `output` is a folder that takes a file (created if missing) and is apart from
-    the model and the task files (`check_output_apart`), so results are never lost to a bad --output.
-
-    Raises:
-        ZebraError: a file in the way, an unwritable place, an output that is, holds or lies in an input.
-    """
-    inputs = [("the model", req.model), *(("--include-path", p) for p in req.include_path)]
-    inputs += [("the task file", t) for t in req.tasks if t.endswith((".yaml", ".yml"))]
-    check_output_apart(output, inputs, harm="results.json would be written among the files evaluated")
-    check_writable(output, fix="choose another --output (a folder for results.json)")
 
 
 def write_results(results: dict[str, Any], output: Path) -> Path:
