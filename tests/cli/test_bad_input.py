@@ -321,7 +321,7 @@ def test_the_suite_covers_every_family():
     families = {case.family for case in CASES}
     assert families == {"broken", "empty", "binary", "truncated", "wrong type", "unwritable",
                         "through a symlink", "output inside input", "interrupted"}  # fmt: skip
-    assert len({case.id for case in CASES}) == len(CASES) >= 45
+    assert len({case.id for case in CASES}) == len(CASES) >= 49
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
