@@ -178,6 +178,8 @@ CASES = [
     Case("recipe-binary", "binary", ["recipes", "show", "r.yaml"], "r.yaml", write("r.yaml", b"\xff\xfe\x00\x01")),
     Case("train-dry-run-sequences", "wrong type",
          ["train", "tiny", "--mock-data", "--max-steps", "999999999", "--dry-run"], "train.max_steps"),
+    Case("train-set-name-not-a-folder-name", "wrong type",
+         ["train", "tiny", "--mock-data", "--set", "name=../x", "--dry-run"], "--set: name"),
     # train: run folders and where it writes
     Case("train-results-without-checkpoint", "interrupted",
          ["train", "tiny", "--mock-data", "--output", "runs", "--run", "r", "--max-steps", "1", *TINY],
@@ -321,7 +323,7 @@ def test_the_suite_covers_every_family():
     families = {case.family for case in CASES}
     assert families == {"broken", "empty", "binary", "truncated", "wrong type", "unwritable",
                         "through a symlink", "output inside input", "interrupted"}  # fmt: skip
-    assert len({case.id for case in CASES}) == len(CASES) >= 49
+    assert len({case.id for case in CASES}) == len(CASES) >= 50
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])

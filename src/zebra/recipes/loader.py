@@ -326,6 +326,7 @@ def load_recipe(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
         apply_override(raw, assignment)
     recipe = build(Recipe, raw, "", str(path))
     recipe.source = str(path)
+    recipe.overridden = [assignment.split("=", 1)[0].strip() for assignment in overrides]
     _check(recipe, str(path), {assignment.split("=", 1)[0].strip() for assignment in overrides})
     return recipe
 

@@ -377,9 +377,13 @@ class Recipe:
     distill: DistillSpec = spec(doc="distillation from a teacher (off by default)", factory=DistillSpec)
     launch: LaunchSpec = spec(doc="launcher defaults", factory=LaunchSpec)
     source: str = field(default="", metadata={"doc": "file this recipe was loaded from", "internal": True})
+    overridden: list[str] = field(
+        default_factory=list, metadata={"doc": "dotted keys --set gave (errors name --set)", "internal": True}
+    )
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved recipe as plain data (what `recipes show` prints and runs save)."""
         d = asdict(self)
         d.pop("source")
+        d.pop("overridden")
         return d

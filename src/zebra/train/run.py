@@ -244,7 +244,8 @@ def run_name(run: str | None, recipe: Recipe) -> str:
     the run (and what `--resume never` deletes) stays inside --output."""
     name = run or recipe.name
     if name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
-        where = f"--run {name!r}" if run else f"{recipe.source or 'recipe'}: name: {name!r}"
+        origin = "--set" if "name" in recipe.overridden else recipe.source or "recipe"
+        where = f"--run {name!r}" if run else f"{origin}: name: {name!r}"
         raise ZebraError(
             f"{where}: a run name is one folder name (no '/', not '.' or '..')",
             fix="pass --run NAME with a plain name (--output DIR chooses the folder that holds the runs)",
