@@ -167,6 +167,12 @@ CASES = [
          leaves=("out",), max_lines=0),
     Case("prep-workers-huge", "wrong type", [*PREP[:-2], "--source", "a.jsonl", "--workers", "99999"], "--workers",
          write("a.jsonl", JSONL)),
+    Case("inspect-manifest-not-json", "broken", ["data", "inspect", "d"], "manifest.json",
+         write("d/manifest.json", "{half a manifest")),
+    Case("inspect-index-junk", "binary", ["data", "inspect", "d/x"], "x.idx",
+         both(write("d/x.bin", b"\x00" * 64), write("d/x.idx", b"\xde\xad\xbe\xef"))),
+    Case("train-data-index-empty", "empty", ["train", "tiny", "--data", "d/x", "--dry-run"], "x.idx",
+         both(write("d/x.bin", b""), write("d/x.idx", b""))),
     # recipes: numbers and files
     Case("recipe-steps-overflow", "wrong type",
          ["recipes", "show", "tiny", "--set", "train.max_steps=99999999999999999999999999999"], "train.max_steps"),
@@ -323,7 +329,7 @@ def test_the_suite_covers_every_family():
     families = {case.family for case in CASES}
     assert families == {"broken", "empty", "binary", "truncated", "wrong type", "unwritable",
                         "through a symlink", "output inside input", "interrupted"}  # fmt: skip
-    assert len({case.id for case in CASES}) == len(CASES) >= 50
+    assert len({case.id for case in CASES}) == len(CASES) >= 53
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
