@@ -3,7 +3,8 @@
 A rename is atomic, but without an fsync a crash soon after it can leave the new name pointing at files whose
 data never reached the disk (or lose the rename itself). So: write under a temporary name, fsync the data,
 rename, then fsync the folder that holds the name. Checkpoints (zebra.train) and conversion outputs
-(zebra.convert) both follow it.
+(zebra.convert) both follow it. And before anything is written: an output never overlaps what a command reads
+(`check_output_apart`), whatever `--force` says.
 """
 
 from __future__ import annotations
@@ -11,12 +12,50 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from zebra.errors import ZebraError
 
 OUTPUT_FIX = "move that file away, or choose another --output"
+
+
+def overlap(output: str | Path, source: str | Path) -> str | None:
+    """How `output` overlaps `source` ("is", "is inside", "contains"), both resolved (symlinks followed), or None."""
+    target, read = Path(output).resolve(), Path(source).resolve()
+    if target == read:
+        return "is"
+    if read in target.parents:
+        return "is inside"
+    if target in read.parents:
+        return "contains"
+    return None
+
+
+def check_output_apart(
+    output: str | Path,
+    inputs: dict[str, str | Path | None] | Iterable[tuple[str, str | Path | None]],
+    *,
+    flag: str = "--output",
+    harm: str = "writing it would destroy what is read",
+    fix: str | None = None,
+) -> None:
+    """Refuse an output that is, lies inside or contains any of a command's inputs (`inputs`: what each is, e.g.
+    "the teacher", -> its path; None or a path that does not exist here, such as a hub id, is skipped). Called
+    before anything is written, and no flag overrides it: replacing the output would delete what is read.
+
+    Raises:
+        ZebraError: naming the flag, the two paths and how they overlap.
+    """
+    for what, source in inputs.items() if isinstance(inputs, dict) else inputs:
+        if source is None or not Path(source).exists():
+            continue
+        how = overlap(output, source)
+        if how is not None:
+            raise ZebraError(
+                f"{flag} {output} {how} {what} {source}: {harm}",
+                fix=fix or f"choose another {flag}, apart from {source} (no flag overrides this)",
+            )
 
 
 def make_folder(folder: Path, *, fix: str = OUTPUT_FIX) -> None:
@@ -32,6 +71,49 @@ def make_folder(folder: Path, *, fix: str = OUTPUT_FIX) -> None:
             f"{folder}: cannot create this folder ({e.strerror})",
             fix="check that you can write there (and that the disk has room), or choose another place",
         ) from None
+
+
+def write_error(path: str | Path, error: OSError, *, fix: str | None = None) -> ZebraError:
+    """A failed write (no permission, a read-only or full disk, a file where a folder should be) as one line
+    naming the place; `fix` says where else to write when the place came from a flag or a variable."""
+    why = error.strerror or type(error).__name__
+    return ZebraError(
+        f"cannot write {path}: {why[0].lower() + why[1:]}",
+        fix=fix or "free some space, or make it writable, or choose another place",
+    )
+
+
+def check_writable(folder: str | Path, *, fix: str | None = None) -> None:
+    """`folder` (created if missing) takes a new file: a probe is written and removed, before long work whose
+    result would be lost if it could not be saved (root ignores permission bits, not a read-only mount)."""
+    folder = Path(folder)
+    make_folder(folder, fix=fix or OUTPUT_FIX)
+    probe = folder / f".zebra-probe-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+    except OSError as e:
+        raise write_error(folder, e, fix=fix) from None
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+
+
+def check_output_folder(
+    output: str | Path,
+    inputs: dict[str, str | Path | None] | Iterable[tuple[str, str | Path | None]],
+    *,
+    flag: str = "--output",
+    harm: str = "writing it would destroy what is read",
+    fix: str | None = None,
+) -> None:
+    """Before long work: `output` is a folder apart from `inputs` (`check_output_apart`) that takes a file
+    (`check_writable`, which creates it), so the work's result is never lost to a bad output.
+
+    Raises:
+        ZebraError: an overlap, a file in the way, a place that cannot be written.
+    """
+    check_output_apart(output, inputs, flag=flag, harm=harm)
+    check_writable(output, fix=fix or f"choose another {flag}")
 
 
 @contextlib.contextmanager
@@ -101,29 +183,41 @@ def fsync_tree(root: str | Path) -> None:
 
 def write_atomic(path: str | Path, text: str) -> None:
     """Replace `path` by `text` (UTF-8) so that readers see the old or the new content, never a mix, even after a
-    crash. The file gets the umask's permissions, like any file the user creates."""
+    crash. The file gets the umask's permissions, like any file the user creates. A write that fails (a full
+    disk, a read-only place) leaves the old file and raises a one-line ZebraError naming `path`."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+    except OSError as e:  # a full disk, a read-only file system, a folder where the file should be
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise write_error(path, e) from None
     fsync_dir(path.parent)
 
 
 def save_figure(fig, path: Path, **savefig_kwargs) -> Path:
     """Write a matplotlib figure to the image file `path` (its format from its suffix) under a temporary name,
-    then rename it into place; a one-line ZebraError when `path` is a folder. The caller closes the figure."""
+    then rename it into place; a one-line ZebraError when `path` is a folder, has no image suffix or cannot be
+    written. The caller closes the figure."""
     if path.is_dir():
         raise ZebraError(
             f"{path}: is a folder, not an image file", fix=f"name the image, e.g. {path / 'loss.png'}"
         )
+    formats = fig.canvas.get_supported_filetypes()
+    if path.suffix.lstrip(".").lower() not in formats:
+        raise ZebraError(f"{path}: not an image file name", fix="end it with .png (or .svg, .pdf)")
     make_folder(path.parent, fix="move that file away, or name another image")
     tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
     try:
         fig.savefig(tmp, **savefig_kwargs)
         tmp.replace(path)
+    except OSError as e:
+        raise write_error(path, e) from None
     finally:
         tmp.unlink(missing_ok=True)
     return path

@@ -59,6 +59,22 @@ def zebra_cache_dir(env: MutableMapping[str, str] = os.environ) -> Path:
     return Path(env.get("ZEBRA_CACHE") or Path.home() / ".cache" / "zebra").expanduser()
 
 
+CACHE_FIX = "set ZEBRA_CACHE to a folder you can write (default ~/.cache/zebra)"
+
+
+def make_cache_folder(folder: Path) -> Path:
+    """`folder`, a folder of zebra's cache, created and able to take a file; or a one-line ZebraError naming it
+    and ZEBRA_CACHE (a file in the way, a read-only place, a full disk)."""
+    from zebra.atomic import check_writable
+    from zebra.errors import ZebraError
+
+    try:
+        check_writable(folder, fix=CACHE_FIX)
+    except ZebraError as e:
+        raise ZebraError(e.message, fix=CACHE_FIX) from None
+    return folder
+
+
 def kernel_cache_dir(env: MutableMapping[str, str] = os.environ) -> Path:
     """`$ZEBRA_KERNEL_CACHE`, else `$ZEBRA_CACHE/kernels`, else `~/.cache/zebra/kernels`."""
     if env.get(KERNEL_CACHE_ENV):

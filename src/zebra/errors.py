@@ -6,6 +6,11 @@ The CLI prints it as a single line (no traceback) and exits with `exit_code`.
 
 from __future__ import annotations
 
+import contextlib
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
 
 class ZebraError(Exception):
     """A user-facing error: `message` says what is wrong, `fix` says what to do about it."""
@@ -41,3 +46,47 @@ def yaml_problem(error: BaseException) -> tuple[int | None, str]:
     mark = getattr(error, "context_mark", None) or getattr(error, "problem_mark", None)
     what = ", ".join(x for x in (getattr(error, "context", None), getattr(error, "problem", None)) if x)
     return (mark.line + 1 if mark else None), what or first_line(error)
+
+
+@contextlib.contextmanager
+def reading(
+    path: str | Path, *, what: str = "", fix: str | None = None, also: tuple[type, ...] = ()
+) -> Iterator[None]:
+    """Read `path` inside this block: what its library raises for a broken file (cut short, not gzip, not JSON
+    or YAML or parquet, not UTF-8, unreadable) becomes one ZebraError naming the file, `what` it should be and
+    `fix`; `also`: more exception types that mean a broken file (e.g. yaml.YAMLError). A ZebraError passes as
+    it is; anything else (a bug) too."""
+    try:
+        yield
+    except ZebraError:
+        raise
+    except (OSError, EOFError, ValueError, zlib.error, *also) as e:
+        if isinstance(e, BrokenPipeError):
+            raise
+        problem = read_problem(e)
+        raise ZebraError(
+            f"{path}: {problem}" + (f"; expected {what}" if what else ""),
+            fix=fix
+            or "check the file (or write it again); a copy cut short by a full disk or a kill reads so",
+        ) from None
+
+
+def read_problem(error: BaseException) -> str:
+    """What a library's exception says about a file, in a few words: `not valid gzip (truncated)`."""
+    import gzip
+    import json
+
+    if isinstance(error, EOFError):
+        return "truncated (it ends before its data does)"
+    if isinstance(error, gzip.BadGzipFile | zlib.error):
+        return f"not valid gzip ({first_line(error, 80)})"
+    if isinstance(error, json.JSONDecodeError):
+        return f"not valid JSON (line {error.lineno} column {error.colno}: {error.msg})"
+    if isinstance(error, UnicodeDecodeError):
+        return f"not valid UTF-8 (byte {error.start}: {error.object[error.start : error.start + 1]!r})"
+    if type(error).__module__.startswith("yaml"):
+        line, what = yaml_problem(error)
+        return f"not valid YAML ({f'line {line}: ' if line else ''}{what})"
+    if isinstance(error, OSError) and error.strerror:
+        return f"cannot read it ({error.strerror})"
+    return f"cannot read it ({error_summary(error, 120)})"

@@ -23,7 +23,8 @@ def test_rows_carry_type_default_and_range_from_the_metadata():
     assert rows["train.lr_decay_style"][2] == "`cosine` / `linear` / `constant`"
     assert rows["model.pattern"][:2] == ("str or null", "`null`")
     assert rows["data.paths"][:2] == ("list of str", "`[]`")
-    assert rows["model.mla.kv_lora_rank"][2] == ">= 1"
+    assert rows["model.mla.kv_lora_rank"][2] == "1 to 65,536"
+    assert rows["model.mla.q_lora_rank"][2] == "0 to 65,536"
     assert "source" not in rows  # internal fields are not recipe keys
 
 

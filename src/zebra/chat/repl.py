@@ -18,6 +18,8 @@ from zebra.chat import MAX_NEW_TOKENS
 from zebra.chat.session import ChatSession
 from zebra.generation import CacheFullError
 
+REPLACEMENT = "\ufffd"  # what a byte that is not UTF-8 reads as
+
 HELP = """commands:
   /reset         forget the conversation (keeps the system prompt)
   /system TEXT   set the system prompt and start over (/system alone clears it)
@@ -43,6 +45,7 @@ class Repl:
         self.read_line = read_line
         self.stream = stream or sys.stdout
         self.prompt = prompt
+        self.told_replacement = False  # bytes that are not UTF-8 (read as U+FFFD) are told once
 
     def run(self) -> None:
         mode = "chat template" if self.session.templated else "plain continuation (no chat template)"
@@ -60,6 +63,14 @@ class Repl:
             except KeyboardInterrupt:
                 self._say("^C (/quit or Ctrl-D to leave)")
                 continue
+            except (
+                UnicodeDecodeError
+            ):  # a stdin that was not set to replace them: the line is lost, not the chat
+                self._say("[that line was not UTF-8 text; type it again]")
+                continue
+            if REPLACEMENT in line and not self.told_replacement:
+                self.told_replacement = True
+                self._say(f"[bytes that are not UTF-8 were read as {REPLACEMENT}]")
             line = line.strip()
             if not line:
                 continue

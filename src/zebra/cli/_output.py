@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import sys
@@ -27,6 +28,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from zebra.errors import ZebraError
 from zebra.train.view import TrainView
 
 PIPE_WIDTH = 160  # columns of stdout written to a pipe or file (a log, `| tee`, a Slurm job's output)
@@ -59,10 +61,75 @@ def leave_on_broken_pipe() -> NoReturn:
     raise SystemExit(BROKEN_PIPE_EXIT)
 
 
+class StdoutFailed(ZebraError):
+    """stdout cannot take the output: it is closed (`>&-`) or its disk is full (`> /dev/full`)."""
+
+
+class GuardedStdout:
+    """sys.stdout, whose failed writes (other than a gone reader's broken pipe, which ends quietly) become one
+    `StdoutFailed` line instead of a traceback; after one, fd 1 points at /dev/null so that the interpreter's
+    last flush cannot fail again. A closed stdout (`stream` None) fails at the first write."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def _fail(self, why: str) -> NoReturn:
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        failed, self.stream = self.stream, open(os.devnull, "w")  # noqa: SIM115 (lives as long as stdout)
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            failed.close()
+        raise StdoutFailed(
+            f"cannot write to stdout: {why}", fix="give it room, or redirect it (> FILE, > /dev/null)"
+        )
+
+    def write(self, text: str) -> int:
+        if self.stream is None:
+            self._fail("it is closed")
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            self._fail((e.strerror or type(e).__name__).lower())
+
+    def flush(self) -> None:
+        if self.stream is None:
+            return
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            raise
+        except (OSError, ValueError) as e:
+            self._fail((getattr(e, "strerror", None) or str(e)).lower())
+
+    def isatty(self) -> bool:
+        return self.stream is not None and self.stream.isatty()
+
+    def __getattr__(self, name: str) -> Any:
+        if self.stream is None:
+            raise AttributeError(name)
+        return getattr(self.stream, name)
+
+
+def guard_stdout() -> None:
+    """Put `GuardedStdout` in place of sys.stdout (once; a test runner's own stdout is left alone)."""
+    if sys.stdout is None or type(sys.stdout) is io.TextIOWrapper:
+        sys.stdout = GuardedStdout(sys.stdout)
+
+
+def flush_stdout() -> None:
+    """Flush stdout as a command ends, so a full disk is told as one line while the root handler listens."""
+    if sys.stdout is not None:
+        with contextlib.suppress(BrokenPipeError):
+            sys.stdout.flush()
+
+
 def stdout_width() -> int | None:
     """Rich's width for stdout: None (the terminal's, or COLUMNS) on a terminal or with COLUMNS set, else
     PIPE_WIDTH: Rich's 80 columns would fold a table such as `zebra bench train`'s in the middle of its numbers."""
-    return None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
+    tty = sys.stdout is not None and sys.stdout.isatty()
+    return None if tty or os.environ.get("COLUMNS") else PIPE_WIDTH
 
 
 class _Console(Console):
@@ -75,8 +142,10 @@ class Output:
     """Human output on stdout, errors and hints on stderr; `json()` for scripts."""
 
     def __init__(self) -> None:
-        self.console = _Console(highlight=False, soft_wrap=False, width=stdout_width())
-        self.stderr = _Console(stderr=True, highlight=False)
+        guard_stdout()
+        # emoji off: a user's text such as `a:b:c` must not turn into an emoji (":b:")
+        self.console = _Console(highlight=False, emoji=False, soft_wrap=False, width=stdout_width())
+        self.stderr = _Console(stderr=True, highlight=False, emoji=False)
 
     def text(self, message: str = "", *, wrap: bool = True) -> None:
         """`wrap=False` for a line a user copies (a command): the terminal folds it, Rich does not break it."""
@@ -160,7 +229,11 @@ class Output:
         return bar
 
     def json(self, data: Any) -> None:
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+        self.raw(json.dumps(data, indent=2, default=str) + "\n")
+
+    def raw(self, text: str) -> None:
+        """`text` on stdout as it is (no markup, no wrapping): YAML, JSON, generated text."""
+        sys.stdout.write(text)
         sys.stdout.flush()
 
     def train_view(self) -> RichTrainView:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -81,4 +82,8 @@ def chat_command(
     )
     with contextlib.suppress(ImportError):
         import readline  # noqa: F401  (line editing and history for input())
+    with contextlib.suppress(
+        AttributeError, ValueError
+    ):  # bytes that are not UTF-8 read as U+FFFD (Repl says so)
+        sys.stdin.reconfigure(errors="replace")  # type: ignore[union-attr]
     Repl(ChatSession(engine, tok, settings)).run()

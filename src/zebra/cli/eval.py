@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from zebra.atomic import check_output_folder
 from zebra.cli._options import DeviceOpt, JsonOpt, examples, tokenizer_option
 from zebra.cli._output import out
 from zebra.model_folder import model_path
@@ -61,7 +62,22 @@ def eval_command(
 ) -> None:
     """Evaluate MODEL on lm-eval-harness tasks and print one row per task and metric."""
     model_path(model)  # told before the model library is imported
-    from zebra.eval import EvalRequest, expand_tasks, metric_rows, run_eval, write_results
+    if output:  # checked before the evaluation (and lm-eval's import): its results must have somewhere to go
+        yamls = [t for t in tasks.split(",") if t.strip().endswith((".yaml", ".yml"))]
+        read = [
+            ("the model", model),
+            *(("--include-path", p) for p in include_path or []),
+            *(("--tasks", t) for t in yamls),
+        ]
+        check_output_folder(output, read, harm="results.json would be written among the files evaluated",
+                            fix="choose another --output (a folder for results.json)")  # fmt: skip
+    from zebra.eval import (
+        EvalRequest,
+        expand_tasks,
+        metric_rows,
+        run_eval,
+        write_results,
+    )
 
     req = EvalRequest(
         model=model,

@@ -76,9 +76,14 @@ def _prompt_text(prompt: str | None, file: Path | None) -> str:
         raise ZebraError("pass exactly one of --prompt and --file", fix="e.g. --prompt 'Once upon a time'")
     if prompt is not None:
         return prompt
-    if str(file) == "-":
-        return sys.stdin.read()
+    if str(file) == "-" and sys.stdin is None:
+        raise ZebraError("--file -: stdin is closed", fix="pipe the prompt in, or pass --file FILE")
     try:
-        return file.read_text()
+        data = sys.stdin.buffer.read() if str(file) == "-" else file.read_bytes()
     except OSError as e:
         raise ZebraError(f"--file {file}: {e.strerror}", fix="pass a readable text file") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        out.note(f"--file {file}: not UTF-8 at byte {e.start}; bytes that are not were read as U+FFFD")
+        return data.decode("utf-8", errors="replace")

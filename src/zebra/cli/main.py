@@ -21,7 +21,7 @@ from zebra.cli import generate as generate_cli
 from zebra.cli import train as train_cli
 from zebra.cli import upcycle as upcycle_cli
 from zebra.cli._help import print_group_help
-from zebra.cli._output import leave_on_broken_pipe, out, stdout_reader_gone
+from zebra.cli._output import StdoutFailed, flush_stdout, leave_on_broken_pipe, out, stdout_reader_gone
 from zebra.cli._quiet import quiet_library_noise
 from zebra.errors import ZebraError
 
@@ -35,7 +35,9 @@ class _ZebraGroup(TyperGroup):
 
     def invoke(self, ctx):
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            flush_stdout()  # a full stdout said here, as one line, not by the interpreter's last flush
+            return result
         except ZebraError as e:
             out.error(e.message)  # out escapes it: a message may hold brackets ("dict[str, int]", paths)
             if e.fix:
@@ -74,7 +76,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"zebra {__version__}")
+        out.raw(f"zebra {__version__}\n")
         raise typer.Exit()
 
 
@@ -105,7 +107,15 @@ app.command("generate", epilog=generate_cli.EXAMPLES)(generate_cli.generate_comm
 
 
 def main() -> None:
-    app()
+    try:
+        try:
+            app()
+        finally:  # a command that ended with typer.Exit still has its output to flush
+            flush_stdout()
+    except StdoutFailed as e:  # outside a command's handler too: `zebra --help >&-`
+        out.error(e.message)
+        out.hint(e.fix or "")
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

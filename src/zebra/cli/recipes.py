@@ -126,7 +126,7 @@ def show(
     elif json_:
         out.json(recipe.to_dict())
     else:
-        typer.echo(dump_recipe(recipe), nl=False)
+        out.raw(dump_recipe(recipe))
 
 
 def _show_params(recipe, seq_len: int, json_: bool) -> None:

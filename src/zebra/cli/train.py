@@ -154,8 +154,10 @@ def train(
 
 def _confirm_start(run: TrainRun, yes: bool) -> bool:
     """Warn about recipe keys that change on resume; ask before `--resume PATH` replaces an earlier run's
-    outputs; whether to delete an earlier run first (`--resume never`); both asked unless --yes."""
-    from zebra.train.run import has_outputs, replaces_outputs
+    outputs; whether to delete an earlier run first (`--resume never`, or results without a checkpoint to resume:
+    starting would replace them); each asked unless --yes, refused off a terminal without it."""
+    from zebra.checkpoint_dir import committed
+    from zebra.train.run import has_outputs, replaces_outputs, results_without_checkpoint
 
     if run.changed:
         out.warn(f"{run.run_dir}/config.yaml changes on resume: {', '.join(run.changed[:8])}")
@@ -169,8 +171,28 @@ def _confirm_start(run: TrainRun, yes: bool) -> bool:
             "would replace",
             fix="pass --yes to continue it from there, or --run NAME for a new run",
         )
-    start_over = run.resume == "never" and has_outputs(run.run_dir)
-    if start_over and not confirm(f"{run.run_dir} holds an earlier run: delete it and start over?", yes=yes):
+    orphans = results_without_checkpoint(run)
+    unreadable = [p.name for p in committed(run.run_dir / "checkpoints")] if orphans else []
+    if unreadable and not yes:  # checkpoints there, but no meta.json that reads: told as such, never guessed
+        raise ZebraError(
+            f"{run.run_dir}: no checkpoint to resume: the meta.json of {', '.join(unreadable[:3])} cannot be read",
+            fix="restore those meta.json files, or pass --run NAME for a new run (--yes deletes them and starts over)",
+        )
+    if orphans and not confirm(
+        f"{run.run_dir} holds an earlier run's {', '.join(orphans)} but no checkpoint to resume: delete them "
+        "and start over?",
+        yes=yes,
+    ):
+        raise ZebraError(
+            f"{run.run_dir}: holds an earlier run's {', '.join(orphans)} but no checkpoint to resume from",
+            fix="pass --run NAME for a new run, or --yes to delete them and start over",
+        )
+    start_over = bool(orphans) or (run.resume == "never" and has_outputs(run.run_dir))
+    if (
+        run.resume == "never"
+        and start_over
+        and not confirm(f"{run.run_dir} holds an earlier run: delete it and start over?", yes=yes)
+    ):
         raise ZebraError(
             f"{run.run_dir}: holds an earlier run",
             fix="pass --yes to start over, or --run NAME for a new run",

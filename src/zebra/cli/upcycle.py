@@ -64,9 +64,11 @@ def upcycle_command(
         ),
     ] = None,
     calibration_samples: Annotated[
-        int, typer.Option("--calibration-samples", help="Calibration sequences.", min=1)
+        int, typer.Option("--calibration-samples", help="Calibration sequences.", min=1, max=1_000_000)
     ] = 256,
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Calibration sequence length.", min=8)] = 512,
+    seq_len: Annotated[
+        int, typer.Option("--seq-len", help="Calibration sequence length.", min=8, max=1 << 20)
+    ] = 512,
     device: Annotated[
         str, typer.Option("--device", help="Where the calibration runs: auto, cpu, cuda.")
     ] = "auto",
@@ -97,9 +99,10 @@ def upcycle_command(
 ) -> None:
     """Initialise a hybrid from a Transformer: copy embeddings, norms and MLPs, factorise attention into MLA,
     copy Q/K/V/O into the recurrent mixers; write a Zebra HF export with upcycle.json."""
-    from zebra.atomic import sigterm_raises
+    from zebra.atomic import check_output_apart, sigterm_raises
     from zebra.upcycle.calibration import Calibration
-    from zebra.upcycle.run import upcycle
+    from zebra.upcycle.compose import compose_inputs
+    from zebra.upcycle.run import upcycle, upcycle_inputs
     from zebra.upcycle.student import StudentOptions, parse_mla_layers
 
     if svd not in SVD_METHODS:
@@ -107,6 +110,12 @@ def upcycle_command(
     if (teacher is None) == (compose is None):
         raise ZebraError("pass a TEACHER or --compose MLA_DIR RECURRENT_DIR (one of them)",
                          fix="zebra upcycle TEACHER -o OUT, or zebra upcycle --compose A B --mla N -o OUT")  # fmt: skip
+    if compose is not None:  # before any question: no answer and no --force may replace what is read
+        check_output_apart(output, compose_inputs(*compose, calibration))
+    else:
+        check_output_apart(
+            output, upcycle_inputs(teacher, StudentOptions(recipe=recipe), tokenizer, calibration)
+        )
     force = confirm_overwrite(output, force=force, yes=yes)
     if compose is not None:
         if svd != "plain":

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zebra import arch
+from zebra import arch, atomic
 from zebra.convert.audit import zebra_audit
 from zebra.convert.fla import export_fla
 from zebra.convert.formats import open_checkpoint
@@ -59,19 +59,12 @@ def check_output_apart(src: str | Path, output: str | Path, to: str, fmt: str) -
     Raises:
         ZebraError: the two paths overlap.
     """
-    source, target = Path(src).resolve(), Path(output).resolve()
-    if fmt == "zebra" and target == default_output(source, "hf", fmt):
+    if fmt == "zebra" and Path(output).resolve() == default_output(Path(src).resolve(), "hf", fmt):
         return
-    if target == source:
-        where = "is the source"
-    elif source in target.parents:
-        where = "is inside the source"
-    elif target in source.parents:
-        where = "contains the source"
-    else:
-        return
-    raise ZebraError(
-        f"--output {output} {where} {src}: writing it would delete the checkpoint being converted",
+    atomic.check_output_apart(
+        output,
+        {"the source": src},
+        harm="writing it would delete the checkpoint being converted",
         fix=f"choose an output outside {src}, e.g. --output {default_output(Path(src), to, fmt)}",
     )
 

@@ -212,6 +212,19 @@ def _load(ckpt: Checkpoint, device: str) -> Any:
     model = ZebraForCausalLM(config)
     state = {k: ckpt.tensors.get(k).to(torch.float32) for k in ckpt.tensors.shapes()}
     ckpt.tensors.close()
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    wrong = [
+        (k, tuple(v.shape), expected[k])
+        for k, v in state.items()
+        if k in expected and tuple(v.shape) != expected[k]
+    ]
+    if wrong:
+        name, got, want = wrong[0]
+        more = f"; {len(wrong) - 1} more" if len(wrong) > 1 else ""
+        raise ZebraError(
+            f"{ckpt.path}: weights do not fit its config.json ({name} is {list(got)}, the config makes {list(want)}{more})",
+            fix="use the config.json the weights were saved with (or re-run zebra convert)",
+        )
     result = model.load_state_dict(state, strict=False)
     tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
     missing = [k for k in result.missing_keys if k not in tied]

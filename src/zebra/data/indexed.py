@@ -7,6 +7,7 @@ error, never garbage tokens).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import struct
@@ -87,7 +88,8 @@ class ShardWriter:
         os.replace(self._tmp + ".idx", self.prefix + ".idx")
 
     def discard(self) -> None:
-        self._builder.data_file.close()
+        with contextlib.suppress(OSError):  # its last buffered bytes may not fit either (a full disk)
+            self._builder.data_file.close()
         for ext in ("bin", "idx"):
             Path(self._tmp + "." + ext).unlink(missing_ok=True)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import zebra.data.tokenizers as tok
-from zebra.caches import zebra_cache_dir
+from zebra.caches import make_cache_folder, zebra_cache_dir
 from zebra.data.bundled_corpus import CORPUS_PATH
 from zebra.data.folder import shard_prefix
 from zebra.data.indexed import check_prefix
@@ -137,7 +137,7 @@ def bundled_sample(tokenizer: str = "byte", *, prepare: bool = True) -> BundledS
             return BundledSample(folder / manifest.shards[0].prefix, manifest.documents, prepared=True)
         rows = open_source(str(CORPUS_PATH)).count_rows() or 0
         return BundledSample(shard_prefix(folder, 0), rows, prepared=False)
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    make_cache_folder(folder.parent)
     with open(folder.parent / f"{folder.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (manifest_path(folder).exists() and read_manifest(folder).complete):

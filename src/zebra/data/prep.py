@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import zebra.data.tokenizers as tok
 from zebra import __version__
+from zebra.atomic import check_output_apart, write_error
 from zebra.data.encoders import ENCODERS, EncodedBatch, encode_batch, encoder_name, init_worker
 from zebra.data.fast_bpe import FastBPESpec, fast_bpe_spec
 from zebra.data.folder import FolderResult, ShardFolder, folder_lock, resume_manifest
@@ -97,12 +98,19 @@ def plan_prep(
         nominal_tokens: expected token count (FineWeb-Edu samples), for the disk-space check.
 
     Raises:
-        ZebraError: bad numbers, a folder another prep is writing, a tokenizer that does not fit the dtype, a
+        ZebraError: bad numbers, an output that is, holds or lies in the source (whatever `force` says), a
+            folder another prep is writing, a tokenizer that does not fit the dtype, a
             folder with other data, no disk space.
     """
     max_tokens = _token_count(max_tokens)
     _check_counts(workers=workers, max_docs=max_docs, max_tokens=max_tokens, shards=shards)
     folder = Path(output).expanduser().resolve()
+    local = source.name if source.kind == "local" else None
+    check_output_apart(
+        folder,
+        {"--source": local, "--tokenizer": tokenizer},
+        harm="its shards would land among the files being read",
+    )
     folder_lock(folder).check()  # another prep writing it: said before a question, a tokenizer or the hub
     tokenizer_obj = tok.load_tokenizer(tokenizer)
     np_dtype = tok.token_dtype(tok.vocab_size(tokenizer_obj), dtype)
@@ -177,12 +185,22 @@ def _token_count(value: float | None) -> int | None:
     return int(value)
 
 
+# the most tokenizer processes and shards a prep makes: far above a machine's cores and any corpus's needs, low
+# enough that a typo does not fork a million processes or create a million files
+MAX_COUNTS = {"workers": 1024, "shards": 100_000}
+
+
 def _check_counts(**flags: int | None) -> None:
     for name, value in flags.items():
         flag = "--" + name.replace("_", "-")
         if value is not None and value < 1:
             raise ZebraError(
                 f"{flag} {value}: must be at least 1", fix=f"pass a positive {flag} or leave it out"
+            )
+        if value is not None and value > MAX_COUNTS.get(name, value):
+            raise ZebraError(
+                f"{flag} {value}: above the most zebra takes, {MAX_COUNTS[name]:,}",
+                fix=f"pass a smaller {flag} or leave it out",
             )
 
 
@@ -255,33 +273,40 @@ def run_prep(
     Returns:
         What the folder holds now; its `notes` are `plan.notes`, with what the run found added.
     """
-    with ShardFolder(plan.folder, plan.manifest, force=plan.force, notes=plan.notes) as shards:
-        if on_resume is not None and shards.kept:
-            on_resume(shards.kept, shards.manifest.tokens)
-        if not plan.manifest.complete:
-            megatron_indexed()  # import megatron-core (seconds) before the workers start, not while they run
-            utf8 = plan.tokenizer_name == tok.BYTE_TOKENIZER
-            initargs = (
-                plan.tokenizer,
-                plan.dtype.str,
-                plan.manifest.tokenizer["eod_id"],
-                plan.fast_bpe,
-                utf8,
-            )
-            if plan.workers == 1:
-                pool = _InlinePool(initargs)
-            else:
-                ctx = (
-                    mp.get_context("fork")
-                    if "fork" in mp.get_all_start_methods()
-                    else mp.get_context("spawn")
+    try:
+        with ShardFolder(plan.folder, plan.manifest, force=plan.force, notes=plan.notes) as shards:
+            if on_resume is not None and shards.kept:
+                on_resume(shards.kept, shards.manifest.tokens)
+            if not plan.manifest.complete:
+                megatron_indexed()  # import megatron-core (seconds) before the workers start, not while they run
+                utf8 = plan.tokenizer_name == tok.BYTE_TOKENIZER
+                initargs = (
+                    plan.tokenizer,
+                    plan.dtype.str,
+                    plan.manifest.tokenizer["eod_id"],
+                    plan.fast_bpe,
+                    utf8,
                 )
-                pool = ctx.Pool(plan.workers, initializer=init_worker, initargs=initargs)
-            try:
-                _Run(plan, pool, shards, on_progress).execute()
-            finally:
-                pool.terminate()
-                pool.join()
+                if plan.workers == 1:
+                    pool = _InlinePool(initargs)
+                else:
+                    ctx = (
+                        mp.get_context("fork")
+                        if "fork" in mp.get_all_start_methods()
+                        else mp.get_context("spawn")
+                    )
+                    pool = ctx.Pool(plan.workers, initializer=init_worker, initargs=initargs)
+                try:
+                    _Run(plan, pool, shards, on_progress).execute()
+                finally:
+                    pool.terminate()
+                    pool.join()
+    except OSError as e:  # a full disk, a read-only folder: the shards committed so far stay, a rerun resumes
+        if isinstance(e, BrokenPipeError):
+            raise
+        raise write_error(
+            plan.folder, e, fix="free some space (or choose another --output); a rerun resumes"
+        ) from None
     return shards.result()
 
 

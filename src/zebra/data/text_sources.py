@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from zebra.errors import ZebraError, first_line
+from zebra.errors import ZebraError, first_line, reading
 
 FINEWEB_EDU = "HuggingFaceFW/fineweb-edu"
 DEFAULT_TOKENIZER = "meta-llama/Llama-3.2-1B"  # prep's default, and the guide's 1B recipes' tokenizer
@@ -157,7 +157,9 @@ def open_source(
                 f"--source {source}: no {'/'.join(s.lstrip('.') for s in LOCAL_SUFFIXES)} files found",
                 fix="point --source at data files or a folder holding them",
             )
-        src = Source("local", str(path.resolve()), text_field, files=[f.resolve() for f in files])
+        # absolute, but through its links: a file is read as its own name says (a `doc.txt` link to a blob)
+        files = [Path(os.path.abspath(f)) for f in files]
+        src = Source("local", str(path.resolve()), text_field, files=files)
         _check_text_files(src.files)
         _check_local_field(src)
         return src
@@ -287,6 +289,17 @@ def _check_text(value: Any) -> tuple[int, str, int]:
 # --- local files ---------------------------------------------------------------------------------------
 
 
+def _expected(path: Path) -> str:
+    """What a source file should be, for the one line that says it is not (`zebra.errors.reading`)."""
+    name = path.name.removesuffix(".gz")
+    kind = next((k for suffix, k in _KINDS.items() if name.endswith(suffix)), "a data file")
+    return f"{kind}, gzip-compressed" if path.name.endswith(".gz") else kind
+
+
+_KINDS = {".parquet": "a parquet file", ".arrow": "an Arrow file", ".jsonl": "JSON lines", ".json": "JSON",
+          ".txt": "a text file"}  # fmt: skip
+
+
 def _local_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path] if path.name.endswith(LOCAL_SUFFIXES) else []
@@ -294,7 +307,8 @@ def _local_files(path: Path) -> list[Path]:
         path = path / "train"  # a DatasetDict saved with save_to_disk: its train split
     state = path / "state.json"
     if state.exists():  # a Dataset saved with save_to_disk: its data files, in order
-        names = [f["filename"] for f in json.loads(state.read_text())["_data_files"]]
+        with reading(state, what="a datasets state.json"):
+            names = [f["filename"] for f in json.loads(state.read_text())["_data_files"]]
         return [path / n for n in names]
     return sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(LOCAL_SUFFIXES))
 
@@ -307,21 +321,23 @@ def holds_text(path: Path) -> bool:
 def file_fingerprint(path: Path) -> dict[str, Any]:
     """`{"bytes": size, "edges_sha256": sha256 of the first and last MiB}`: cheap, and it changes when the file
     is replaced, grown, cut or edited near either end (a copy keeps it; an mtime would not)."""
-    size = path.stat().st_size
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        h.update(f.read(_EDGE))
-        if size > _EDGE:
-            f.seek(max(_EDGE, size - _EDGE))
-            h.update(f.read())
-    return {"bytes": size, "edges_sha256": h.hexdigest()}
+    with reading(path, what=_expected(path)):
+        size = path.stat().st_size
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            h.update(f.read(_EDGE))
+            if size > _EDGE:
+                f.seek(max(_EDGE, size - _EDGE))
+                h.update(f.read())
+        return {"bytes": size, "edges_sha256": h.hexdigest()}
 
 
 def _is_json_array(path: Path) -> bool:
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        head = f.read(4096).lstrip()
-    return head.startswith(b"[")
+    with reading(path, what=_expected(path)):
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rb") as f:
+            head = f.read(4096).lstrip()
+        return head.startswith(b"[")
 
 
 def _text_file_chunks(files: list[Path], batch_rows: int) -> Iterator[list[Path]]:
@@ -341,79 +357,83 @@ def _text_file_chunks(files: list[Path], batch_rows: int) -> Iterator[list[Path]
 
 def _read_text(path: Path) -> bytes:
     """A plain text file's bytes: the document (decode_texts checks its UTF-8)."""
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        return f.read()
+    with reading(path, what=_expected(path)):
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rb") as f:
+            return f.read()
 
 
 def _file_batches(path: Path, text_field: str, batch_rows: int) -> Iterator[RawBatch]:
-    name = path.name
-    if name.endswith(".parquet"):
-        import pyarrow.parquet as pq
+    with reading(path, what=_expected(path)):
+        name = path.name
+        if name.endswith(".parquet"):
+            import pyarrow.parquet as pq
 
-        with pq.ParquetFile(path) as f:
-            for rb in f.iter_batches(batch_size=batch_rows, columns=[text_field]):
-                yield RawBatch(0, "arrow", rb.column(0), text_field)
-    elif name.endswith(".arrow"):
-        for rb in arrow_batches(path):
-            for lo in range(0, rb.num_rows, batch_rows):
-                yield RawBatch(0, "arrow", rb.column(text_field).slice(lo, batch_rows), text_field)
-    elif _is_json_array(path):
-        opener = gzip.open if name.endswith(".gz") else open
-        with opener(path, "rb") as f:
-            records = json.load(f)
-        values = [r.get(text_field, _MISSING) if isinstance(r, dict) else _BAD_JSON for r in records]
-        for lo in range(0, len(values), batch_rows):
-            yield RawBatch(0, "texts", values[lo : lo + batch_rows], text_field)
-    else:
-        opener = gzip.open if name.endswith(".gz") else open
-        with opener(path, "rb") as f:
-            lines: list[bytes] = []
-            for line in f:
-                lines.append(line)
-                if len(lines) == batch_rows:
+            with pq.ParquetFile(path) as f:
+                for rb in f.iter_batches(batch_size=batch_rows, columns=[text_field]):
+                    yield RawBatch(0, "arrow", rb.column(0), text_field)
+        elif name.endswith(".arrow"):
+            for rb in arrow_batches(path):
+                for lo in range(0, rb.num_rows, batch_rows):
+                    yield RawBatch(0, "arrow", rb.column(text_field).slice(lo, batch_rows), text_field)
+        elif _is_json_array(path):
+            opener = gzip.open if name.endswith(".gz") else open
+            with opener(path, "rb") as f:
+                records = json.load(f)
+            values = [r.get(text_field, _MISSING) if isinstance(r, dict) else _BAD_JSON for r in records]
+            for lo in range(0, len(values), batch_rows):
+                yield RawBatch(0, "texts", values[lo : lo + batch_rows], text_field)
+        else:
+            opener = gzip.open if name.endswith(".gz") else open
+            with opener(path, "rb") as f:
+                lines: list[bytes] = []
+                for line in f:
+                    lines.append(line)
+                    if len(lines) == batch_rows:
+                        yield RawBatch(0, "jsonl", lines, text_field)
+                        lines = []
+                if lines:
                     yield RawBatch(0, "jsonl", lines, text_field)
-                    lines = []
-            if lines:
-                yield RawBatch(0, "jsonl", lines, text_field)
 
 
 def arrow_batches(path: Path) -> Iterator[Any]:
     """Record batches of an Arrow IPC stream (what `datasets.save_to_disk` writes) or file."""
-    import pyarrow as pa
+    with reading(path, what=_expected(path)):
+        import pyarrow as pa
 
-    source = pa.memory_map(str(path))
-    try:
-        reader = pa.ipc.open_stream(source)
-    except pa.ArrowInvalid:
-        reader = pa.ipc.open_file(source)
-        for i in range(reader.num_record_batches):
-            yield reader.get_batch(i)
-        return
-    yield from reader
+        source = pa.memory_map(str(path))
+        try:
+            reader = pa.ipc.open_stream(source)
+        except pa.ArrowInvalid:
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+            return
+        yield from reader
 
 
 def _count_file_rows(path: Path) -> int:
     """Rows in one file: parquet/arrow metadata, JSON array length, or lines (a pass over the bytes)."""
-    name = path.name
-    if name.endswith(TEXT_SUFFIXES):
-        return 1
-    if name.endswith(".parquet"):
-        import pyarrow.parquet as pq
+    with reading(path, what=_expected(path)):
+        name = path.name
+        if name.endswith(TEXT_SUFFIXES):
+            return 1
+        if name.endswith(".parquet"):
+            import pyarrow.parquet as pq
 
-        return pq.ParquetFile(path).metadata.num_rows
-    if name.endswith(".arrow"):
-        return sum(rb.num_rows for rb in arrow_batches(path))
-    opener = gzip.open if name.endswith(".gz") else open
-    if _is_json_array(path):
+            return pq.ParquetFile(path).metadata.num_rows
+        if name.endswith(".arrow"):
+            return sum(rb.num_rows for rb in arrow_batches(path))
+        opener = gzip.open if name.endswith(".gz") else open
+        if _is_json_array(path):
+            with opener(path, "rb") as f:
+                return len(json.load(f))
+        lines, last = 0, b"\n"
         with opener(path, "rb") as f:
-            return len(json.load(f))
-    lines, last = 0, b"\n"
-    with opener(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            lines += chunk.count(b"\n")
-            last = chunk[-1:]
-    return lines + (last != b"\n")
+            while chunk := f.read(1 << 22):
+                lines += chunk.count(b"\n")
+                last = chunk[-1:]
+        return lines + (last != b"\n")
 
 
 def _check_text_files(files: list[Path]) -> None:
@@ -430,40 +450,42 @@ def _check_text_files(files: list[Path]) -> None:
 def _check_local_field(src: Source) -> None:
     """The text field must exist in the first file (its schema, or its first JSON record); a plain text file
     has none."""
-    path = src.files[0]
-    if path.name.endswith(TEXT_SUFFIXES):
-        return
-    if path.name.endswith(".parquet"):
-        import pyarrow.parquet as pq
+    with reading(src.files[0], what=_expected(src.files[0])):
+        path = src.files[0]
+        if path.name.endswith(TEXT_SUFFIXES):
+            return
+        if path.name.endswith(".parquet"):
+            import pyarrow.parquet as pq
 
-        names = pq.ParquetFile(path).schema_arrow.names
-    elif path.name.endswith(".arrow"):
-        names = next(iter(arrow_batches(path))).schema.names
-    else:
-        record = _first_json_record(path)
-        if not isinstance(record, dict):
-            return  # an empty file, or malformed rows: counted and reported, not fatal
-        names = list(record)
-    if src.text_field not in names:
-        raise ZebraError(
-            f"--text-field {src.text_field}: not in {path.name} (fields: {', '.join(names[:12])})",
-            fix="pass --text-field with one of those fields",
-        )
+            names = pq.ParquetFile(path).schema_arrow.names
+        elif path.name.endswith(".arrow"):
+            names = next(iter(arrow_batches(path))).schema.names
+        else:
+            record = _first_json_record(path)
+            if not isinstance(record, dict):
+                return  # an empty file, or malformed rows: counted and reported, not fatal
+            names = list(record)
+        if src.text_field not in names:
+            raise ZebraError(
+                f"--text-field {src.text_field}: not in {path.name} (fields: {', '.join(names[:12])})",
+                fix="pass --text-field with one of those fields",
+            )
 
 
 def _first_json_record(path: Path) -> Any:
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        if _is_json_array(path):
-            records = json.load(f)
-            return records[0] if records else None
-        for line in f:
-            if line.strip():
-                try:
-                    return json.loads(line)
-                except ValueError:
-                    return None
-    return None
+    with reading(path, what=_expected(path)):
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rb") as f:
+            if _is_json_array(path):
+                records = json.load(f)
+                return records[0] if records else None
+            for line in f:
+                if line.strip():
+                    try:
+                        return json.loads(line)
+                    except ValueError:
+                        return None
+        return None
 
 
 # --- Hugging Face Hub ----------------------------------------------------------------------------------

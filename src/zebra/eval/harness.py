@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zebra.atomic import make_folder, write_atomic
 from zebra.data.tokenizers import load_tokenizer
 from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError
 from zebra.eval.tasks import load_tasks, task_manager, template_error
 from zebra.generation.loading import (
+    check_finite_weights,
     machine_kernels,
     register_model_types,
     resolve_model_dir,
@@ -94,6 +96,7 @@ def run_eval(req: EvalRequest, on_note: Callable[[str], None] | None = None) -> 
             tokenizer=tokenizer,
             **machine_kernels(model_dir),
         )
+        check_finite_weights(lm.model, model_dir.path)
         results = _evaluate(lm, tasks, manager, req)
     results.pop("samples", None)
     results["zebra"] = {
@@ -207,14 +210,9 @@ def write_results(results: dict[str, Any], output: Path) -> Path:
     """Write `results` to OUTPUT/results.json atomically (temp name, then rename); returns the path."""
     from lm_eval.utils import handle_non_serializable
 
-    try:
-        output.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ZebraError(
-            f"--output {output}: cannot create the folder ({e.strerror})", fix="pick a writable folder"
-        ) from None
+    make_folder(output, fix="choose another --output (a folder for results.json)")
     target = output / "results.json"
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False) + "\n")
-    tmp.replace(target)
+    write_atomic(
+        target, json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False) + "\n"
+    )
     return target

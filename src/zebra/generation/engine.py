@@ -33,6 +33,11 @@ from zebra.generation.state import DecodeState
 from zebra.generation.token_sampling import SamplingParams
 from zebra.mixers import keeps_tokens
 
+# A prefill feeds at most this many (query, key) pairs at once: chunks of PREFILL_PAIRS // length tokens (at least
+# PREFILL_MIN_CHUNK), so a 4k prompt goes in one piece and a million-token one in pieces of 16.
+PREFILL_PAIRS = 1 << 24
+PREFILL_MIN_CHUNK = 16
+
 
 def position_limit(config: Any) -> int | None:
     """The context of a model whose layers have a position limit: its `max_position_embeddings` when it has
@@ -144,8 +149,13 @@ class Engine:
         state.check_room(ids.shape[1])
         if ids.shape[1] == 1:
             return self.step(state, ids[:, 0])
-        logits = self.runner.prefill(state, ids.to(self.device))
-        state.length += ids.shape[1]
+        # in chunks, so that attention's [chunk, length] scores stay bounded however long the prompt (a prompt
+        # far past the context is fed whole, as docs/chat.md says, in bounded memory)
+        chunk = max(PREFILL_MIN_CHUNK, PREFILL_PAIRS // (state.length + ids.shape[1]))
+        for lo in range(0, ids.shape[1], chunk):
+            part = ids[:, lo : lo + chunk]  # [B, chunk]
+            logits = self.runner.prefill(state, part.to(self.device))
+            state.length += part.shape[1]
         state.logits = logits
         return logits
 

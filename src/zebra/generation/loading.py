@@ -9,7 +9,7 @@ patches transformers: registration is what makes the local classes win.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -211,13 +211,65 @@ def _load(
         kwargs["dtype"] = td
     kwargs.update(machine_kernels(model_dir))
     try:
-        lm = AutoModelForCausalLM.from_pretrained(str(model_dir.path), **kwargs)
-    except (OSError, ValueError, SafetensorError) as e:  # SafetensorError: a truncated or corrupt shard
+        with _load_report_held():
+            lm = AutoModelForCausalLM.from_pretrained(str(model_dir.path), **kwargs)
+    # SafetensorError: a truncated or corrupt shard; RuntimeError: weights of other shapes than config.json's
+    except (OSError, ValueError, RuntimeError, SafetensorError) as e:
         raise ZebraError(
-            f"MODEL {model_dir.path}: cannot load ({first_line(e)})",
+            f"MODEL {model_dir.path}: cannot load ({_load_problem(e)})",
             fix="check that the folder holds config.json and model.safetensors (re-export with zebra convert)",
         ) from None
+    check_finite_weights(lm, model_dir.path)
     return lm.to(device).eval(), tok
+
+
+@contextlib.contextmanager
+def _load_report_held() -> Iterator[None]:
+    """transformers' multi-line LOAD REPORT (missing, unexpected or mismatched weights) logged only when the load
+    succeeds: a load that fails is told in the one line of its ZebraError."""
+    import logging
+
+    held: list[logging.LogRecord] = []
+
+    def hold(record: logging.LogRecord) -> bool:
+        if "LOAD REPORT" not in str(record.msg):
+            return True
+        held.append(record)
+        return False
+
+    logger = logging.getLogger("transformers.modeling_utils")  # the logger the report is given
+    logger.addFilter(hold)
+    try:
+        yield
+    finally:
+        logger.removeFilter(hold)
+    for record in held:  # reached on success only
+        logger.handle(record)
+
+
+def _load_problem(error: BaseException) -> str:
+    """transformers' load error in one line: weights of other shapes than the config's say so."""
+    if isinstance(error, RuntimeError) and "mismatch" in str(error):
+        return "its weights do not fit its config.json: tensors of other shapes"
+    return first_line(error)
+
+
+def check_finite_weights(model: Any, where: str | Path) -> None:
+    """Refuse a model whose weights hold NaN or infinities: its logits would too, and the text generated or the
+    accuracy measured from them would be noise (NUL bytes, acc 0.5) behind exit status 0.
+
+    Raises:
+        ZebraError: naming the first weights that are not finite.
+    """
+    import torch
+
+    bad = [name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
+    if bad:
+        raise ZebraError(
+            f"MODEL {where}: weights hold NaN or infinite values ({', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''})",
+            fix="the weights are broken (a diverged run, a corrupt file): export an earlier checkpoint, or "
+            "retrain; zebra verify MODEL shows it",
+        )
 
 
 def _load_tokenizer(model_dir: ModelDir, tokenizer: str | None) -> Any:

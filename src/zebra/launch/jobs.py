@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from zebra.caches import zebra_cache_dir
+from zebra.atomic import write_atomic
+from zebra.caches import make_cache_folder, zebra_cache_dir
 from zebra.errors import ZebraError
 
 FINISHED = {
@@ -57,7 +58,7 @@ class JobRecord:
 @contextlib.contextmanager
 def _locked() -> Iterator[Path]:
     path = registry_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_cache_folder(path.parent)
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield path
@@ -85,9 +86,7 @@ def add_job(record: JobRecord) -> None:
     """Register `record` (replacing an entry with the same id)."""
     with _locked() as path:
         jobs = [j for j in _read(path) if j.id != record.id] + [record]
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps([asdict(j) for j in jobs], indent=1) + "\n")
-        tmp.replace(path)
+        write_atomic(path, json.dumps([asdict(j) for j in jobs], indent=1) + "\n")
 
 
 def find_job(job_id: str | None) -> JobRecord:

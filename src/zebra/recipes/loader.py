@@ -17,7 +17,7 @@ from typing import Any
 from zebra import arch
 from zebra.data.paths import parse_data_path
 from zebra.errors import ZebraError, yaml_problem
-from zebra.recipes.schema import Recipe, field_choices
+from zebra.recipes.schema import MAX_SEQUENCES, Recipe, field_choices
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1] / "_recipes"  # installed wheel: zebra/_recipes
 _SOURCE_DIR = Path(__file__).resolve().parents[3] / "recipes"  # source checkout / editable install
@@ -287,6 +287,13 @@ def _check(recipe: Recipe, source: str, overridden: set[str]) -> None:
             fail(f"{section}.{name}", problem, section, "model.hidden_size", *shape)
     if t.min_lr > t.lr:
         fail("train.min_lr", f"{t.min_lr} exceeds train.lr {t.lr} (expected min_lr <= lr)", "train.lr")
+    if t.max_steps * t.global_batch_size > MAX_SEQUENCES:
+        fail(
+            "train.max_steps",
+            f"{t.max_steps:,} steps x {t.global_batch_size:,} sequences is above {MAX_SEQUENCES:,} sequences, the "
+            "most a run's data index holds (expected fewer steps or a smaller train.global_batch_size)",
+            "train.global_batch_size",
+        )
     if t.micro_batch_size > t.global_batch_size:
         fail(
             "train.micro_batch_size",
@@ -319,6 +326,7 @@ def load_recipe(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
         apply_override(raw, assignment)
     recipe = build(Recipe, raw, "", str(path))
     recipe.source = str(path)
+    recipe.overridden = [assignment.split("=", 1)[0].strip() for assignment in overrides]
     _check(recipe, str(path), {assignment.split("=", 1)[0].strip() for assignment in overrides})
     return recipe
 

@@ -33,12 +33,17 @@ def _allowed(meta: dict[str, typing.Any]) -> str:
         return " / ".join(f"`{c}`" for c in choices)
     lo, hi = meta.get("min"), meta.get("max")
     if lo is not None and hi is not None:
-        return f"{lo:g} to {hi:g}"
+        return f"{_num(lo)} to {_num(hi)}"
     if lo is not None:
-        return f">= {lo:g}"
+        return f">= {_num(lo)}"
     if hi is not None:
-        return f"<= {hi:g}"
+        return f"<= {_num(hi)}"
     return ""
+
+
+def _num(x: float) -> str:
+    """A bound as written: integers with thousands separators (16,777,216), floats short (1e+12)."""
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
 
 
 def _default(f: dataclasses.Field) -> str:

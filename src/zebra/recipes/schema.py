@@ -14,6 +14,22 @@ from typing import Any
 
 from zebra.mixers import MIXERS, recurrent_names
 
+# Upper bounds of the counts and sizes a recipe takes: far above any real model or run, low enough that a typo
+# (an extra zero or ten) is refused when the recipe loads (`recipes show`, `train --dry-run`) instead of a
+# training that allocates terabytes or loops for hours building its data index.
+HEADS = 4096
+HEAD_DIM = 65_536
+RANK = 65_536
+WIDTH = 1 << 18  # model width
+LAYERS = 4096  # sublayers
+VOCAB = 1 << 24
+POSITIONS = 1 << 24  # tokens in a sequence
+STEPS = 1_000_000_000
+BATCH = 1 << 24  # sequences in a batch
+MAX_SEQUENCES = (
+    1 << 31
+)  # sequences in a run (max_steps x global_batch_size): megatron's sample index is int32
+
 
 def spec(
     default: Any = None,
@@ -42,18 +58,18 @@ def field_choices(meta: Mapping[str, Any]) -> tuple | None:
 class MLASpec:
     """Multi-Latent Attention (DeepSeek-V2 style, as in Zebra-Llama)."""
 
-    num_heads: int = spec(32, doc="attention heads", min=1)
-    q_lora_rank: int = spec(1344, doc="query latent rank (0 = no query compression)", min=0)
-    kv_lora_rank: int = spec(128, doc="key/value latent rank: the cached latent per token", min=1)
-    qk_nope_head_dim: int = spec(32, doc="per-head query/key channels without RoPE", min=0)
+    num_heads: int = spec(32, doc="attention heads", min=1, max=HEADS)
+    q_lora_rank: int = spec(1344, doc="query latent rank (0 = no query compression)", min=0, max=RANK)
+    kv_lora_rank: int = spec(128, doc="key/value latent rank: the cached latent per token", min=1, max=RANK)
+    qk_nope_head_dim: int = spec(32, doc="per-head query/key channels without RoPE", min=0, max=HEAD_DIM)
     qk_rope_head_dim: int = spec(
-        32, doc="per-head query/key channels with RoPE (key part shared and cached)", min=2
+        32, doc="per-head query/key channels with RoPE (key part shared and cached)", min=2, max=HEAD_DIM
     )
-    v_head_dim: int = spec(64, doc="per-head value channels", min=1)
-    rope_theta: float = spec(500000.0, doc="RoPE base", min=1.0)
-    rope_scaling_factor: float = spec(1.0, doc="YaRN scaling factor (1.0 = plain RoPE)", min=1.0)
+    v_head_dim: int = spec(64, doc="per-head value channels", min=1, max=HEAD_DIM)
+    rope_theta: float = spec(500000.0, doc="RoPE base", min=1.0, max=1e12)
+    rope_scaling_factor: float = spec(1.0, doc="YaRN scaling factor (1.0 = plain RoPE)", min=1.0, max=1024.0)
     original_max_position_embeddings: int = spec(
-        8192, doc="YaRN: the context the base model was trained at", min=1
+        8192, doc="YaRN: the context the base model was trained at", min=1, max=POSITIONS
     )
 
 
@@ -61,10 +77,10 @@ class MLASpec:
 class GDNSpec:
     """Gated DeltaNet, FLA parameterisation (grouped value heads allowed)."""
 
-    num_heads: int = spec(8, doc="query/key heads", min=1)
-    head_dim: int = spec(64, doc="query/key channels per head", min=1)
-    num_v_heads: int = spec(16, doc="value heads (a multiple of num_heads)", min=1)
-    head_v_dim: int = spec(64, doc="value channels per head", min=1)
+    num_heads: int = spec(8, doc="query/key heads", min=1, max=HEADS)
+    head_dim: int = spec(64, doc="query/key channels per head", min=1, max=HEAD_DIM)
+    num_v_heads: int = spec(16, doc="value heads (a multiple of num_heads)", min=1, max=HEADS)
+    head_v_dim: int = spec(64, doc="value channels per head", min=1, max=HEAD_DIM)
     conv_size: int = spec(4, doc="short causal convolution width", min=2, max=8)
     allow_neg_eigval: bool = spec(False, doc="beta in (0, 2) instead of (0, 1)")
 
@@ -73,9 +89,9 @@ class GDNSpec:
 class KDASpec:
     """Kimi Delta Attention, FLA parameterisation (per-channel decay)."""
 
-    num_heads: int = spec(16, doc="heads", min=1)
-    head_dim: int = spec(32, doc="query/key channels per head", min=1)
-    head_v_dim: int = spec(64, doc="value channels per head", min=1)
+    num_heads: int = spec(16, doc="heads", min=1, max=HEADS)
+    head_dim: int = spec(32, doc="query/key channels per head", min=1, max=HEAD_DIM)
+    head_v_dim: int = spec(64, doc="value channels per head", min=1, max=HEAD_DIM)
     conv_size: int = spec(4, doc="short causal convolution width", min=2, max=8)
 
 
@@ -83,9 +99,9 @@ class KDASpec:
 class MambaSpec:
     """Mamba2, Megatron MambaMixer parameterisation."""
 
-    state_dim: int = spec(64, doc="SSM state size N", min=1)
-    head_dim: int = spec(64, doc="channels per head P", min=1)
-    num_groups: int = spec(8, doc="B/C groups", min=1)
+    state_dim: int = spec(64, doc="SSM state size N", min=1, max=HEAD_DIM)
+    head_dim: int = spec(64, doc="channels per head P", min=1, max=HEAD_DIM)
+    num_groups: int = spec(8, doc="B/C groups", min=1, max=HEADS)
     expand: int = spec(1, doc="inner width = expand * hidden_size", min=1, max=4)
     conv_size: int = spec(4, doc="short causal convolution width", min=2, max=8)
 
@@ -95,17 +111,17 @@ class TeacherSpec:
     """The Llama model the hybrid is distilled from: only used to report the KV-cache fraction."""
 
     name: str = spec("", doc="teacher model name (for display)")
-    num_layers: int = spec(16, doc="teacher transformer layers", min=1)
-    num_kv_heads: int = spec(8, doc="teacher key/value heads", min=1)
-    head_dim: int = spec(64, doc="teacher head dim", min=1)
+    num_layers: int = spec(16, doc="teacher transformer layers", min=1, max=LAYERS)
+    num_kv_heads: int = spec(8, doc="teacher key/value heads", min=1, max=HEADS)
+    head_dim: int = spec(64, doc="teacher head dim", min=1, max=HEAD_DIM)
 
 
 @dataclass(kw_only=True)
 class ModelSpec:
-    vocab_size: int = spec(128256, doc="vocabulary size (must cover the tokenizer)", min=2)
-    hidden_size: int = spec(2048, doc="model width D", min=8)
-    intermediate_size: int = spec(8192, doc="SwiGLU inner width", min=8)
-    num_layers: int = spec(32, doc="sublayers (mixers + MLPs), Megatron numbering", min=2)
+    vocab_size: int = spec(128256, doc="vocabulary size (must cover the tokenizer)", min=2, max=VOCAB)
+    hidden_size: int = spec(2048, doc="model width D", min=8, max=WIDTH)
+    intermediate_size: int = spec(8192, doc="SwiGLU inner width", min=8, max=WIDTH * 16)
+    num_layers: int = spec(32, doc="sublayers (mixers + MLPs), Megatron numbering", min=2, max=LAYERS)
     recurrent_type: str = spec(
         "gdn", doc="recurrent mixer kind placed by hybrid_attention_ratio", choices=recurrent_names
     )
@@ -118,7 +134,7 @@ class ModelSpec:
     norm_eps: float = spec(1e-6, doc="RMSNorm epsilon", min=0.0, max=1e-2)
     tie_embeddings: bool = spec(True, doc="share the input embedding and the output head")
     init_std: float = spec(0.02, doc="initialiser standard deviation", min=0.0, max=1.0)
-    max_position_embeddings: int = spec(8192, doc="longest position RoPE is set up for", min=1)
+    max_position_embeddings: int = spec(8192, doc="longest position RoPE is set up for", min=1, max=POSITIONS)
     kernel_backend: str = spec(
         "auto",
         doc="kernel backend (mamba_ssm: FLA, with mamba-ssm's chunked Mamba2 scan)",
@@ -221,7 +237,7 @@ class DataSpec:
     )
     mock: bool = spec(False, doc="train on random tokens (no data needed)")
     split: str = spec("99,1,0", doc="train,valid,test split weights over documents")
-    seq_len: int = spec(2048, doc="training sequence length", min=8)
+    seq_len: int = spec(2048, doc="training sequence length", min=8, max=POSITIONS)
     num_workers: int = spec(2, doc="DataLoader worker processes", min=0, max=64)
     order: str = spec(
         "megatron",
@@ -233,12 +249,12 @@ class DataSpec:
 
 @dataclass(kw_only=True)
 class TrainSpec:
-    max_steps: int = spec(76294, doc="optimizer steps (train_iters)", min=1)
-    global_batch_size: int = spec(448, doc="sequences per optimizer step, over all ranks", min=1)
-    micro_batch_size: int = spec(8, doc="sequences per rank per forward/backward", min=1)
+    max_steps: int = spec(76294, doc="optimizer steps (train_iters)", min=1, max=STEPS)
+    global_batch_size: int = spec(448, doc="sequences per optimizer step, over all ranks", min=1, max=BATCH)
+    micro_batch_size: int = spec(8, doc="sequences per rank per forward/backward", min=1, max=BATCH)
     lr: float = spec(2e-4, doc="peak learning rate", min=0.0, max=1.0)
     min_lr: float = spec(2e-5, doc="final learning rate of the decay", min=0.0, max=1.0)
-    warmup_steps: int = spec(200, doc="linear warm-up steps", min=0)
+    warmup_steps: int = spec(200, doc="linear warm-up steps", min=0, max=STEPS)
     lr_decay_style: str = spec("cosine", doc="decay after warm-up", choices=("cosine", "linear", "constant"))
     weight_decay: float = spec(
         0.01, doc="AdamW weight decay (not on norms, biases, A_log, dt_bias)", min=0.0, max=1.0
@@ -246,9 +262,9 @@ class TrainSpec:
     adam_beta1: float = spec(0.9, doc="AdamW beta1", min=0.0, max=1.0)
     adam_beta2: float = spec(0.95, doc="AdamW beta2", min=0.0, max=1.0)
     adam_eps: float = spec(1e-8, doc="AdamW epsilon", min=0.0, max=1.0)
-    clip_grad: float = spec(1.0, doc="gradient-norm clip (0 = off)", min=0.0)
+    clip_grad: float = spec(1.0, doc="gradient-norm clip (0 = off)", min=0.0, max=1e6)
     precision: str = spec("bf16", doc="compute dtype (master weights stay fp32)", choices=("bf16", "fp32"))
-    seed: int = spec(1234, doc="random seed", min=0)
+    seed: int = spec(1234, doc="random seed", min=0, max=2**32 - 1)
     parallel: str = spec(
         "auto",
         doc="data parallelism: auto (DDP below 1B params, else FSDP2), fsdp, ddp",
@@ -278,15 +294,15 @@ class TrainSpec:
         doc="with fp8: torchao's scales (tensorwise: one per tensor, the faster; rowwise: one per row)",
         choices=("tensorwise", "rowwise", "rowwise_with_gw_hp"),
     )
-    log_interval: int = spec(10, doc="steps between log lines", min=1)
-    eval_interval: int = spec(1000, doc="steps between validation losses (0 = never)", min=0)
-    eval_steps: int = spec(10, doc="validation batches per evaluation", min=1)
-    save_interval: int = spec(1000, doc="steps between checkpoints (0 = only at the end)", min=0)
-    keep_last: int = spec(3, doc="checkpoints to keep", min=1)
+    log_interval: int = spec(10, doc="steps between log lines", min=1, max=STEPS)
+    eval_interval: int = spec(1000, doc="steps between validation losses (0 = never)", min=0, max=STEPS)
+    eval_steps: int = spec(10, doc="validation batches per evaluation", min=1, max=BATCH)
+    save_interval: int = spec(1000, doc="steps between checkpoints (0 = only at the end)", min=0, max=STEPS)
+    keep_last: int = spec(3, doc="checkpoints to keep", min=1, max=10_000)
     nonfinite: str = spec(
         "skip", doc="on a non-finite loss or gradient: skip the step or stop", choices=("skip", "stop")
     )
-    max_nonfinite_skips: int = spec(10, doc="stop after this many skipped steps in a row", min=1)
+    max_nonfinite_skips: int = spec(10, doc="stop after this many skipped steps in a row", min=1, max=STEPS)
     export: bool = spec(True, doc="write an HF export of the final weights to <run>/export")
     init: str = spec(
         "", doc="export folder the weights start from at step 0 (e.g. `zebra upcycle`'s; '' = random init)"
@@ -323,7 +339,7 @@ class DistillSpec:
 class LaunchSpec:
     launcher: str = spec("local", doc="where to run", choices=("local", "docker", "slurm"))
     gpus: int = spec(0, doc="GPUs per node (0 = all visible, CPU if none; slurm: the nodes')", min=0, max=64)
-    nodes: int = spec(1, doc="nodes", min=1)
+    nodes: int = spec(1, doc="nodes", min=1, max=100_000)
     image: str = spec("rocm/primus:v25.10", doc="container image (docker launcher, slurm with container)")
     gpu_vendor: str = spec(
         "auto",
@@ -342,7 +358,7 @@ class LaunchSpec:
     account: str = spec("", doc="Slurm account")
     qos: str = spec("", doc="Slurm QoS")
     time: str = spec("", doc="Slurm time limit, e.g. 24:00:00 (empty: the partition's limit)")
-    cpus_per_task: int = spec(0, doc="Slurm CPUs per task (0: the cluster's default)", min=0)
+    cpus_per_task: int = spec(0, doc="Slurm CPUs per task (0: the cluster's default)", min=0, max=100_000)
     sbatch_extra: list[str] = spec(doc="extra sbatch flags, e.g. --exclusive", factory=list)
     env: list[str] = spec(doc="environment variables passed through to ranks (names only)", factory=list)
     secret_env: list[str] = spec(
@@ -361,9 +377,13 @@ class Recipe:
     distill: DistillSpec = spec(doc="distillation from a teacher (off by default)", factory=DistillSpec)
     launch: LaunchSpec = spec(doc="launcher defaults", factory=LaunchSpec)
     source: str = field(default="", metadata={"doc": "file this recipe was loaded from", "internal": True})
+    overridden: list[str] = field(
+        default_factory=list, metadata={"doc": "dotted keys --set gave (errors name --set)", "internal": True}
+    )
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved recipe as plain data (what `recipes show` prints and runs save)."""
         d = asdict(self)
         d.pop("source")
+        d.pop("overridden")
         return d

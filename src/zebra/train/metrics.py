@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from zebra.errors import reading
+
 # Peak dense bf16 FLOP/s per device (vendor datasheets, no sparsity). First substring match of the device name wins.
 PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
     ("GB200", 2.5e15),
@@ -203,15 +205,20 @@ class MetricsLog:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Records of a metrics.jsonl (a torn last line from a crash is skipped)."""
+    """Records of a metrics.jsonl: a line that is not a JSON object with an integer `step` (a torn last line
+    from a crash, bytes that are not UTF-8, an edit) is skipped."""
     records = []
     if not path.is_file():
         return records
-    for line in path.read_text().splitlines():
+    with reading(path, what="a metrics.jsonl written by zebra train"):
+        lines = path.read_bytes().splitlines()
+    for line in lines:
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
+            record = json.loads(line)
+        except ValueError:  # not JSON, or not UTF-8
             continue
+        if isinstance(record, dict) and type(record.get("step")) is int:
+            records.append(record)
     return records
 
 
@@ -219,7 +226,7 @@ def truncate_after(path: Path, step: int) -> None:
     """Drop records past `step` (written after the checkpoint a resumed run restarts from), atomically."""
     if not path.is_file():
         return
-    keep = [r for r in read_metrics(path) if r.get("step", 0) <= step]
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
-    tmp.replace(path)
+    from zebra.atomic import write_atomic
+
+    keep = [r for r in read_metrics(path) if r["step"] <= step]
+    write_atomic(path, "".join(json.dumps(r) + "\n" for r in keep))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zebra.atomic import save_figure
+from zebra.atomic import check_output_apart, save_figure
 from zebra.errors import ZebraError
 from zebra.train.metrics import read_metrics
 
@@ -14,8 +14,9 @@ def plot_runs(run_dirs: list[Path], output: Path, *, log_y: bool = False) -> Pat
     """Draw the loss curves of `run_dirs` (one colour per run) into the PNG `output`, written atomically.
 
     Raises:
-        ZebraError: a run has no metrics.jsonl or no logged loss.
+        ZebraError: a run has no metrics.jsonl or no logged loss; `output` is a file a run is read from.
     """
+    check_output_apart(output, [("the run file", run / "metrics.jsonl") for run in run_dirs])
     import matplotlib
 
     matplotlib.use("Agg")

@@ -23,7 +23,7 @@ from zebra.checkpoint_dir import committed, find_checkpoints, newest_step, remov
 from zebra.data import load_tokenizer, read_manifest, resolve_prefixes
 from zebra.data.paths import BUNDLED, parse_data_path, prep_folder
 from zebra.data.prefixes import bundled_sample
-from zebra.errors import ZebraError
+from zebra.errors import ZebraError, reading
 from zebra.locks import FolderLock
 from zebra.recipes import Recipe, dump_recipe, load_recipe
 from zebra.train.data import batch_plan, check_split_documents
@@ -244,7 +244,8 @@ def run_name(run: str | None, recipe: Recipe) -> str:
     the run (and what `--resume never` deletes) stays inside --output."""
     name = run or recipe.name
     if name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
-        where = f"--run {name!r}" if run else f"{recipe.source or 'recipe'}: name: {name!r}"
+        origin = "--set" if "name" in recipe.overridden else recipe.source or "recipe"
+        where = f"--run {name!r}" if run else f"{origin}: name: {name!r}"
         raise ZebraError(
             f"{where}: a run name is one folder name (no '/', not '.' or '..')",
             fix="pass --run NAME with a plain name (--output DIR chooses the folder that holds the runs)",
@@ -344,13 +345,29 @@ def _changed_keys(saved: Path, new_yaml: str) -> list[str]:
             out.update(flat(v, f"{prefix}.{k}" if prefix else str(k)))
         return out
 
-    old, new = flat(yaml.safe_load(saved.read_text()) or {}), flat(yaml.safe_load(new_yaml))
+    fix = "restore it, or remove it (the run writes it again from the recipe; its checkpoints keep the model)"
+    with reading(saved, what="the run's recipe as YAML", fix=fix, also=(yaml.YAMLError,)):
+        old = flat(yaml.safe_load(saved.read_text(encoding="utf-8")) or {})
+    new = flat(yaml.safe_load(new_yaml))
     return sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
 
 
 def has_outputs(run_dir: Path) -> bool:
     """True when `run_dir` holds results of an earlier run (checkpoints, metrics, export)."""
     return any((run_dir / name).exists() for name in RUN_OUTPUTS)
+
+
+def results_without_checkpoint(run: TrainRun) -> list[str]:
+    """The results of an earlier run (metrics.jsonl, export/, loss.png, tensorboard/) that `run` would start
+    over on because it has no checkpoint to resume (`--resume auto`, checkpoints/ gone or never written): a run
+    that starts replaces them, so it asks first, as `--resume never` does."""
+    if run.resume != "auto" or run.checkpoint_step is not None:
+        return []
+    return [
+        name
+        for name in RUN_OUTPUTS
+        if name not in ("checkpoints", "data_cache") and (run.run_dir / name).exists()
+    ]
 
 
 def replaces_outputs(run: TrainRun) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zebra.atomic import check_output_apart
 from zebra.convert.tensor_sources import SafetensorsSource, TensorSource
 from zebra.errors import ZebraError
 from zebra.mixers import ATTENTION, MLP
@@ -126,6 +127,13 @@ def hybrid_config(mla: Student, recurrent: Student, mla_layers: tuple[int, ...])
     )
 
 
+def compose_inputs(
+    mla_dir: str | Path, recurrent_dir: str | Path, calibration: str | None
+) -> dict[str, str | Path | None]:
+    """What a compose reads, for `check_output_apart`."""
+    return {"MLA_DIR": mla_dir, "RECURRENT_DIR": recurrent_dir, "--calibration": calibration}
+
+
 def compose(
     mla_dir: str | Path,
     recurrent_dir: str | Path,
@@ -160,6 +168,7 @@ def compose(
     """
     if placement not in PLACEMENTS:
         raise ZebraError(f"--placement {placement}: unknown", fix=f"use one of {', '.join(PLACEMENTS)}")
+    check_output_apart(output, compose_inputs(mla_dir, recurrent_dir, calibration))
     check_output(output, force=force)
     mla_student, rec_student = open_student(mla_dir, "MLA_DIR"), open_student(recurrent_dir, "RECURRENT_DIR")
     check_pair(mla_student, rec_student)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from zebra.atomic import check_output_apart
 from zebra.errors import ZebraError
 from zebra.model_folder import check_output
 from zebra.upcycle.calibration import Calibration, attention_input_moments
@@ -48,10 +49,14 @@ def upcycle(
         The report, also written to `output/upcycle.json`.
 
     Raises:
-        ZebraError: a missing or unsupported teacher, bad options, an existing output without `force`.
+        ZebraError: a missing or unsupported teacher, bad options, an existing output without `force`, an
+            output that is, holds or lies inside the teacher or another input (whatever `force` says).
     """
     if dtype not in DTYPES:
         raise ZebraError(f"--dtype {dtype}: unknown", fix=f"use one of {', '.join(DTYPES)}")
+    check_output_apart(
+        output, upcycle_inputs(teacher, options, tokenizer, calibration.data if calibration else None)
+    )
     check_output(output, force=force)
     opened = open_teacher(teacher, tokenizer=tokenizer)
     try:
@@ -59,6 +64,18 @@ def upcycle(
                                calibration=calibration, on_progress=on_progress)  # fmt: skip
     finally:
         opened.tensors.close()
+
+
+def upcycle_inputs(
+    teacher: str | Path, options: StudentOptions, tokenizer: str | None, calibration: str | None
+) -> dict[str, str | Path | None]:
+    """What an upcycle reads, for `check_output_apart`: the output may be none of them, nor hold or lie in one."""
+    return {
+        "the teacher": teacher,
+        "--recipe": options.recipe,
+        "--tokenizer": tokenizer,
+        "--calibration": calibration,
+    }
 
 
 def upcycle_teacher(
