@@ -38,6 +38,7 @@ from zebra.train.metrics import (
 )
 from zebra.train.optim import build_optimizer, build_scheduler
 from zebra.train.parallelize import choose_parallel, eager_float8_note, parallelize
+from zebra.train.param_roles import MIXER, needs_roles, new_mixer_sublayers, role
 from zebra.train.peers import watch_peers
 from zebra.train.plot import plot_runs
 from zebra.train.step import TrainStep, loss_sum
@@ -188,8 +189,9 @@ class Trainer:
         )
         torch.manual_seed(t.seed)
         self.model_core = build_model(recipe, env.device)
+        self.mixers = new_mixer_sublayers(t.init) if needs_roles(recipe) else None  # new mixers' sublayers
         if recipe.distill.teacher and recipe.distill.stage == "ild":
-            freeze_for_ild(self.model_core)
+            freeze_for_ild(self.model_core, self.mixers if recipe.distill.ild_params == "mixers" else None)
         self.num_params = sum(p.numel() for p in self.model_core.parameters())  # tied weights once
         self.parallel = choose_parallel(t.parallel, self.num_params, env.world_size)
         if t.optimizer_graph and self.parallel == "fsdp":
@@ -198,6 +200,7 @@ class Trainer:
                 fix="--set train.optimizer_graph=false, or --set train.parallel=ddp",
             )
         bf16 = t.precision == "bf16"
+        self.logit_cache = None  # distill.logit_cache's LogitCache, opened by `distill_loss`
         self.model = parallelize(
             self.model_core,
             env,
@@ -207,8 +210,8 @@ class Trainer:
         )
         if note := eager_float8_note(self.model_core.config.layer_pattern, t):
             self.view.warn(note)
-        self.optimizer = build_optimizer(self.model, t, env.device)
-        self.scheduler = build_scheduler(self.optimizer, t)
+        self.optimizer = build_optimizer(self.model, t, env.device, self.mixers)
+        self.scheduler = build_scheduler(self.optimizer, t, recipe.distill)
         self.step_fn = TrainStep(
             self.model,
             self.optimizer,
@@ -237,7 +240,15 @@ class Trainer:
         teacher = load_teacher(d.teacher, self.env, mode=self.parallel)
         if d.stage == "ild":
             return ILDLoss(teacher, check_ild_layers(self.model_core, teacher, d.teacher), d.ild_norm)
-        return DistillLoss(teacher, DistillWeights(d.kl_weight, d.ce_weight, d.temperature))
+        cache = None
+        if d.logit_cache:
+            from zebra.train.logit_cache import LogitCache, writer_name
+
+            cache = LogitCache(Path(d.logit_cache), self.recipe.data.seq_len, d.top_k,
+                               writer=writer_name(self.env.rank))  # fmt: skip
+        self.logit_cache = cache
+        weights = DistillWeights(d.kl_weight, d.ce_weight, d.temperature, d.top_k)
+        return DistillLoss(teacher, weights, cache=cache)
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint holds (DCP Stateful objects under their top-level keys)."""
@@ -322,6 +333,11 @@ class Trainer:
                 self.metrics.close()
         if end.last_saved != p.step:
             view.note(f"saved {self.save()}")
+        if self.logit_cache is not None:
+            c = self.logit_cache
+            view.note(
+                f"logit cache {c.folder}: {c.hits:,} sequences read back, {c.misses:,} from the teacher"
+            )
         export_dir = None
         if end.stopped_by is None:
             export_dir = self.finish()
@@ -563,11 +579,15 @@ def kernels_in_use(config, device: torch.device) -> str:
     return chosen if scan == chosen else f"{chosen} (Mamba2 scan: {scan})"
 
 
-def freeze_for_ild(model: torch.nn.Module) -> None:
+def freeze_for_ild(model: torch.nn.Module, mixers: frozenset[int] | None = None) -> None:
     """ILD never embeds or predicts a token (every layer is fed the teacher's states), so the embeddings and the
-    head get no gradient; frozen, DDP does not wait for them and AdamW's weight decay leaves them alone."""
+    head get no gradient; frozen, DDP does not wait for them and AdamW's weight decay leaves them alone.
+    With `mixers` (`distill.ild_params: mixers`) only those sublayers' mixers train: MLPs and norms freeze too."""
     model.model.embeddings.requires_grad_(False)
     model.lm_head.requires_grad_(False)
+    if mixers is not None:
+        for name, param in model.named_parameters():
+            param.requires_grad_(role(name, mixers) == MIXER)
 
 
 def check_ild_layers(student: torch.nn.Module, teacher: torch.nn.Module, spec: str) -> int:
