@@ -201,6 +201,7 @@ class Trainer:
             )
         bf16 = t.precision == "bf16"
         self.logit_cache = None  # distill.logit_cache's LogitCache, opened by `distill_loss`
+        self.teacher_val_loss: float | None = None  # the teacher's validation loss, once measured
         self.model = parallelize(
             self.model_core,
             env,
@@ -278,9 +279,13 @@ class Trainer:
         self.data_parts = [int(n) for n in found[1].get("data_parts") or []]  # none before zebra kept them
         return found[0]
 
-    def evaluate(self, valid, global_batch: int) -> float:
-        """Mean validation loss over `eval_steps` fixed global batches (the same ones every time)."""
+    def evaluate(self, valid, global_batch: int, model: torch.nn.Module | None = None) -> float:
+        """Mean validation loss over `eval_steps` fixed global batches (the same ones every time), of the
+        student or of `model` (the teacher: a causal LM returning `.logits`, left in eval mode)."""
         import torch
+
+        student = model is None
+        model = self.model if student else model
 
         t = self.recipe.train
         stop = t.eval_steps * global_batch
@@ -294,16 +299,17 @@ class Trainer:
             num_workers=0,
         )
         totals = torch.zeros(2, device=self.env.device)  # [CE sum, tokens]
-        self.model.eval()
+        model.eval()
         with torch.no_grad():
             for batch in batches:
                 tokens = batch["tokens"].to(self.env.device)  # [m, T]
                 mask = batch["loss_mask"].to(self.env.device)  # [m, T]
                 with self.step_fn.autocast():
-                    logits = self.model(input_ids=tokens, use_cache=False).logits  # [m, T, V]
+                    logits = model(input_ids=tokens, use_cache=False).logits  # [m, T, V]
                 totals[0] += loss_sum(logits, batch["labels"].to(self.env.device), mask)
                 totals[1] += mask.sum()
-        self.model.train()
+        if student:
+            model.train()
         all_reduce_sum(totals, self.env)
         return (totals[0] / totals[1].clamp(min=1)).item()
 
@@ -436,10 +442,20 @@ class Trainer:
             )
 
     def validate(self, valid) -> float:
-        """Evaluate, record and show the validation loss at this step."""
-        val_loss = self.evaluate(valid, self.recipe.train.global_batch_size)
-        self.record({"step": self.progress.step, "val_loss": val_loss})
-        self.view.note(f"step {self.progress.step}: validation loss {val_loss:.4f}")
+        """Evaluate, record and show the validation loss at this step; a distillation run also the teacher's on
+        the same batches (`teacher_val_loss`, computed once: the teacher is frozen)."""
+        G = self.recipe.train.global_batch_size
+        val_loss = self.evaluate(valid, G)
+        record = {"step": self.progress.step, "val_loss": val_loss}
+        teacher = getattr(self.step_fn.loss_fn, "teacher", None)
+        if teacher is not None and self.teacher_val_loss is None:
+            self.teacher_val_loss = self.evaluate(valid, G, model=teacher)
+        if self.teacher_val_loss is not None:
+            record["teacher_val_loss"] = self.teacher_val_loss
+        self.record(record)
+        teacher_note = f" (teacher {self.teacher_val_loss:.4f})" if self.teacher_val_loss is not None else ""
+        self.view.note(f"step {self.progress.step}: validation loss {val_loss:.4f}{teacher_note}")
+        self.view.validated(self.progress.step, val_loss, self.teacher_val_loss)
         return val_loss
 
     def read(self, step: int, res, lr: float, meter, end: LoopEnd) -> bool:
