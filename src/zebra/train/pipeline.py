@@ -288,7 +288,9 @@ def check_data_tokenizer(data: str, tokenizer: Any, teacher: str) -> None:
         if not Path(f"{target}.bin").is_file():
             raise ZebraError(f"--data {data}: no prepared folder or Megatron prefix there",
                              fix=f"zebra data prep --source TEXT --tokenizer {teacher} -o {data}")  # fmt: skip
-        return
+        folder = prep_folder(Path(target).parent)  # a prefix inside a prepared folder
+        if folder is None:
+            return  # a bare prefix: the training stages check its ids against the vocabulary
     recorded = recorded_vocabulary(read_manifest(folder).tokenizer)
     want = vocabulary(tokenizer)
     if recorded is not None and recorded != want:
