@@ -81,9 +81,10 @@ def cache_key(recipe: Recipe) -> dict[str, Any]:
     }
 
 
-def open_manifest(recipe: Recipe) -> Path:
-    """The cache folder of `distill.logit_cache`, its manifest written for a new cache; a cache made for other
-    data, teacher, tokenizer, length or k is refused in one line naming what differs."""
+def open_manifest(recipe: Recipe, *, create: bool = True) -> Path:
+    """The cache folder of `distill.logit_cache`, its manifest written for a new cache (unless `create` is False:
+    a dry run); a cache made for other data, teacher, tokenizer, length or k is refused in one line naming what
+    differs."""
     d = recipe.distill
     if recipe.data.mock:
         raise ZebraError(
@@ -106,8 +107,9 @@ def open_manifest(recipe: Recipe) -> Path:
             f"distill.logit_cache {folder}: a folder with files but no {MANIFEST}",
             fix="pass an empty or new folder",
         )
-    make_folder(folder)
-    write_atomic(manifest, json.dumps({"key": key}, indent=2) + "\n")
+    if create:
+        make_folder(folder)
+        write_atomic(manifest, json.dumps({"key": key}, indent=2) + "\n")
     return folder
 
 

@@ -156,9 +156,10 @@ def resolve_data(recipe: Recipe, *, prepare_data: bool = True) -> None:
     recipe.data.paths = [f"{prefix}:{weight!r}" for prefix, weight in resolved]
 
 
-def resolve_distill(recipe: Recipe) -> None:
+def resolve_distill(recipe: Recipe, *, write: bool = True) -> None:
     """Make `train.init` and a local `distill.teacher` absolute, and refuse a teacher whose tokenizer is not the
-    student's and the data's (`zebra.train.teacher.check_teacher`)."""
+    student's and the data's (`zebra.train.teacher.check_teacher`) or distill keys that do not go together;
+    `write` False (a dry run): a new logit cache's folder is not made."""
     t, d = recipe.train, recipe.distill
     if t.init:
         init = Path(t.init).expanduser()
@@ -175,10 +176,10 @@ def resolve_distill(recipe: Recipe) -> None:
 
         d.teacher = resolve_teacher_spec(d.teacher)
         check_teacher(recipe)
-        check_distill_options(recipe)
+        check_distill_options(recipe, write=write)
 
 
-def check_distill_options(recipe: Recipe) -> None:
+def check_distill_options(recipe: Recipe, *, write: bool = True) -> None:
     """One line for distill keys that cannot work together, or need a `train.init` with upcycle.json."""
     from zebra.train.param_roles import needs_roles, new_mixer_sublayers
 
@@ -205,7 +206,7 @@ def check_distill_options(recipe: Recipe) -> None:
     if d.logit_cache:
         from zebra.train.logit_cache import open_manifest
 
-        d.logit_cache = str(open_manifest(recipe))
+        d.logit_cache = str(open_manifest(recipe, create=write))
 
 
 def _check_init_tokenizer(recipe: Recipe) -> None:
@@ -316,7 +317,7 @@ def resolve_run(
         )
     run_dir = Path(output) / run_name(run, recipe)
     resolve_data(recipe, prepare_data=prepare_data)
-    resolve_distill(recipe)
+    resolve_distill(recipe, write=prepare_data)
     found = committed(run_dir / "checkpoints")
     resolved = TrainRun(
         recipe=recipe,
