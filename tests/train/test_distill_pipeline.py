@@ -95,7 +95,7 @@ def test_killed_mid_stage_it_resumes_at_that_stage_and_its_checkpoint(tmp_path, 
     assert f"resumed from {out / 'kd' / 'checkpoints' / f'step_{saved[-1]:07d}'}" in result.output
     assert json.loads((out / "stages.json").read_text())["stages"]["kd"]["status"] == "done"
     steps = [r["step"] for r in records(out / "kd") if "loss" in r]  # a line every 10 steps (tiny's)
-    assert steps == list(range(10, 121, 10)) + [125]  # each once: the steps after the checkpoint are not doubled
+    assert steps == [*range(10, 121, 10), 125]  # each once: the steps after the checkpoint are not doubled
 
 
 def _refused(result, out: Path, *needles: str) -> None:
