@@ -71,3 +71,45 @@ def test_mismatched_vocabularies_are_refused():
     hidden, weight, teacher, labels = inputs()
     with pytest.raises(ValueError, match="do not match"):
         linear_distill_loss(hidden, weight, teacher[:, :-1], labels)
+
+
+def top_k_reference(hidden, weight, teacher_logits, labels, k, ce_weight=0.0):
+    """KL between the teacher's top-k + rest partition and the student's on the same partition, by autograd."""
+    zs = hidden @ weight.T
+    keep = labels != -100
+    log_q, log_p = F.log_softmax(zs, -1), F.log_softmax(teacher_logits.double(), -1)
+    top = teacher_logits.topk(k, -1).indices
+    p_k, log_q_k = log_p.gather(1, top).exp(), log_q.gather(1, top)
+    p_rest, q_rest = 1 - p_k.sum(-1), 1 - log_q_k.exp().sum(-1)
+    kl = (p_k * (log_p.gather(1, top) - log_q_k)).sum(-1) + p_rest * (p_rest.log() - q_rest.log())
+    ce = F.cross_entropy(zs, labels, ignore_index=-100, reduction="sum")
+    return kl[keep].sum() + ce_weight * ce
+
+
+@pytest.mark.parametrize("ce_weight", [0.0, 0.4])
+def test_top_k_matches_its_reference_and_at_k_v_equals_the_full_kl(ce_weight):
+    hidden, weight, teacher, labels = inputs()
+    loss, _ = linear_distill_loss(hidden, weight, teacher, labels, DistillWeights(ce_weight=ce_weight, top_k=3),
+                                  chunk_size=4)  # fmt: skip
+    ref = top_k_reference(hidden, weight, teacher, labels, 3, ce_weight)
+    torch.testing.assert_close(loss, ref, rtol=1e-9, atol=1e-9)
+    got = torch.autograd.grad(loss, (hidden, weight))
+    for g, r in zip(got, torch.autograd.grad(ref, (hidden, weight)), strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-7, atol=1e-9)
+    full, _ = linear_distill_loss(hidden, weight, teacher, labels, DistillWeights(ce_weight=ce_weight))
+    at_v, _ = linear_distill_loss(
+        hidden, weight, teacher, labels, DistillWeights(ce_weight=ce_weight, top_k=11)
+    )
+    torch.testing.assert_close(at_v, full, rtol=1e-10, atol=1e-10)
+
+
+def test_a_top_k_of_the_logits_gives_the_loss_of_the_logits():
+    """What a logit cache stores (`top_k_of`) gives the same loss and sums as the teacher's logits themselves."""
+    from zebra.train.distill_loss import top_k_of
+
+    hidden, weight, teacher, labels = inputs()
+    w = DistillWeights(top_k=4)
+    from_logits = linear_distill_loss(hidden, weight, teacher, labels, w, chunk_size=5)
+    from_top = linear_distill_loss(hidden, weight, top_k_of(teacher, labels, 4), labels, w, chunk_size=3)
+    for a, b in zip(from_logits, from_top, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

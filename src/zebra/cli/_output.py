@@ -325,8 +325,12 @@ class RichTrainView(TrainView):
     """The trainer's reports on this console: a live bar with the latest figures on a terminal, one plain line
     per log step otherwise (logs, Slurm output files, pipes); warnings on stderr."""
 
-    def __init__(self, output: Output):
+    def __init__(self, output: Output, *, label: str = "", tokens_before: int = 0):
+        """`label`: a name shown before the step (a pipeline's stage); `tokens_before`: tokens trained before
+        this run (a pipeline's earlier stages), added to the run's own in the figures shown."""
         self.output, self.console = output, output.console
+        self.label, self.tokens_before = label, tokens_before
+        self.heldout = ""  # the latest validation figures, shown with every log line
         self.total = 0
         self._last = (0, time.perf_counter())  # (step, time) of the previous log line
         self._rate: float | None = None  # seconds per step, smoothed
@@ -338,7 +342,7 @@ class RichTrainView(TrainView):
         if not self.console.is_terminal:
             return
         self._progress = Progress(
-            TextColumn("[bold]step {task.completed}/{task.total}"),
+            TextColumn(f"[bold]{escape(self.label)}step {{task.completed}}/{{task.total}}"),
             BarColumn(),
             TextColumn("ETA {task.fields[eta]}"),
             TextColumn("{task.fields[stats]}"),
@@ -363,13 +367,23 @@ class RichTrainView(TrainView):
             self._last = (step, now)
         return (self._rate or 0.0) * (self.total - step)
 
+    def validated(self, step: int, val_loss: float, teacher_val_loss: float | None) -> None:
+        teacher = f" (teacher {teacher_val_loss:.4f})" if teacher_val_loss is not None else ""
+        self.heldout = f"held-out CE {val_loss:.4f}{teacher}"
+
+    def stats(self, record: dict[str, Any]) -> str:
+        """The figures of a log line: with a label, the tokens so far; the latest held-out CE; the record."""
+        parts = [f"{self.tokens_before + record['tokens']:,} tokens"] if self.label else []
+        parts += [self.heldout] if self.heldout else []
+        return " | ".join([*parts, format_record(record)])
+
     def log(self, record: dict[str, Any]) -> None:
         step, eta = record["step"], format_duration(self.eta(record["step"]))
         if self._progress is not None:
-            self._progress.update(self._task, completed=step, eta=eta, stats=format_record(record))
+            self._progress.update(self._task, completed=step, eta=eta, stats=self.stats(record))
         else:
             self.console.print(
-                f"step {step}/{self.total} | {format_record(record)} | ETA {eta}", soft_wrap=True
+                f"{self.label}step {step}/{self.total} | {self.stats(record)} | ETA {eta}", soft_wrap=True
             )
 
     def note(self, message: str) -> None:

@@ -16,6 +16,7 @@ from zebra import __version__
 from zebra.cli import bench, data, doctor, jobs, recipes
 from zebra.cli import chat as chat_cli
 from zebra.cli import convert as convert_cli
+from zebra.cli import distill as distill_cli
 from zebra.cli import eval as eval_cli
 from zebra.cli import generate as generate_cli
 from zebra.cli import train as train_cli
@@ -101,6 +102,7 @@ app.add_typer(bench.app, name="bench")
 app.command("convert", epilog=convert_cli.CONVERT_EXAMPLES)(convert_cli.convert)
 app.command("verify", epilog=convert_cli.VERIFY_EXAMPLES)(convert_cli.verify)
 app.command("upcycle", epilog=upcycle_cli.EXAMPLES)(upcycle_cli.upcycle_command)
+app.command("distill", epilog=distill_cli.EXAMPLES)(distill_cli.distill_command)
 app.command("eval", epilog=eval_cli.EXAMPLES)(eval_cli.eval_command)
 app.command("chat", epilog=chat_cli.EXAMPLES)(chat_cli.chat_command)
 app.command("generate", epilog=generate_cli.EXAMPLES)(generate_cli.generate_command)

@@ -333,6 +333,35 @@ class DistillSpec:
         doc="ild: per-token distance, l2 (the L2 norm, as published) or mse (mean squared error)",
         choices=("l2", "mse"),
     )
+    ild_params: str = spec(
+        "all",
+        doc="ild: what trains, all (every parameter the loss reaches, as published) or mixers (the new mixers "
+        "alone: MLPs, norms and embeddings frozen)",
+        choices=("all", "mixers"),
+    )
+    copied_lr_scale: float = spec(
+        1.0,
+        doc="learning rate of what was copied from the teacher (MLPs, norms, embeddings, head) as a fraction of "
+        "train.lr; the new mixers (upcycle.json of train.init) train at train.lr",
+        min=0.0,
+        max=1.0,
+    )
+    mixer_only_steps: int = spec(
+        0,
+        doc="the first steps train the new mixers alone (the copied weights wait at learning rate 0)",
+        min=0,
+    )
+    top_k: int = spec(
+        0,
+        doc="kd: the KL over the teacher's top-k tokens and one bucket for the rest of its mass (0 = the whole "
+        "vocabulary)",
+        min=0,
+    )
+    logit_cache: str = spec(
+        "",
+        doc="kd with top_k: a folder where the teacher's top-k logits of each sequence are kept and read back "
+        "('' = recompute them)",
+    )
 
 
 @dataclass(kw_only=True)

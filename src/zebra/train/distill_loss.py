@@ -15,6 +15,17 @@ logits in the matmul dtype (bf16 under autocast), its float32 log-softmaxes and 
 w.r.t. the logits, turned into that chunk's rows of d_hidden and added into d_weight. So the student's logits
 never exist for all tokens, and neither model's logits exist in float32 for more than one chunk. Backward only
 scales the stored gradients, so the loss must be backpropagated once.
+
+Top-k (`DistillWeights.top_k`, `distill.top_k`): the teacher's distribution is kept on its k most likely tokens K
+and one bucket for the rest of its mass, p_rest = 1 - sum_K p_t; the student's is read on the same partition:
+
+    KL_k = sum_{v in K} p_v (log p_v - log q_v) + p_rest (log p_rest - log q_rest),   q_rest = sum_{v not in K} q_v
+
+Its gradient w.r.t. z_s is q - target, target = p_v on K and p_rest * q_v / q_rest elsewhere (the rest of the
+mass spread as the student spreads it). The teacher enters only through `TopK` (its top-k logits and indices, the
+log-sum-exp of all its logits, its logit of the label), which is what a logit cache keeps
+(`zebra.train.logit_cache`); full teacher logits are cut to it chunk by chunk, so a cached and an uncached run
+compute the same loss. At k = V it is the full KL. Taken at temperature 1 only.
 """
 
 from __future__ import annotations
@@ -36,6 +47,33 @@ class DistillWeights:
     kl_weight: float = 1.0
     ce_weight: float = 0.0
     temperature: float = 1.0
+    top_k: int = 0  # 0: the KL over the whole vocabulary; k: over the teacher's top k and a rest bucket
+
+
+@dataclass(frozen=True)
+class TopK:
+    """What the top-k KL needs of the teacher, per token: `indices` `[N, k]` (long) and `values` `[N, k]` of its
+    k largest logits, `lse` `[N]` the log-sum-exp of all its logits, `label_logit` `[N]` its logit of the label
+    (0 where the label is -100)."""
+
+    indices: torch.Tensor
+    values: torch.Tensor
+    lse: torch.Tensor
+    label_logit: torch.Tensor
+
+    def __getitem__(self, rows: slice) -> TopK:
+        return TopK(self.indices[rows], self.values[rows], self.lse[rows], self.label_logit[rows])
+
+    def __len__(self) -> int:
+        return self.indices.shape[0]
+
+
+def top_k_of(logits: torch.Tensor, labels: torch.Tensor, k: int) -> TopK:
+    """The `TopK` of teacher `logits` `[N, V]` for `labels` `[N]`, in float32 (float64 for float64 logits)."""
+    z = logits if logits.dtype == torch.float64 else logits.float()
+    values, indices = z.topk(k, dim=-1)  # [N, k]
+    label_logit = z.gather(1, torch.where(labels != -100, labels, 0)[:, None])[:, 0]  # [N]
+    return TopK(indices, values, z.logsumexp(-1), label_logit)
 
 
 # rows per chunk: about chunk_size x V x (4 float32 buffers + the bf16 logits) of extra memory, 0.9 GB at
@@ -73,6 +111,49 @@ def _chunk(
     return objective, sums, grad.mul_(keep)
 
 
+def _chunk_top_k(
+    zs: torch.Tensor, top: TopK, labels: torch.Tensor, w: DistillWeights, need_grad: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """`_chunk` for the top-k KL: the teacher as a `TopK` of the chunk's `C` rows (temperature 1)."""
+    valid = labels != -100  # [C]
+    keep = valid.to(zs.dtype)[:, None]  # [C, 1]
+    safe = torch.where(valid, labels, 0)[:, None]  # [C, 1]
+    idx = top.indices.to(zs.device, torch.long)  # [C, k]
+    log_p = top.values.to(zs.dtype) - top.lse.to(zs.dtype)[:, None]  # [C, k]
+    p = log_p.exp()
+    p_rest = (1.0 - p.sum(-1, keepdim=True)).clamp_(min=0.0)  # [C, 1]
+    log_q = torch.log_softmax(zs, dim=-1)  # [C, V]
+    log_q_k = log_q.gather(1, idx)  # [C, k]
+    outside = log_q.scatter(1, idx, float("-inf"))  # [C, V] log q off the teacher's top k
+    log_q_rest = outside.logsumexp(-1, keepdim=True)  # [C, 1]
+    # q_rest floored at e^-100: at k = V (nothing outside) p_rest is 0 up to rounding and adds nothing
+    rest = torch.xlogy(p_rest, p_rest) - p_rest * log_q_rest.clamp(min=-100.0)
+    kl = (((p * (log_p - log_q_k)).sum(-1, keepdim=True) + rest) * keep).sum()
+    lse_s = zs.logsumexp(-1, keepdim=True)  # [C, 1]
+    ce = ((lse_s - zs.gather(1, safe)) * keep).sum()
+    teacher_ce = ((top.lse - top.label_logit).to(zs.dtype)[:, None] * keep).sum()
+    objective = w.kl_weight * kl + w.ce_weight * ce
+    sums = torch.stack([kl, ce, teacher_ce])
+    if not need_grad:
+        return objective, sums, None
+    target = outside.sub_(log_q_rest).exp_().mul_(p_rest).scatter_(1, idx, p)  # [C, V]
+    grad = log_q.exp_().sub_(target).mul_(w.kl_weight)
+    if w.ce_weight:
+        soft = (zs - lse_s).exp_()
+        soft.scatter_add_(1, safe, -torch.ones_like(safe, dtype=zs.dtype))
+        grad.add_(soft, alpha=w.ce_weight)
+    return objective, sums, grad.mul_(keep)
+
+
+def _teacher_rows(teacher, rows: slice, labels: torch.Tensor, w: DistillWeights, acc: torch.dtype):
+    """The teacher's part of one chunk: its logits `[C, V]` in `acc`, or a `TopK` (cut from the logits when
+    `w.top_k` asks for one)."""
+    if isinstance(teacher, TopK):
+        return teacher[rows]
+    zt = teacher[rows].to(acc)  # [C, V]
+    return top_k_of(zt, labels, w.top_k) if w.top_k else zt
+
+
 class _LinearDistill(torch.autograd.Function):
     """Gradients computed in forward, chunk by chunk, and kept; backward scales them."""
 
@@ -91,8 +172,9 @@ class _LinearDistill(torch.autograd.Function):
                 rows = slice(start, min(start + chunk_size, N))
                 h = hidden[rows].to(mm_dtype)  # [C, D]
                 zs = (h @ w.T).to(acc)  # [C, V]
-                zt = teacher_logits[rows].to(acc)  # [C, V]
-                part, part_sums, grad = _chunk(zs, zt, labels[rows], weights, need_h or need_w)
+                zt = _teacher_rows(teacher_logits, rows, labels[rows], weights, acc)
+                chunk = _chunk_top_k if isinstance(zt, TopK) else _chunk
+                part, part_sums, grad = chunk(zs, zt, labels[rows], weights, need_h or need_w)
                 objective += part
                 sums += part_sums
                 if grad is None:
@@ -116,7 +198,7 @@ class _LinearDistill(torch.autograd.Function):
 def linear_distill_loss(
     hidden: torch.Tensor,
     weight: torch.Tensor,
-    teacher_logits: torch.Tensor,
+    teacher_logits: torch.Tensor | TopK,
     labels: torch.Tensor,
     weights: DistillWeights = DistillWeights(),
     *,
@@ -128,7 +210,8 @@ def linear_distill_loss(
     Args:
         hidden: `[N, D]` the student's final hidden states.
         weight: `[V, D]` the student's output head.
-        teacher_logits: `[N, V]` the teacher's logits of the same tokens (any float dtype; no gradient).
+        teacher_logits: `[N, V]` the teacher's logits of the same tokens (any float dtype; no gradient), or their
+            `TopK` (the top-k KL, e.g. read from a logit cache).
         labels: `[N]` the next tokens, -100 where a token does not count (no KL, no CE).
         weights: kl_weight, ce_weight and temperature.
         chunk_size: rows per chunk (default `CHUNK_SIZE`).
@@ -137,15 +220,17 @@ def linear_distill_loss(
         (objective float32 scalar (float64 for float64 inputs), sums `[3]` in the same dtype).
     """
     N, D = hidden.shape
-    if tuple(weight.shape[1:]) != (D,) or tuple(teacher_logits.shape) != (N, weight.shape[0]):
+    top = isinstance(teacher_logits, TopK)
+    teacher_shape = [len(teacher_logits), "k"] if top else list(teacher_logits.shape)
+    if tuple(weight.shape[1:]) != (D,) or teacher_shape != [N, "k" if top else weight.shape[0]]:
         raise ValueError(
             f"linear_distill_loss: hidden {list(hidden.shape)}, weight {list(weight.shape)} and teacher logits "
-            f"{list(teacher_logits.shape)} do not match (expected [N, D], [V, D], [N, V])"
+            f"{teacher_shape} do not match (expected [N, D], [V, D], [N, V] or a TopK of N rows)"
         )
     return _LinearDistill.apply(
         hidden,
         weight,
-        teacher_logits.detach(),
+        teacher_logits if top else teacher_logits.detach(),
         labels.to(hidden.device, torch.long),
         weights,
         chunk_size or CHUNK_SIZE,

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import torch
 
     from zebra.recipes import TrainSpec
+    from zebra.recipes.schema import DistillSpec
 
 NO_DECAY_NAMES = frozenset({"A_log", "dt_bias", "D", "bias"})
 
@@ -28,18 +29,30 @@ def decays(name: str, param: torch.Tensor) -> bool:
     return "norm" not in owner
 
 
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Two AdamW groups: matrices with `weight_decay`, everything else without (shared tensors counted once)."""
-    decay, no_decay, seen = [], [], set()
+def param_groups(
+    model: torch.nn.Module, weight_decay: float, mixers: frozenset[int] | None = None
+) -> list[dict]:
+    """AdamW groups: matrices with `weight_decay`, everything else without (shared tensors counted once).
+
+    With `mixers` (the new mixers' sublayers, `zebra.train.param_roles`), each of the two is split again into
+    the new mixers' parameters and the copied ones (the group's `role`), so that their learning rates can differ.
+    """
+    from zebra.train.param_roles import role
+
+    roles = (None,) if mixers is None else ("mixer", "copied")
+    groups = {(r, d): [] for r in roles for d in (True, False)}
+    seen = set()
     for name, p in model.named_parameters():
         if not p.requires_grad or id(p) in seen:
             continue
         seen.add(id(p))
-        (decay if decays(name, p) else no_decay).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+        groups[(None if mixers is None else role(name, mixers), decays(name, p))].append(p)
+    out = []
+    for (r, decay), params in groups.items():
+        if params or mixers is None:
+            group = {"params": params, "weight_decay": weight_decay if decay else 0.0}
+            out.append(group if r is None else {**group, "role": r})
+    return out
 
 
 def check_optimizer_graph(device_type: str) -> None:
@@ -51,15 +64,18 @@ def check_optimizer_graph(device_type: str) -> None:
         )
 
 
-def build_optimizer(model: torch.nn.Module, spec: TrainSpec, device: torch.device) -> torch.optim.AdamW:
-    """AdamW over `param_groups`; the fused CUDA implementation on GPUs, capturable (step counts on the GPU, no
-    host reads) when `train.optimizer_graph` replays it from a CUDA graph (`GraphedOptimizerStep`)."""
+def build_optimizer(
+    model: torch.nn.Module, spec: TrainSpec, device: torch.device, mixers: frozenset[int] | None = None
+) -> torch.optim.AdamW:
+    """AdamW over `param_groups` (split by role with `mixers`); the fused CUDA implementation on GPUs,
+    capturable (step counts on the GPU, no host reads) when `train.optimizer_graph` replays it from a CUDA graph
+    (`GraphedOptimizerStep`)."""
     import torch
 
     if spec.optimizer_graph:
         check_optimizer_graph(device.type)
     return torch.optim.AdamW(
-        param_groups(model, spec.weight_decay),
+        param_groups(model, spec.weight_decay, mixers),
         lr=spec.lr,
         betas=(spec.adam_beta1, spec.adam_beta2),
         eps=spec.adam_eps,
@@ -130,11 +146,21 @@ def lr_at(step: int, spec: TrainSpec) -> float:
     return spec.min_lr + (spec.lr - spec.min_lr) * shape
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, spec: TrainSpec) -> torch.optim.lr_scheduler.LambdaLR:
-    """A LambdaLR whose factor is `lr_at(step) / lr` (its state is the step count, saved in checkpoints)."""
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, spec: TrainSpec, distill: DistillSpec | None = None
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """A LambdaLR whose factor is `lr_at(step) / lr` (its state is the step count, saved in checkpoints).
+
+    Groups of role `copied` (`param_groups` with mixers) get `distill.copied_lr_scale` times that, and 0 for the
+    first `distill.mixer_only_steps` steps (the new mixers train alone; AdamW then leaves those weights as they
+    are, weight decay included, since both scale with the learning rate)."""
     import torch
 
     def factor(step: int) -> float:
         return lr_at(step, spec) / spec.lr if spec.lr > 0 else 0.0
 
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    def copied_factor(step: int) -> float:
+        return 0.0 if step < distill.mixer_only_steps else distill.copied_lr_scale * factor(step)
+
+    factors = [copied_factor if group.get("role") == "copied" else factor for group in optimizer.param_groups]
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factors)

@@ -1,5 +1,6 @@
 """Loss curves from runs' metrics.jsonl: training loss per logged step and validation loss points; a distillation
-run draws its student's CE against its teacher's CE on the same tokens (and the KL) instead of the loss."""
+run draws its student's CE against its teacher's CE on the same tokens (and the KL) instead of the loss, and the
+teacher's validation loss as a horizontal line."""
 
 from __future__ import annotations
 
@@ -41,6 +42,11 @@ def plot_runs(run_dirs: list[Path], output: Path, *, log_y: bool = False) -> Pat
         if valid:
             vlabel = f"{run.name} valid" if len(run_dirs) > 1 else "valid"
             ax.plot(*zip(*valid, strict=True), "o--", color=color, label=vlabel, markersize=4, alpha=0.8)
+        teacher = [
+            r["teacher_val_loss"] for r in records if isinstance(r.get("teacher_val_loss"), int | float)
+        ]
+        if teacher:  # a distillation run: the teacher's CE on the same validation batches
+            ax.axhline(teacher[-1], color=color, linestyle="-.", linewidth=1.0, label=f"{name}teacher valid")
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats/token)")
     if log_y:
@@ -62,3 +68,33 @@ def _plot_distillation(ax, records: list[dict], name: str, color: str) -> None:
         points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), int | float)]
         if points:
             ax.plot(*zip(*points, strict=True), style, color=color, label=name + label, linewidth=1.4)
+
+
+def plot_pipeline(runs: list[tuple[str, Path]], tokens_per_step: int, output: Path) -> Path:
+    """`zebra distill`'s loss.png: each training stage's held-out CE (its validation loss) against the pipeline's
+    tokens (the stages one after another), and the teacher's held-out CE as a horizontal line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
+    offset, teacher = 0, None
+    for i, (name, run) in enumerate(runs):
+        records = read_metrics(run / "metrics.jsonl")
+        points = [(offset + r["step"] * tokens_per_step, r["val_loss"]) for r in records if "val_loss" in r]
+        if points:
+            ax.plot(*zip(*points, strict=True), "o-", color=f"C{i % 10}", label=name, markersize=4)
+        teacher = next((r["teacher_val_loss"] for r in records if "teacher_val_loss" in r), teacher)
+        offset += max((r["step"] for r in records if "step" in r), default=0) * tokens_per_step
+    if teacher is not None:
+        ax.axhline(teacher, color="black", linestyle=":", label=f"teacher {teacher:.3f}")
+    ax.set_xlabel("training tokens, all stages")
+    ax.set_ylabel("held-out CE (nats/token)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    try:
+        return save_figure(fig, output)
+    finally:
+        plt.close(fig)

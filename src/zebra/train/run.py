@@ -156,9 +156,10 @@ def resolve_data(recipe: Recipe, *, prepare_data: bool = True) -> None:
     recipe.data.paths = [f"{prefix}:{weight!r}" for prefix, weight in resolved]
 
 
-def resolve_distill(recipe: Recipe) -> None:
+def resolve_distill(recipe: Recipe, *, write: bool = True) -> None:
     """Make `train.init` and a local `distill.teacher` absolute, and refuse a teacher whose tokenizer is not the
-    student's and the data's (`zebra.train.teacher.check_teacher`)."""
+    student's and the data's (`zebra.train.teacher.check_teacher`) or distill keys that do not go together;
+    `write` False (a dry run): a new logit cache's folder is not made."""
     t, d = recipe.train, recipe.distill
     if t.init:
         init = Path(t.init).expanduser()
@@ -175,6 +176,37 @@ def resolve_distill(recipe: Recipe) -> None:
 
         d.teacher = resolve_teacher_spec(d.teacher)
         check_teacher(recipe)
+        check_distill_options(recipe, write=write)
+
+
+def check_distill_options(recipe: Recipe, *, write: bool = True) -> None:
+    """One line for distill keys that cannot work together, or need a `train.init` with upcycle.json."""
+    from zebra.train.param_roles import needs_roles, new_mixer_sublayers
+
+    d = recipe.distill
+    if d.top_k and d.temperature != 1.0:
+        raise ZebraError(
+            f"distill.top_k {d.top_k} with distill.temperature {d.temperature}: the top-k KL is taken at "
+            "temperature 1 (the rest of the teacher's mass is known only there)",
+            fix="--set distill.temperature=1, or distill.top_k=0 for the KL over the whole vocabulary",
+        )
+    if d.top_k > recipe.model.vocab_size:
+        raise ZebraError(
+            f"distill.top_k {d.top_k} is above model.vocab_size {recipe.model.vocab_size}",
+            fix=f"--set distill.top_k={min(64, recipe.model.vocab_size)}",
+        )
+    if d.logit_cache and not (d.top_k and d.stage == "kd"):
+        raise ZebraError(
+            "distill.logit_cache keeps the teacher's top-k logits of KD: it needs distill.top_k > 0 and "
+            "distill.stage kd",
+            fix="--set distill.top_k=64 (for example), or distill.logit_cache=''",
+        )
+    if needs_roles(recipe):
+        new_mixer_sublayers(recipe.train.init)
+    if d.logit_cache:
+        from zebra.train.logit_cache import open_manifest
+
+        d.logit_cache = str(open_manifest(recipe, create=write))
 
 
 def _check_init_tokenizer(recipe: Recipe) -> None:
@@ -286,7 +318,7 @@ def resolve_run(
         )
     run_dir = Path(output) / run_name(run, recipe)
     resolve_data(recipe, prepare_data=prepare_data)
-    resolve_distill(recipe)
+    resolve_distill(recipe, write=prepare_data)
     found = committed(run_dir / "checkpoints")
     resolved = TrainRun(
         recipe=recipe,

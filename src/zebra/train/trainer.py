@@ -38,6 +38,7 @@ from zebra.train.metrics import (
 )
 from zebra.train.optim import build_optimizer, build_scheduler
 from zebra.train.parallelize import choose_parallel, eager_float8_note, parallelize
+from zebra.train.param_roles import MIXER, needs_roles, new_mixer_sublayers, role
 from zebra.train.peers import watch_peers
 from zebra.train.plot import plot_runs
 from zebra.train.step import TrainStep, loss_sum
@@ -188,8 +189,9 @@ class Trainer:
         )
         torch.manual_seed(t.seed)
         self.model_core = build_model(recipe, env.device)
+        self.mixers = new_mixer_sublayers(t.init) if needs_roles(recipe) else None  # new mixers' sublayers
         if recipe.distill.teacher and recipe.distill.stage == "ild":
-            freeze_for_ild(self.model_core)
+            freeze_for_ild(self.model_core, self.mixers if recipe.distill.ild_params == "mixers" else None)
         self.num_params = sum(p.numel() for p in self.model_core.parameters())  # tied weights once
         self.parallel = choose_parallel(t.parallel, self.num_params, env.world_size)
         if t.optimizer_graph and self.parallel == "fsdp":
@@ -198,6 +200,8 @@ class Trainer:
                 fix="--set train.optimizer_graph=false, or --set train.parallel=ddp",
             )
         bf16 = t.precision == "bf16"
+        self.logit_cache = None  # distill.logit_cache's LogitCache, opened by `distill_loss`
+        self.teacher_val_loss: float | None = None  # the teacher's validation loss, once measured
         self.model = parallelize(
             self.model_core,
             env,
@@ -207,8 +211,8 @@ class Trainer:
         )
         if note := eager_float8_note(self.model_core.config.layer_pattern, t):
             self.view.warn(note)
-        self.optimizer = build_optimizer(self.model, t, env.device)
-        self.scheduler = build_scheduler(self.optimizer, t)
+        self.optimizer = build_optimizer(self.model, t, env.device, self.mixers)
+        self.scheduler = build_scheduler(self.optimizer, t, recipe.distill)
         self.step_fn = TrainStep(
             self.model,
             self.optimizer,
@@ -237,7 +241,15 @@ class Trainer:
         teacher = load_teacher(d.teacher, self.env, mode=self.parallel)
         if d.stage == "ild":
             return ILDLoss(teacher, check_ild_layers(self.model_core, teacher, d.teacher), d.ild_norm)
-        return DistillLoss(teacher, DistillWeights(d.kl_weight, d.ce_weight, d.temperature))
+        cache = None
+        if d.logit_cache:
+            from zebra.train.logit_cache import LogitCache, writer_name
+
+            cache = LogitCache(Path(d.logit_cache), self.recipe.data.seq_len, d.top_k,
+                               writer=writer_name(self.env.rank))  # fmt: skip
+        self.logit_cache = cache
+        weights = DistillWeights(d.kl_weight, d.ce_weight, d.temperature, d.top_k)
+        return DistillLoss(teacher, weights, cache=cache)
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint holds (DCP Stateful objects under their top-level keys)."""
@@ -267,9 +279,13 @@ class Trainer:
         self.data_parts = [int(n) for n in found[1].get("data_parts") or []]  # none before zebra kept them
         return found[0]
 
-    def evaluate(self, valid, global_batch: int) -> float:
-        """Mean validation loss over `eval_steps` fixed global batches (the same ones every time)."""
+    def evaluate(self, valid, global_batch: int, model: torch.nn.Module | None = None) -> float:
+        """Mean validation loss over `eval_steps` fixed global batches (the same ones every time), of the
+        student or of `model` (the teacher: a causal LM returning `.logits`, left in eval mode)."""
         import torch
+
+        student = model is None
+        model = self.model if student else model
 
         t = self.recipe.train
         stop = t.eval_steps * global_batch
@@ -283,16 +299,17 @@ class Trainer:
             num_workers=0,
         )
         totals = torch.zeros(2, device=self.env.device)  # [CE sum, tokens]
-        self.model.eval()
+        model.eval()
         with torch.no_grad():
             for batch in batches:
                 tokens = batch["tokens"].to(self.env.device)  # [m, T]
                 mask = batch["loss_mask"].to(self.env.device)  # [m, T]
                 with self.step_fn.autocast():
-                    logits = self.model(input_ids=tokens, use_cache=False).logits  # [m, T, V]
+                    logits = model(input_ids=tokens, use_cache=False).logits  # [m, T, V]
                 totals[0] += loss_sum(logits, batch["labels"].to(self.env.device), mask)
                 totals[1] += mask.sum()
-        self.model.train()
+        if student:
+            model.train()
         all_reduce_sum(totals, self.env)
         return (totals[0] / totals[1].clamp(min=1)).item()
 
@@ -322,6 +339,11 @@ class Trainer:
                 self.metrics.close()
         if end.last_saved != p.step:
             view.note(f"saved {self.save()}")
+        if self.logit_cache is not None:
+            c = self.logit_cache
+            view.note(
+                f"logit cache {c.folder}: {c.hits:,} sequences read back, {c.misses:,} from the teacher"
+            )
         export_dir = None
         if end.stopped_by is None:
             export_dir = self.finish()
@@ -420,10 +442,20 @@ class Trainer:
             )
 
     def validate(self, valid) -> float:
-        """Evaluate, record and show the validation loss at this step."""
-        val_loss = self.evaluate(valid, self.recipe.train.global_batch_size)
-        self.record({"step": self.progress.step, "val_loss": val_loss})
-        self.view.note(f"step {self.progress.step}: validation loss {val_loss:.4f}")
+        """Evaluate, record and show the validation loss at this step; a distillation run also the teacher's on
+        the same batches (`teacher_val_loss`, computed once: the teacher is frozen)."""
+        G = self.recipe.train.global_batch_size
+        val_loss = self.evaluate(valid, G)
+        record = {"step": self.progress.step, "val_loss": val_loss}
+        teacher = getattr(self.step_fn.loss_fn, "teacher", None)
+        if teacher is not None and self.teacher_val_loss is None:
+            self.teacher_val_loss = self.evaluate(valid, G, model=teacher)
+        if self.teacher_val_loss is not None:
+            record["teacher_val_loss"] = self.teacher_val_loss
+        self.record(record)
+        teacher_note = f" (teacher {self.teacher_val_loss:.4f})" if self.teacher_val_loss is not None else ""
+        self.view.note(f"step {self.progress.step}: validation loss {val_loss:.4f}{teacher_note}")
+        self.view.validated(self.progress.step, val_loss, self.teacher_val_loss)
         return val_loss
 
     def read(self, step: int, res, lr: float, meter, end: LoopEnd) -> bool:
@@ -563,11 +595,15 @@ def kernels_in_use(config, device: torch.device) -> str:
     return chosen if scan == chosen else f"{chosen} (Mamba2 scan: {scan})"
 
 
-def freeze_for_ild(model: torch.nn.Module) -> None:
+def freeze_for_ild(model: torch.nn.Module, mixers: frozenset[int] | None = None) -> None:
     """ILD never embeds or predicts a token (every layer is fed the teacher's states), so the embeddings and the
-    head get no gradient; frozen, DDP does not wait for them and AdamW's weight decay leaves them alone."""
+    head get no gradient; frozen, DDP does not wait for them and AdamW's weight decay leaves them alone.
+    With `mixers` (`distill.ild_params: mixers`) only those sublayers' mixers train: MLPs and norms freeze too."""
     model.model.embeddings.requires_grad_(False)
     model.lm_head.requires_grad_(False)
+    if mixers is not None:
+        for name, param in model.named_parameters():
+            param.requires_grad_(role(name, mixers) == MIXER)
 
 
 def check_ild_layers(student: torch.nn.Module, teacher: torch.nn.Module, spec: str) -> int:

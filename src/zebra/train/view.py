@@ -19,6 +19,9 @@ class TrainView:
         """A training record, as written to metrics.jsonl (`step`, `loss`, `lr`, `tokens_per_s`, `mfu`,
         `memory_gb`, `skipped_steps`, ...; distillation adds `kl`, `ce` (the student's) and `teacher_ce`)."""
 
+    def validated(self, step: int, val_loss: float, teacher_val_loss: float | None) -> None:
+        """The validation loss at `step`, and the teacher's on the same batches (distillation; else None)."""
+
     def note(self, message: str) -> None:
         """A line about the run: resumed from, saved, validation loss, exported."""
 

@@ -1,0 +1,314 @@
+"""`zebra distill`: a distilled hybrid from a teacher and text in one command, the published pipeline's stages in
+one folder (docs/upcycle.md "One command").
+
+    OUT/stages.json     the options and every stage's state and result (rewritten whole, atomically)
+    OUT/upcycle-mla/    the all-MLA student (`zebra upcycle --mla-layers all`)        an export with upcycle.json
+    OUT/upcycle-rec/    the all-recurrent student (`--mla 0`)
+    OUT/ild-mla/        ILD of the all-MLA student (a training run; its export/)       ild_fraction / 2 of --tokens
+    OUT/ild-rec/        ILD of the all-recurrent student                               ild_fraction / 2
+    OUT/hybrid/         the two composed, MLA layers placed by SMART (`zebra upcycle --compose`)
+    OUT/kd/             end-to-end KD of the hybrid; OUT/kd/export is the result       the rest of --tokens
+    OUT/loss.png        held-out CE against tokens over the training stages, the teacher's as a line
+
+The stage list is data (`plan_stages`): each `Stage` names its runner (`RUNNERS`) and what it passes on, so a
+stage is one entry (calibration: `upcycle_kwargs` reach `zebra.upcycle.upcycle` in both upcycle stages). Every
+check that can fail runs before the first stage (`check_options`). A second call with the same options continues:
+finished stages are skipped, a training stage resumes from its newest checkpoint (the trainer's; SIGTERM saves
+one, kill -9 loses the steps since the last), an interrupted upcycle or compose is redone.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zebra.atomic import make_folder, write_atomic
+from zebra.errors import ZebraError
+from zebra.train.view import TrainView
+
+STATE_FILE = "stages.json"
+MIN_STEPS = 2  # optimizer steps a training stage needs at the least (one to warm up, one to decay)
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    """What `zebra distill` was asked for (recorded in stages.json; a resume must ask the same)."""
+
+    teacher: str
+    data: str  # a prepared folder or Megatron prefix in the teacher's tokenizer
+    tokens: int  # training tokens over all stages
+    output: str
+    mixer: str = "mamba"
+    mla: int = 8
+    placement: str = "smart"
+    seq_len: int = 2048
+    batch: int = 8  # sequences per optimizer step
+    micro_batch: int = 8
+    ild_fraction: float = 0.2
+    ild_lr: float = 5e-4
+    kd_lr: float = 1e-3
+    evals: int = 4  # held-out evaluations (and checkpoints) per training stage
+    smart_samples: int = 64
+    device: str = "auto"
+    sets: tuple[str, ...] = ()  # recipe overrides for every training stage
+    upcycle_kwargs: dict[str, Any] = field(default_factory=dict)  # passed on to `zebra.upcycle.upcycle`
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of the pipeline: `kind` picks its runner (`RUNNERS`), `share` its part of --tokens."""
+
+    name: str
+    kind: str  # upcycle | train | compose
+    share: float = 0.0
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def plan_stages(o: PipelineOptions) -> list[Stage]:
+    """The published pipeline: two students, ILD of each, SMART composition, KD (arXiv 2505.17272)."""
+    half = o.ild_fraction / 2
+    return [
+        Stage("upcycle-mla", "upcycle", params={"student": {"mla_layers": "all"}}),
+        Stage("upcycle-rec", "upcycle", params={"student": {"mla": 0}}),
+        Stage("ild-mla", "train", half, {"init": "upcycle-mla", "stage": "ild", "lr": o.ild_lr}),
+        Stage("ild-rec", "train", half, {"init": "upcycle-rec", "stage": "ild", "lr": o.ild_lr}),
+        Stage("hybrid", "compose", params={"mla": "ild-mla", "recurrent": "ild-rec"}),
+        Stage("kd", "train", 1.0 - o.ild_fraction, {"init": "hybrid", "stage": "kd", "lr": o.kd_lr}),
+    ]
+
+
+def stage_steps(o: PipelineOptions, stage: Stage) -> int:
+    """Optimizer steps of a training stage: its share of --tokens in steps of batch x seq_len tokens."""
+    return int(o.tokens * stage.share) // (o.batch * o.seq_len)
+
+
+def export_of(o: PipelineOptions, name: str) -> Path:
+    """The export folder stage `name` leaves (a training stage: its run's export/)."""
+    stage = next(s for s in plan_stages(o) if s.name == name)
+    folder = Path(o.output) / name
+    return folder / "export" if stage.kind == "train" else folder
+
+
+class PipelineView:
+    """What the pipeline tells while it runs; this class shows nothing (the CLI's subclass renders it)."""
+
+    def stage_started(self, index: int, total: int, stage: Stage, steps: int) -> None:
+        """Stage `index` (1-based) of `total` starts; `steps` optimizer steps for a training stage, else 0."""
+
+    def stage_skipped(self, stage: Stage, result: dict[str, Any]) -> None:
+        """A stage finished by an earlier call."""
+
+    def stage_done(self, stage: Stage, result: dict[str, Any]) -> None:
+        """A stage finished now, with its result (as in stages.json)."""
+
+    def train_view(self, stage: Stage, tokens_before: int) -> TrainView:
+        """The trainer's view of a training stage that starts `tokens_before` pipeline tokens in."""
+        return TrainView()
+
+
+class PipelineState:
+    """stages.json: the options, and per stage its status (running / stopped / done) and result."""
+
+    def __init__(self, o: PipelineOptions):
+        self.path = Path(o.output) / STATE_FILE
+        options = json.loads(json.dumps(asdict(o)))  # tuples as lists, as read back
+        self.data: dict[str, Any] = {"options": options, "stages": {}}
+        if self.path.is_file():
+            found = json.loads(self.path.read_text())
+            differ = [k for k in options if found.get("options", {}).get(k) != options[k]]
+            if differ:
+                raise ZebraError(
+                    f"{o.output}: a pipeline started with other options ({', '.join(differ)} differ from its "
+                    f"{STATE_FILE})",
+                    fix="pass the options it was started with to continue it, or another --output",
+                )
+            self.data = found
+
+    def status(self, name: str) -> str | None:
+        return self.data["stages"].get(name, {}).get("status")
+
+    def result(self, name: str) -> dict[str, Any]:
+        return self.data["stages"].get(name, {}).get("result", {})
+
+    def set(self, name: str, status: str, result: dict[str, Any] | None = None) -> None:
+        entry = self.data["stages"].setdefault(name, {})
+        entry.update(status=status, updated=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        if result is not None:
+            entry["result"] = result
+        write_atomic(self.path, json.dumps(self.data, indent=2) + "\n")
+
+
+@dataclass
+class PipelineResult:
+    output: Path
+    stopped_by: str | None  # the signal that stopped a training stage, None when every stage is done
+    stages: dict[str, dict[str, Any]]  # stage name -> its result
+    student: Path | None  # the distilled export, once the last stage is done
+
+
+def run_pipeline(o: PipelineOptions, view: PipelineView | None = None) -> PipelineResult:
+    """Every stage of `plan_stages(o)` not done yet, in order, recorded in stages.json; stops (returning the
+    signal) when a training stage was stopped. Raises ZebraError before any work for bad options."""
+    from zebra.train.plot import plot_pipeline
+
+    view = view or PipelineView()
+    check_options(o)
+    make_folder(Path(o.output))
+    state = PipelineState(o)
+    stages = plan_stages(o)
+    tokens_before = 0
+    for index, stage in enumerate(stages, 1):
+        steps = stage_steps(o, stage) if stage.kind == "train" else 0
+        if state.status(stage.name) == "done":
+            view.stage_skipped(stage, state.result(stage.name))
+        else:
+            view.stage_started(index, len(stages), stage, steps)
+            state.set(stage.name, "running")
+            result = RUNNERS[stage.kind](o, stage, view, tokens_before)
+            stopped = result.pop("stopped_by", None)
+            state.set(stage.name, "stopped" if stopped else "done", result)
+            if stopped:
+                return PipelineResult(Path(o.output), stopped, state.data["stages"], None)
+            view.stage_done(stage, result)
+        tokens_before += steps * o.batch * o.seq_len
+    runs = [(s.name, Path(o.output) / s.name) for s in stages if s.kind == "train"]
+    plot_pipeline(runs, o.batch * o.seq_len, Path(o.output) / "loss.png")
+    return PipelineResult(Path(o.output), None, state.data["stages"], export_of(o, stages[-1].name))
+
+
+def run_upcycle(o: PipelineOptions, stage: Stage, view: PipelineView, tokens_before: int) -> dict[str, Any]:
+    from zebra.upcycle import StudentOptions, upcycle
+
+    out = Path(o.output) / stage.name
+    options = StudentOptions(mixer=o.mixer, **stage.params["student"])
+    report = upcycle(o.teacher, out, options, dtype="fp32", force=True, **o.upcycle_kwargs)
+    return {"export": str(out), "pattern": report.pattern, "student_params": report.student_params}
+
+
+def run_compose(o: PipelineOptions, stage: Stage, view: PipelineView, tokens_before: int) -> dict[str, Any]:
+    from zebra.upcycle.compose import compose
+
+    out = Path(o.output) / stage.name
+    smart = o.placement == "smart"
+    report = compose(export_of(o, stage.params["mla"]), export_of(o, stage.params["recurrent"]), out,
+                     mla=o.mla, placement=o.placement, calibration=o.data if smart else None,
+                     samples=o.smart_samples, seq_len=min(o.seq_len, 512), device=o.device, force=True)  # fmt: skip
+    return {"export": str(out), "pattern": report.pattern, "mla_layers": list(report.mla_layers),
+            "placement": report.placement, "kv_cache_fraction": report.kv_cache_fraction}  # fmt: skip
+
+
+def train_overrides(o: PipelineOptions, stage: Stage, steps: int) -> list[str]:
+    """The `--set` overrides of a training stage's recipe (`tiny`'s, its model replaced by the init export's)."""
+    from zebra.device import resolve_device
+    from zebra.train.run import distill_overrides
+
+    init = export_of(o, stage.params["init"])
+    lr, interval = stage.params["lr"], max(1, steps // o.evals)
+    cuda = resolve_device(o.device).startswith("cuda")
+    return [
+        *distill_overrides(o.teacher, str(init)),
+        f"distill.stage={stage.params['stage']}",
+        f"data.paths={o.data}", "data.mock=false", f"data.tokenizer={init}", f"data.seq_len={o.seq_len}",
+        f"train.global_batch_size={o.batch}", f"train.micro_batch_size={o.micro_batch}",
+        f"train.max_steps={steps}", f"train.lr={lr}", f"train.min_lr={lr / 10}",
+        f"train.warmup_steps={max(1, steps // 100)}", "train.lr_decay_style=cosine",
+        f"train.eval_interval={interval}", f"train.save_interval={interval}", "train.export=true",
+        f"train.precision={'bf16' if cuda else 'fp32'}",
+        *o.sets,
+    ]  # fmt: skip
+
+
+def run_train(o: PipelineOptions, stage: Stage, view: PipelineView, tokens_before: int) -> dict[str, Any]:
+    """One training stage through the trainer (resumed from its newest checkpoint, if any)."""
+    from zebra.device import resolve_device
+    from zebra.recipes import load_recipe
+    from zebra.train.metrics import read_metrics
+    from zebra.train.run import RankLayout, prepare_run, resolve_run
+    from zebra.train.trainer import train_rank
+
+    steps = stage_steps(o, stage)
+    recipe = load_recipe("tiny", overrides=train_overrides(o, stage, steps))
+    recipe.name = stage.name
+    device = resolve_device(o.device)
+    run = resolve_run(recipe, RankLayout(device.split(":")[0], 1, 1), output=o.output, run=stage.name)
+    prepare_run(run)
+    result = train_rank(run.run_dir, resume="auto", device=device, view=view.train_view(stage, tokens_before))
+    records = [r for r in read_metrics(run.run_dir / "metrics.jsonl") if "val_loss" in r]
+    last = records[-1] if records else {}
+    return {
+        "run": str(run.run_dir), "export": str(run.run_dir / "export"), "steps": result.step,
+        "tokens": result.step * o.batch * o.seq_len, "loss": result.loss, "heldout_ce": last.get("val_loss"),
+        "teacher_heldout_ce": last.get("teacher_val_loss"), "stopped_by": result.stopped_by,
+    }  # fmt: skip
+
+
+RUNNERS: dict[str, Callable[[PipelineOptions, Stage, PipelineView, int], dict[str, Any]]] = {
+    "upcycle": run_upcycle,
+    "compose": run_compose,
+    "train": run_train,
+}
+
+
+def check_options(o: PipelineOptions) -> None:
+    """Every one-line refusal that can be known before the first stage: the teacher, the data's tokenizer, the
+    MLA count, the token budget."""
+    from zebra.mixers import recurrent_names
+    from zebra.upcycle import open_teacher
+
+    if o.mixer not in recurrent_names():
+        raise ZebraError(f"--mixer {o.mixer}: unknown", fix=f"use one of {', '.join(recurrent_names())}")
+    teacher = open_teacher(o.teacher)  # a missing or unsupported teacher: its own one-line error
+    try:
+        layers = teacher.shape.num_layers
+        if teacher.tokenizer is None:
+            raise ZebraError(f"teacher {o.teacher}: no tokenizer found beside it",
+                             fix="use a teacher folder or file that carries its tokenizer")  # fmt: skip
+        check_data_tokenizer(o.data, teacher.tokenizer, o.teacher)
+    finally:
+        teacher.tensors.close()
+    if not 1 <= o.mla <= layers:
+        raise ZebraError(f"--mla {o.mla}: the teacher has {layers} layers",
+                         fix=f"pass --mla between 1 and {layers}")  # fmt: skip
+    check_budget(o)
+
+
+def check_data_tokenizer(data: str, tokenizer: Any, teacher: str) -> None:
+    """Refuse data that is missing or was prepared with another tokenizer than the teacher's."""
+    from zebra.data import read_manifest
+    from zebra.data.paths import parse_data_path, prep_folder
+    from zebra.data.tokenizers import recorded_vocabulary, vocabulary
+
+    target = parse_data_path(data).target
+    folder = prep_folder(target)
+    if folder is None:
+        if not Path(f"{target}.bin").is_file():
+            raise ZebraError(f"--data {data}: no prepared folder or Megatron prefix there",
+                             fix=f"zebra data prep --source TEXT --tokenizer {teacher} -o {data}")  # fmt: skip
+        folder = prep_folder(Path(target).parent)  # a prefix inside a prepared folder
+        if folder is None:
+            return  # a bare prefix: the training stages check its ids against the vocabulary
+    recorded = recorded_vocabulary(read_manifest(folder).tokenizer)
+    want = vocabulary(tokenizer)
+    if recorded is not None and recorded != want:
+        raise ZebraError(
+            f"--data {data}: tokenized with another tokenizer ({recorded[0]} ids, vocabulary {recorded[1][:12]}) "
+            f"than the teacher's ({want[0]} ids, vocabulary {want[1][:12]})",
+            fix=f"prepare it again with the teacher's tokenizer: zebra data prep --tokenizer {teacher}",
+        )
+
+
+def check_budget(o: PipelineOptions) -> None:
+    """Every training stage gets at least `MIN_STEPS` steps of --tokens."""
+    per_step = o.batch * o.seq_len
+    for stage in plan_stages(o):
+        if stage.kind == "train" and stage_steps(o, stage) < MIN_STEPS:
+            need = -(-MIN_STEPS * per_step // stage.share) if stage.share else 0
+            raise ZebraError(
+                f"--tokens {o.tokens:,}: stage {stage.name} gets {stage_steps(o, stage)} steps of {o.batch} x "
+                f"{o.seq_len} tokens ({stage.share:.0%} of the budget), it needs {MIN_STEPS}",
+                fix=f"pass --tokens {int(need):,} or more, or a smaller --batch / --seq-len",
+            )

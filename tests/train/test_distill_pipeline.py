@@ -1,0 +1,148 @@
+"""`zebra distill`: the whole pipeline (two students, ILD of each, SMART, KD) on a tiny random Llama teacher and the
+bundled corpus in one command, its resume after a kill -9, and the one-line refusals before any work."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+from tests.upcycle.teachers import tiny_llama
+
+from zebra.checkpoint_dir import committed
+
+from .helpers import invoke_in_process, records, wait_for, zebra_process
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory) -> Path:
+    return tiny_llama(tmp_path_factory.mktemp("teacher") / "llama", num_hidden_layers=4, seed=3)
+
+
+@pytest.fixture(scope="module")
+def data(sample_prefix) -> str:
+    return str(Path(sample_prefix).parent)  # the prepared folder (its manifest names the byte tokenizer)
+
+
+def distill_args(teacher, data, out, tokens="6k", *extra) -> list[str]:
+    """2 steps for each ILD stage and 18 for KD, of 8 x 32 tokens, an evaluation and checkpoint every 2 ILD steps."""
+    return ["distill", str(teacher), "--data", data, "--tokens", tokens, "--seq-len", "32", "--batch", "8",
+            "--mla", "2", "--mixer", "gdn", "--device", "cpu", "--evals", "1", "-o", str(out),
+            "--set", "data.split=90,10,0", "--set", "train.eval_steps=1", *extra]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory, teacher, data):
+    out = tmp_path_factory.mktemp("pipeline") / "out"
+    result = invoke_in_process(*distill_args(teacher, data, out))
+    assert result.exit_code == 0, result.output
+    return out, result.output
+
+
+def test_one_command_runs_every_stage_into_one_folder(pipeline):
+    out, output = pipeline
+    state = json.loads((out / "stages.json").read_text())
+    names = ["upcycle-mla", "upcycle-rec", "ild-mla", "ild-rec", "hybrid", "kd"]
+    assert list(state["stages"]) == names
+    assert {s["status"] for s in state["stages"].values()} == {"done"}
+    stages = {name: s["result"] for name, s in state["stages"].items()}
+    assert [stages[n]["steps"] for n in ("ild-mla", "ild-rec", "kd")] == [2, 2, 18]
+    assert stages["upcycle-mla"]["pattern"] == "*-*-*-*-" and set(stages["upcycle-rec"]["pattern"][::2]) == {
+        "G"
+    }
+    hybrid = json.loads((out / "hybrid" / "upcycle.json").read_text())
+    assert hybrid["placement"] == "smart" and len(hybrid["smart"]["scores"]) == 4
+    assert hybrid["students"] == {
+        "mla": str(out / "ild-mla" / "export"),
+        "recurrent": str(out / "ild-rec" / "export"),
+    }
+    assert stages["hybrid"]["mla_layers"] == hybrid["mla_layers"] and len(hybrid["mla_layers"]) == 2
+    kd = json.loads((out / "kd" / "export" / "config.json").read_text())
+    assert kd["layer_pattern"] == hybrid["pattern"]
+    teacher_ce = {stages[n]["teacher_heldout_ce"] for n in ("ild-mla", "ild-rec", "kd")}
+    assert len(teacher_ce) == 1  # the same held-out batches in every stage
+    evals = [r for r in records(out / "kd") if "val_loss" in r]
+    assert evals[-1]["val_loss"] == stages["kd"]["heldout_ce"] and evals[-1]["teacher_val_loss"] in teacher_ce
+    assert (out / "loss.png").stat().st_size > 0
+    assert "kd step 18/18" in output and "held-out CE" in output and "distilled student" in output
+
+
+def test_a_second_call_skips_what_is_done(pipeline, teacher, data):
+    out, _ = pipeline
+    before = (out / "stages.json").read_text()
+    result = invoke_in_process(*distill_args(teacher, data, out))
+    assert result.exit_code == 0, result.output
+    assert result.output.count("done before, skipped") == 6
+    assert json.loads((out / "stages.json").read_text())["stages"] == json.loads(before)["stages"]
+
+
+def test_killed_mid_stage_it_resumes_at_that_stage_and_its_checkpoint(tmp_path, teacher, data):
+    """kill -9 once KD saved a checkpoint: the next call skips the done stages and resumes KD from it."""
+    out = tmp_path / "out"
+    args = distill_args(teacher, data, out, "40k", "--evals", "8")  # KD: 125 steps, a checkpoint every 15
+    proc = zebra_process(*args)
+    wait_for(lambda: bool(committed(out / "kd" / "checkpoints")), proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    state = json.loads((out / "stages.json").read_text())["stages"]
+    assert state["kd"]["status"] == "running" and state["ild-rec"]["status"] == "done"
+    saved = sorted(int(p.name.split("_")[1]) for p in committed(out / "kd" / "checkpoints"))
+    result = invoke_in_process(*args)
+    assert result.exit_code == 0, result.output
+    assert result.output.count("done before, skipped") == 5
+    assert f"resumed from {out / 'kd' / 'checkpoints' / f'step_{saved[-1]:07d}'}" in result.output
+    assert json.loads((out / "stages.json").read_text())["stages"]["kd"]["status"] == "done"
+    steps = [r["step"] for r in records(out / "kd") if "loss" in r]  # a line every 10 steps (tiny's)
+    assert steps == [*range(10, 121, 10), 125]  # each once: the steps after the checkpoint are not doubled
+
+
+def _refused(result, out: Path, *needles: str) -> None:
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    for needle in needles:
+        assert needle in result.output
+    assert not (out / "stages.json").exists()
+
+
+def test_a_teacher_zebra_cannot_upcycle_is_refused_before_any_work(tmp_path, teacher, data):
+    other = tmp_path / "gpt2"
+    shutil.copytree(teacher, other)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "model_type": "gpt2"}))
+    result = invoke_in_process(*distill_args(other, data, tmp_path / "out"))
+    _refused(result, tmp_path / "out", "model_type 'gpt2' is not a Llama-family Transformer")
+
+
+def test_data_in_another_tokenizer_is_refused_before_any_work(tmp_path, teacher, data):
+    from zebra.data.tokenizers import byte_tokenizer
+
+    other = tmp_path / "teacher-260"
+    shutil.copytree(teacher, other)
+    tokenizer = byte_tokenizer()
+    tokenizer.add_tokens(["<|tool|>"])
+    tokenizer.save_pretrained(other)
+    result = invoke_in_process(*distill_args(other, data, tmp_path / "out"))
+    _refused(result, tmp_path / "out", f"--data {data}: tokenized with another tokenizer (259 ids",
+             "than the teacher's (260 ids")  # fmt: skip
+
+
+def test_a_budget_too_small_for_the_stages_is_refused_before_any_work(tmp_path, teacher, data):
+    result = invoke_in_process(*distill_args(teacher, data, tmp_path / "out", "4k"))
+    _refused(result, tmp_path / "out", "--tokens 4,000: stage ild-mla gets 1 steps of 8 x 32 tokens (10% of the budget)",
+             "pass --tokens 5,120 or more")  # fmt: skip
+
+
+def test_other_options_on_an_existing_folder_are_refused(pipeline, teacher, data):
+    out, _ = pipeline
+    result = invoke_in_process(*distill_args(teacher, data, out, "8k"))
+    assert result.exit_code == 1 and "a pipeline started with other options (tokens differ" in result.output
+
+
+@pytest.mark.parametrize(
+    "text, count", [("50M", 50_000_000), ("2.5m", 2_500_000), ("800k", 800_000), ("123", 123)]
+)
+def test_token_counts(text, count):
+    from zebra.cli.distill import parse_tokens
+
+    assert parse_tokens(text) == count
