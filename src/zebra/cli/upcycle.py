@@ -79,6 +79,13 @@ def upcycle_command(
     qk_rope_head_dim: Annotated[
         int | None, typer.Option("--qk-rope-head-dim", help="MLA channels per head with RoPE.")
     ] = None,
+    latent_norm: Annotated[
+        bool | None,
+        typer.Option(
+            "--latent-norm/--no-latent-norm",
+            help="RMSNorm on the MLA latents (default: none, as published; with --recipe, the recipe's).",
+        ),
+    ] = None,
     recipe: Annotated[
         str | None,
         typer.Option("--recipe", help="Take the student's shapes from this recipe (name or path)."),
@@ -138,6 +145,7 @@ def upcycle_command(
         q_lora_rank=q_lora_rank,
         qk_rope_head_dim=qk_rope_head_dim,
         recipe=recipe,
+        latent_norm=latent_norm,
     )
     with sigterm_raises("upcycle"), out.progress("upcycling", unit="B", enabled=not json_) as bar:
         report = upcycle(

@@ -160,7 +160,8 @@ def notes(teacher: Teacher, plan: StudentPlan, tensors: list[TensorOrigin], svd:
         out.append(
             "MLA from GQA is approximate: truncated SVDs, one RoPE key shared by all heads (the mean over KV "
             f"heads), RoPE on {plan.config['qk_rope_head_dim']} of {s.head_dim} channels per head with the "
-            "student's own frequencies, and latent RMSNorms that rescale each token"
+            "student's own frequencies"
+            + (", and latent RMSNorms that rescale each token" if plan.config.get("mla_latent_norm") else "")
         )
         if activation:
             out.append(
@@ -193,7 +194,11 @@ def notes(teacher: Teacher, plan: StudentPlan, tensors: list[TensorOrigin], svd:
             "the teacher's q/k RMSNorm weights are folded into W_q / W_k; the per-token normalisation is dropped"
         )
     if s.rope_scaling:
+        factor = plan.config.get("rope_scaling", {}).get("factor", 1.0)
         out.append(
-            f"the teacher's RoPE scaling ({s.rope_scaling}) is not carried over: the student uses plain RoPE"
+            f"the teacher's RoPE scaling ({s.rope_scaling}) becomes YaRN over the MLA RoPE channels, factor "
+            f"{factor:g} (the recurrent mixers have no positions)"
+            if factor > 1.0
+            else f"the teacher's RoPE scaling ({s.rope_scaling}) is not carried over: the student uses plain RoPE"
         )
     return out
