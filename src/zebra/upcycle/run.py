@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zebra.errors import ZebraError
 from zebra.model_folder import check_output
@@ -13,6 +13,9 @@ from zebra.upcycle.readers import open_teacher
 from zebra.upcycle.report import TensorOrigin, UpcycleReport
 from zebra.upcycle.student import StudentOptions, StudentPlan, plan_student
 from zebra.upcycle.teacher import Teacher
+
+if TYPE_CHECKING:
+    from zebra.upcycle.calibrate import CalibrateOptions
 
 DTYPES = {"auto": None, "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 REPORT_FILE = "upcycle.json"
@@ -28,7 +31,9 @@ def upcycle(
     force: bool = False,
     seed: int = 0,
     calibration: Calibration | None = None,
+    calibrate: CalibrateOptions | None = None,
     on_progress: Callable[[float, float | None, str], None] | None = None,
+    on_calibrate: Callable[[float, float | None, str], None] | None = None,
 ) -> UpcycleReport:
     """Initialise a Zebra hybrid from a pretrained Transformer and write it as a Zebra HF export.
 
@@ -42,7 +47,10 @@ def upcycle(
         seed: seeds the recurrent mixers' own initialisation.
         calibration: text in the teacher's tokenizer for an activation-aware SVD of the MLA layers (the teacher
             runs over it once; `zebra.upcycle.calibration`); None: the published plain SVD.
+        calibrate: fit every mixer to the teacher's attention on this text before writing
+            (`zebra.upcycle.calibrate`); None: the student as upcycled.
         on_progress: called after each tensor with (bytes written, total bytes, the tensor's name).
+        on_calibrate: called while calibrating with (steps done, total steps, a note).
 
     Returns:
         The report, also written to `output/upcycle.json`.
@@ -56,7 +64,8 @@ def upcycle(
     opened = open_teacher(teacher, tokenizer=tokenizer)
     try:
         return upcycle_teacher(opened, output, options, dtype=dtype, force=force, seed=seed,
-                               calibration=calibration, on_progress=on_progress)  # fmt: skip
+                               calibration=calibration, calibrate=calibrate, on_progress=on_progress,
+                               on_calibrate=on_calibrate)  # fmt: skip
     finally:
         opened.tensors.close()
 
@@ -70,7 +79,9 @@ def upcycle_teacher(
     force: bool = False,
     seed: int = 0,
     calibration: Calibration | None = None,
+    calibrate: CalibrateOptions | None = None,
     on_progress: Callable[[float, float | None, str], None] | None = None,
+    on_calibrate: Callable[[float, float | None, str], None] | None = None,
 ) -> UpcycleReport:
     """`upcycle` for an opened teacher (`open_teacher`); the arguments are `upcycle`'s."""
     import torch
@@ -89,12 +100,20 @@ def upcycle_teacher(
     if calibration is not None and plan.mla_layers:
         moments, tokens = attention_input_moments(teacher, calibration, plan.mla_layers)
         svd = {"method": "activation", "calibration": calibration.data, "tokens": tokens}
-    source = UpcycledSource(teacher, config, student_dtype, seed, moments)
+    source: Any = UpcycledSource(teacher, config, student_dtype, seed, moments)
+    calibrated = None
+    if calibrate is not None:
+        from zebra.upcycle.calibrate import CalibratedSource, calibrate_student
+
+        calibrated = calibrate_student(teacher, config, source, calibrate, on_progress=on_calibrate)
+        source = CalibratedSource(source, calibrated)
     reports: list[UpcycleReport] = []
 
     def add_report(tmp: Path) -> None:
         """upcycle.json into the export before it is renamed into place (the tensors' origins are known now)."""
         reports.append(_report(teacher, plan, config, source, out, student_dtype, svd))
+        if calibrated is not None:
+            reports[0].calibration = calibrated.record()
         reports[0].write(tmp / REPORT_FILE)
 
     export_hf(
