@@ -70,7 +70,9 @@ def forms(args) -> list[tuple[str, dict]]:
             for ranks, q, kv in (("default", None, None), ("full", args.full_q_rank, args.full_kv_rank)):
                 options = StudentOptions(mla_layers="all", latent_norm=norm, q_lora_rank=q, kv_lora_rank=kv)
                 label = f"all MLA, {svd} SVD, {'latent norms' if norm else 'no latent norms'}, {ranks} ranks"
-                out.append((label, {"options": options, "calibration": activation if svd == "activation" else None}))
+                out.append(
+                    (label, {"options": options, "calibration": activation if svd == "activation" else None})
+                )
     return out
 
 
@@ -81,7 +83,9 @@ def hybrids(args) -> list[tuple[str, dict]]:
     from zebra.upcycle.student import StudentOptions
 
     fit = FitOptions(steps=args.steps)
-    calibrate = CalibrateOptions(args.calibration, samples=args.samples, seq_len=args.calibrate_seq_len, fit=fit)
+    calibrate = CalibrateOptions(
+        args.calibration, samples=args.samples, seq_len=args.calibrate_seq_len, fit=fit
+    )
     out = []
     for mixer in args.mixers.split(","):
         options = StudentOptions(mixer=mixer, mla=args.mla)

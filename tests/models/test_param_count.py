@@ -24,7 +24,9 @@ def test_num_parameters_equals_arch_count(name):
 
 @pytest.mark.parametrize("latent_norm", [True, False])
 def test_mla_latent_norms_are_counted_only_when_the_model_has_them(latent_norm):
-    config = load_recipe("tiny", overrides=[f"model.mla.latent_norm={str(latent_norm).lower()}"]).model.to_config()
+    config = load_recipe(
+        "tiny", overrides=[f"model.mla.latent_norm={str(latent_norm).lower()}"]
+    ).model.to_config()
     model = meta_model(config)
     names = set(model.state_dict())
     assert any(n.endswith("mixer.kv_norm.weight") for n in names) is latent_norm

@@ -84,7 +84,8 @@ def upcycle_command(
         int, typer.Option("--calibrate-seq-len", help="--calibrate: tokens per sequence.", min=8)
     ] = 256,
     calibrate_steps: Annotated[
-        int, typer.Option("--calibrate-steps", help="--calibrate: Adam steps per layer (0: gates only).", min=0)
+        int,
+        typer.Option("--calibrate-steps", help="--calibrate: Adam steps per layer (0: gates only).", min=0),
     ] = 100,
     kv_lora_rank: Annotated[
         int | None, typer.Option("--kv-lora-rank", help="MLA key/value latent rank (the cached latent).")
@@ -169,7 +170,9 @@ def upcycle_command(
         latent_norm=latent_norm,
     )
     fitting = (
-        CalibrateOptions(calibrate, calibrate_samples, calibrate_seq_len, device, FitOptions(steps=calibrate_steps))
+        CalibrateOptions(
+            calibrate, calibrate_samples, calibrate_seq_len, device, FitOptions(steps=calibrate_steps)
+        )
         if calibrate is not None
         else None
     )
@@ -265,13 +268,13 @@ def _show_scores(report) -> None:
 
 def _show_calibration(calibration: dict) -> None:
     """Each mixer's relative output error against the teacher's attention, before and after calibrating."""
+    columns = ("error_upcycled", "error_init", "error_fit")
     out.table(
         ["layer", "mixer", "upcycled", "gates set", "fitted", "best step"],
         [
-            [f["layer"], f["mixer"], f"{f['error_upcycled']:.3f}", f"{f['error_init']:.3f}",
-             f"{f['error_fit']:.3f}", f["best_step"]]
+            [f["layer"], f["mixer"], *(f"{f[c]:.3f}" for c in columns), f["best_step"]]
             for f in calibration["layers"]
-        ],  # fmt: skip
+        ],
         title=f"calibration: ||y - y_teacher|| / ||y_teacher|| on {calibration['tokens']:,} tokens of "
         f"{calibration['data']}, {calibration['steps']} steps a layer",
     )

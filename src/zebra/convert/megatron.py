@@ -283,7 +283,10 @@ def zebra_config_kwargs(args: Any, shapes: Shapes, pattern: str, origin: str) ->
 
 # Where a Megatron MLA layer keeps its key/value latent norm (its own module, or fused into linear_kv_up_proj);
 # a checkpoint with neither was built with `q_layernorm/kv_layernorm = IdentityOp` (no latent norms).
-_KV_LATENT_NORMS = ("self_attention.kv_layernorm.weight", "self_attention.linear_kv_up_proj.layer_norm_weight")
+_KV_LATENT_NORMS = (
+    "self_attention.kv_layernorm.weight",
+    "self_attention.linear_kv_up_proj.layer_norm_weight",
+)
 
 
 def _stack_kwargs(args: Any, shapes: Shapes, pattern: str, origin: str) -> dict[str, Any]:

@@ -51,7 +51,8 @@ class MLASpec:
     )
     v_head_dim: int = spec(64, doc="per-head value channels", min=1)
     latent_norm: bool = spec(
-        True, doc="RMSNorm on the query and key/value latents (false: none, as the published upcycled students)"
+        True,
+        doc="RMSNorm on the query and key/value latents (false: none, as the published upcycled students)",
     )
     rope_theta: float = spec(500000.0, doc="RoPE base", min=1.0)
     rope_scaling_factor: float = spec(1.0, doc="YaRN scaling factor (1.0 = plain RoPE)", min=1.0)

@@ -116,7 +116,9 @@ def calibrate_student(
         def on_step(step: int, error: float, n: int = n, index: int = index) -> None:
             if on_progress is not None:
                 kind = mixer_spec(config.layer_pattern[index]).label
-                on_progress(n * options.fit.steps + step, total, f"layer {index // 2} {kind}: error {error:.3f}")
+                on_progress(
+                    n * options.fit.steps + step, total, f"layer {index // 2} {kind}: error {error:.3f}"
+                )
 
         fitted, result = _calibrate_mixer(config, source, index, record, options.fit, dev, on_step)
         tensors.update(fitted)

@@ -105,7 +105,7 @@ def fit_value_scale(mixer: nn.Module, head_outputs: torch.Tensor, target: torch.
     import torch
 
     proj = output_projection(mixer)
-    N, H, Dv = head_outputs.shape
+    _, H, Dv = head_outputs.shape
     w = proj.weight.detach().float().view(-1, H, Dv)  # [D, H, Dv]
     per_head = torch.einsum("nhv,dhv->hnd", head_outputs.float(), w).flatten(1)  # [H, N * D]
     gram = (per_head @ per_head.T).double()  # [H, H]

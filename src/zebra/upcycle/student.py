@@ -46,7 +46,9 @@ class StudentOptions:
     q_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
     recipe: str | None = None  # a recipe name or path whose model shapes to use
-    latent_norm: bool | None = None  # MLA latent RMSNorms (None: none, as published; with a recipe, the recipe's)
+    latent_norm: bool | None = (
+        None  # MLA latent RMSNorms (None: none, as published; with a recipe, the recipe's)
+    )
 
 
 @dataclass(frozen=True)
@@ -273,7 +275,11 @@ def student_rope(shape: TeacherShape) -> dict[str, Any]:
     with (Llama 3's `llama3` factor 32 from 8192, a `yarn` teacher...), YaRN over the d_rope channels with the
     teacher's factor and original context, as the published students (factor 32 or 8, original 8192)."""
     if shape.rope_factor <= 1.0:
-        return {"type": "yarn", "factor": 1.0, "original_max_position_embeddings": shape.max_position_embeddings}
+        return {
+            "type": "yarn",
+            "factor": 1.0,
+            "original_max_position_embeddings": shape.max_position_embeddings,
+        }
     return {
         "type": "yarn",
         "factor": shape.rope_factor,

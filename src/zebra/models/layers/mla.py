@@ -88,7 +88,9 @@ class MultiLatentAttention(nn.Module):
         qk_head_dim = qk_nope_head_dim + qk_rope_head_dim
         if q_lora_rank:
             self.q_down_proj = nn.Linear(hidden_size, q_lora_rank, bias=False)
-            self.q_norm = RMSNorm(q_lora_rank, eps=norm_eps, backend=backend) if latent_norm else nn.Identity()
+            self.q_norm = (
+                RMSNorm(q_lora_rank, eps=norm_eps, backend=backend) if latent_norm else nn.Identity()
+            )
             self.q_up_proj = nn.Linear(q_lora_rank, num_heads * qk_head_dim, bias=False)
         else:
             self.q_proj = nn.Linear(hidden_size, num_heads * qk_head_dim, bias=False)
