@@ -94,6 +94,17 @@ def hybrids(args) -> list[tuple[str, dict]]:
     return out
 
 
+def progress_printer():
+    """A calibration progress callback printing one line per layer fitted (the script runs unattended)."""
+    start = time.time()
+
+    def show(done, total, note):
+        if total and done % 100 == 0:
+            print(f"  {done}/{total} steps, {time.time() - start:.0f} s: {note}", flush=True)
+
+    return show
+
+
 def main() -> None:
     import torch
 
@@ -127,7 +138,7 @@ def main() -> None:
     for n, (label, kwargs) in enumerate(forms(args) if args.table == "forms" else hybrids(args)):
         folder = args.output / f"student-{n}"
         start = time.time()
-        report = upcycle(args.teacher, folder, force=True, **kwargs)
+        report = upcycle(args.teacher, folder, force=True, on_calibrate=progress_printer(), **kwargs)
         seconds = time.time() - start
         ce = heldout_ce(ZebraForCausalLM.from_pretrained(folder, dtype=torch.float32), windows)
         rows.append({"student": label, "ce": ce, "ratio": ce / rows[0]["ce"], "upcycle_s": round(seconds, 1),
