@@ -89,7 +89,8 @@ def hybrids(args) -> list[tuple[str, dict]]:
     out = []
     for mixer in args.mixers.split(","):
         options = StudentOptions(mixer=mixer, mla=args.mla)
-        out.append((f"{mixer} + {args.mla} MLA, upcycled", {"options": options}))
+        if not args.calibrated_only:
+            out.append((f"{mixer} + {args.mla} MLA, upcycled", {"options": options}))
         out.append((f"{mixer} + {args.mla} MLA, calibrated", {"options": options, "calibrate": calibrate}))
     return out
 
@@ -121,9 +122,10 @@ def main() -> None:
     p.add_argument("--table", choices=("forms", "calibrate"), default="calibrate")
     p.add_argument("--mixers", default="mamba,gdn")
     p.add_argument("--mla", type=int, default=8)
-    p.add_argument("--steps", type=int, default=100, help="calibrate: Adam steps per layer")
+    p.add_argument("--steps", type=int, default=50, help="calibrate: Adam steps per layer")
     p.add_argument("--samples", type=int, default=16, help="calibrate: sequences")
-    p.add_argument("--calibrate-seq-len", type=int, default=256)
+    p.add_argument("--calibrate-seq-len", type=int, default=128)
+    p.add_argument("--calibrated-only", action="store_true", help="calibrate: skip the uncalibrated students")
     p.add_argument("--svd-samples", type=int, default=32, help="forms: activation-SVD sequences of 512")
     p.add_argument("--full-q-rank", type=int, default=576)
     p.add_argument("--full-kv-rank", type=int, default=384)

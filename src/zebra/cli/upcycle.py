@@ -82,11 +82,11 @@ def upcycle_command(
     ] = 16,
     calibrate_seq_len: Annotated[
         int, typer.Option("--calibrate-seq-len", help="--calibrate: tokens per sequence.", min=8)
-    ] = 256,
+    ] = 128,
     calibrate_steps: Annotated[
         int,
         typer.Option("--calibrate-steps", help="--calibrate: Adam steps per layer (0: gates only).", min=0),
-    ] = 100,
+    ] = 50,
     kv_lora_rank: Annotated[
         int | None, typer.Option("--kv-lora-rank", help="MLA key/value latent rank (the cached latent).")
     ] = None,

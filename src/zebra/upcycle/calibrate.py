@@ -37,7 +37,7 @@ class CalibrateOptions:
 
     data: str  # a prepared folder or Megatron prefix in the teacher's tokenizer (as --calibration takes)
     samples: int = 16  # sequences
-    seq_len: int = 256  # tokens per sequence
+    seq_len: int = 128  # tokens per sequence
     device: str = "auto"  # where the teacher runs and the mixers are fitted
     fit: FitOptions = field(default_factory=FitOptions)
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 class FitOptions:
     """How each mixer is fitted."""
 
-    steps: int = 100  # Adam steps per layer
+    steps: int = 50  # Adam steps per layer
     lr: float = 1e-3
     batch: int = 2  # sequences per step
     eval_every: int = 25  # steps between measurements of the error on all sequences (the best is kept)
