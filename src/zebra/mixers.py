@@ -291,11 +291,12 @@ register_mixer(
 def _mla_params(cfg: Any) -> int:
     d, h = cfg.hidden_size, cfg.num_attention_heads
     qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
+    norms = bool(getattr(cfg, "mla_latent_norm", True))  # the latent RMSNorms' weights
     if cfg.q_lora_rank:
-        q = d * cfg.q_lora_rank + cfg.q_lora_rank + cfg.q_lora_rank * h * qk
+        q = d * cfg.q_lora_rank + norms * cfg.q_lora_rank + cfg.q_lora_rank * h * qk
     else:
         q = d * h * qk
-    kv = d * (cfg.kv_lora_rank + cfg.qk_rope_head_dim) + cfg.kv_lora_rank
+    kv = d * (cfg.kv_lora_rank + cfg.qk_rope_head_dim) + norms * cfg.kv_lora_rank
     kv += cfg.kv_lora_rank * h * (cfg.qk_nope_head_dim + cfg.v_head_dim)
     return q + kv + h * cfg.v_head_dim * d
 
@@ -324,6 +325,7 @@ register_mixer(
         summary=lambda c: (
             f"{c.num_attention_heads} heads, q rank {c.q_lora_rank}, kv rank {c.kv_lora_rank}, nope/rope/v "
             f"{c.qk_nope_head_dim}/{c.qk_rope_head_dim}/{c.v_head_dim}, RoPE theta {c.rope_theta}"
+            + ("" if getattr(c, "mla_latent_norm", True) else ", no latent norms")
         ),
     )
 )

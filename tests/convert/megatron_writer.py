@@ -92,13 +92,14 @@ def megatron_tensors(model, pattern: str, *, te: bool) -> dict[str, torch.Tensor
             sa = m + "self_attention."
             out[m + "input_layernorm.weight"] = sd[z + "norm.weight"]
             out[sa + "linear_q_down_proj.weight"] = sd[mix + "q_down_proj.weight"]
-            out[sa + ("linear_q_up_proj.layer_norm_weight" if te else "q_layernorm.weight")] = sd[
-                mix + "q_norm.weight"
-            ]
+            if mix + "q_norm.weight" in sd:  # no latent norms: q_layernorm / kv_layernorm = IdentityOp
+                q_norm = "linear_q_up_proj.layer_norm_weight" if te else "q_layernorm.weight"
+                out[sa + q_norm] = sd[mix + "q_norm.weight"]
             out[sa + "linear_q_up_proj.weight"] = sd[mix + "q_up_proj.weight"]
             out[sa + "linear_kv_down_proj.weight"] = sd[mix + "kv_down_proj.weight"]
-            kv_norm = "linear_kv_up_proj.layer_norm_weight" if te else "kv_layernorm.weight"
-            out[sa + kv_norm] = sd[mix + "kv_norm.weight"]
+            if mix + "kv_norm.weight" in sd:
+                kv_norm = "linear_kv_up_proj.layer_norm_weight" if te else "kv_layernorm.weight"
+                out[sa + kv_norm] = sd[mix + "kv_norm.weight"]
             out[sa + "linear_kv_up_proj.weight"] = sd[mix + "kv_up_proj.weight"]
             out[sa + "linear_proj.weight"] = sd[mix + "o_proj.weight"]
         else:

@@ -37,6 +37,24 @@ def test_megatron_checkpoint_converts_to_the_same_model(tmp_path, writer, kind, 
     torch.testing.assert_close(logits(converted, ids), logits(model, ids), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("te", [True, False], ids=["te", "local"])
+def test_mla_without_latent_norms_converts_to_the_same_model(tmp_path, te):
+    """A Megatron MLA checkpoint built with IdentityOp latent norms (the published upcycled students) has no
+    norm tensors: the export says `mla_latent_norm: false` and computes the same logits."""
+    _, model = build_model("mamba-mla", extra=("model.mla.latent_norm=false",))
+    assert not any("kv_norm" in k for k in model.state_dict())
+    pattern = arch.resolve_pattern(model.config)
+    root = write_torch(tmp_path / "primus", model, pattern, te=te)
+
+    result = convert(root, "hf", tmp_path / "export", tokenizer="byte")
+
+    converted = load_zebra(result.output)
+    assert converted.config.mla_latent_norm is False
+    assert set(converted.state_dict()) == set(model.state_dict())
+    ids = tokens()
+    torch.testing.assert_close(logits(converted, ids), logits(model, ids), rtol=0, atol=0)
+
+
 def test_every_megatron_tensor_is_used_once(tmp_path):
     """No Megatron tensor is silently dropped except TE extra state and KDA's unused gate_norm."""
     _, model = build_model("kda", tie=True)

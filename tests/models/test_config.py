@@ -66,6 +66,7 @@ def test_ratio_pattern_and_explicit_pattern():
         ({"hidden_size": 0}, "'hidden_size': 0"),
         ({"layer_pattern": "M-", "num_hidden_layers": 2, "mamba_num_groups": 3}, "mamba_num_groups=3"),
         ({"qk_rope_head_dim": 7}, "qk_rope_head_dim=7"),
+        ({"mla_latent_norm": "no"}, "mla_latent_norm='no'"),
         ({"rope_scaling": {"type": "yarn", "factor": 0.5}}, "factor=0.5"),
         ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "'linear'"),
         ({"rope_scaling": {"factor": 2.0, "alpha": 1}}, "['alpha']"),
@@ -95,6 +96,21 @@ def test_rope_scaling_becomes_rope_parameters_and_survives_save_load(tmp_path):
     loaded = ZebraConfig.from_pretrained(tmp_path)
     assert loaded.to_dict() == config.to_dict()
     assert loaded.layer_pattern == "G-G-"
+
+
+def test_mla_latent_norm_survives_save_load_and_maps_back_to_its_recipe_key(tmp_path):
+    from zebra.recipes import load_recipe
+    from zebra.recipes.schema import ModelSpec
+
+    config = load_recipe("tiny", overrides=["model.mla.latent_norm=false"]).model.to_config()
+    assert config.mla_latent_norm is False
+    config.save_pretrained(tmp_path)
+    loaded = ZebraConfig.from_pretrained(tmp_path)
+    assert loaded.mla_latent_norm is False
+    overrides = ModelSpec.overrides_from_config(loaded.to_dict())
+    assert "model.mla.latent_norm=false" in overrides
+    assert load_recipe("tiny", overrides=overrides).model.mla.latent_norm is False
+    assert ZebraConfig().mla_latent_norm is True  # recipes trained from scratch keep their norms
 
 
 def test_auto_classes_know_zebra():

@@ -22,6 +22,18 @@ def test_num_parameters_equals_arch_count(name):
     assert meta_model(config).num_parameters() == param_count(config).total
 
 
+@pytest.mark.parametrize("latent_norm", [True, False])
+def test_mla_latent_norms_are_counted_only_when_the_model_has_them(latent_norm):
+    config = load_recipe(
+        "tiny", overrides=[f"model.mla.latent_norm={str(latent_norm).lower()}"]
+    ).model.to_config()
+    model = meta_model(config)
+    names = set(model.state_dict())
+    assert any(n.endswith("mixer.kv_norm.weight") for n in names) is latent_norm
+    assert any(n.endswith("mixer.q_norm.weight") for n in names) is (latent_norm and config.q_lora_rank > 0)
+    assert model.num_parameters() == param_count(config).total
+
+
 def test_1b_gdn_pure_matches_fla_gated_deltanet():
     from fla.models import GatedDeltaNetConfig, GatedDeltaNetForCausalLM
 

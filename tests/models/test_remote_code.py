@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 from tests.models.tiny import tiny_model
 
@@ -39,8 +40,9 @@ LOADER = textwrap.dedent(
 )
 
 
-def test_export_loads_without_zebra_and_gives_the_same_logits(tmp_path):
-    model = tiny_model("tiny")
+@pytest.mark.parametrize("latent_norm", [True, False], ids=["latent-norms", "no-latent-norms"])
+def test_export_loads_without_zebra_and_gives_the_same_logits(tmp_path, latent_norm):
+    model = tiny_model("tiny", mla_latent_norm=latent_norm)
     export = tmp_path / "export"
     model.config.auto_map = write_remote_code(export)
     model.save_pretrained(export)
@@ -59,6 +61,7 @@ def test_export_loads_without_zebra_and_gives_the_same_logits(tmp_path):
     )
     result = torch.load(out)
     assert result["module"].startswith("transformers_modules.")  # the exported code, not zebra's
+    assert json.loads((export / "config.json").read_text())["mla_latent_norm"] is latent_norm
     ids_t = torch.tensor(ids)
     with torch.no_grad():
         torch.testing.assert_close(result["logits"], model(ids_t).logits, atol=1e-12, rtol=0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 
@@ -170,3 +171,44 @@ def test_a_recipe_whose_pattern_mixes_recurrent_kinds_is_a_mismatch():
         ZebraError, match=r"model\.pattern '\*-M-G-K-' \(expected mixer/MLP pairs with one recurrent kind\)"
     ):
         plan_student(llama(layers=4), StudentOptions(recipe="tiny"))
+
+
+def test_upcycled_students_have_no_latent_norms_unless_asked_or_their_recipe_has_them(tmp_path):
+    assert plan_student(llama(), StudentOptions()).config["mla_latent_norm"] is False
+    assert plan_student(llama(), StudentOptions(latent_norm=True)).config["mla_latent_norm"] is True
+    recipe = tmp_path / "upcycled-1b.yaml"
+    recipe.write_text("extends: 1b-mamba-mla\nmodel:\n  mamba: {num_groups: 32}\n")
+    assert plan_student(llama(), StudentOptions(recipe=str(recipe))).config["mla_latent_norm"] is True
+    plan = plan_student(llama(), StudentOptions(recipe=str(recipe), latent_norm=False))
+    assert plan.config["mla_latent_norm"] is False
+
+
+def test_a_teacher_context_extension_becomes_yarn_over_the_rope_channels():
+    """Llama 3.2's `llama3` scaling (factor 32 from 8192) gives the published students' YaRN; none gives plain."""
+    import dataclasses
+
+    from zebra.models import ZebraConfig
+
+    assert plan_student(llama(), StudentOptions()).config["rope_scaling"]["factor"] == 1.0
+    extended = dataclasses.replace(llama(), rope_scaling="llama3", rope_factor=32.0, rope_original_max=8192)
+    config = ZebraConfig(**plan_student(extended, StudentOptions()).config)
+    rope = config.rope_parameters
+    assert (rope["factor"], rope["original_max_position_embeddings"]) == (32.0, 8192)
+    assert rope["mscale"] == rope["mscale_all_dim"] == 1.0
+    from zebra.models.layers.rotary import yarn_softmax_scale
+
+    qk = config.qk_nope_head_dim + config.qk_rope_head_dim
+    assert yarn_softmax_scale(rope, qk) == pytest.approx((0.1 * math.log(32) + 1) ** 2 / math.sqrt(qk))
+
+
+def test_the_context_extension_is_read_from_an_hf_config():
+    from zebra.upcycle.teacher import shape_from_hf_config
+
+    cfg = dict(model_type="llama", vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+               num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0, max_position_embeddings=131072,
+               rope_scaling={"rope_type": "llama3", "factor": 32.0, "original_max_position_embeddings": 8192,
+                             "low_freq_factor": 1.0, "high_freq_factor": 4.0})  # fmt: skip
+    shape = shape_from_hf_config(cfg, "llama-3.2-1b")
+    assert (shape.rope_scaling, shape.rope_factor, shape.rope_original_max) == ("llama3", 32.0, 8192)
+    plain = shape_from_hf_config({**cfg, "rope_scaling": None}, "llama")
+    assert (plain.rope_factor, plain.rope_original_max) == (1.0, None)

@@ -72,6 +72,23 @@ def upcycle_command(
     device: Annotated[
         str, typer.Option("--device", help="Where the calibration runs: auto, cpu, cuda.")
     ] = "auto",
+    calibrate: Annotated[
+        str | None,
+        typer.Option(
+            "--calibrate",
+            help="Fit every new mixer to the teacher's attention on this text (teacher's tokenizer) before writing.",
+        ),
+    ] = None,
+    calibrate_samples: Annotated[
+        int, typer.Option("--calibrate-samples", help="--calibrate: sequences of text.", min=1)
+    ] = 16,
+    calibrate_seq_len: Annotated[
+        int, typer.Option("--calibrate-seq-len", help="--calibrate: tokens per sequence.", min=8)
+    ] = 128,
+    calibrate_steps: Annotated[
+        int,
+        typer.Option("--calibrate-steps", help="--calibrate: Adam steps per layer (0: gates only).", min=0),
+    ] = 50,
     kv_lora_rank: Annotated[
         int | None, typer.Option("--kv-lora-rank", help="MLA key/value latent rank (the cached latent).")
     ] = None,
@@ -80,6 +97,13 @@ def upcycle_command(
     ] = None,
     qk_rope_head_dim: Annotated[
         int | None, typer.Option("--qk-rope-head-dim", help="MLA channels per head with RoPE.")
+    ] = None,
+    latent_norm: Annotated[
+        bool | None,
+        typer.Option(
+            "--latent-norm/--no-latent-norm",
+            help="RMSNorm on the MLA latents (default: none, as published; with --recipe, the recipe's).",
+        ),
     ] = None,
     recipe: Annotated[
         str | None,
@@ -100,8 +124,10 @@ def upcycle_command(
     """Initialise a hybrid from a Transformer: copy embeddings, norms and MLPs, factorise attention into MLA,
     copy Q/K/V/O into the recurrent mixers; write a Zebra HF export with upcycle.json."""
     from zebra.atomic import check_output_apart, sigterm_raises
+    from zebra.upcycle.calibrate import CalibrateOptions
     from zebra.upcycle.calibration import Calibration
     from zebra.upcycle.compose import compose_inputs
+    from zebra.upcycle.fit import FitOptions
     from zebra.upcycle.run import upcycle, upcycle_inputs
     from zebra.upcycle.student import StudentOptions, parse_mla_layers
 
@@ -114,10 +140,13 @@ def upcycle_command(
         check_output_apart(output, compose_inputs(*compose, calibration))
     else:
         check_output_apart(
-            output, upcycle_inputs(teacher, StudentOptions(recipe=recipe), tokenizer, calibration)
+            output, upcycle_inputs(teacher, StudentOptions(recipe=recipe), tokenizer, calibration, calibrate)
         )
     force = confirm_overwrite(output, force=force, yes=yes)
     if compose is not None:
+        if calibrate is not None:
+            raise ZebraError("--calibrate applies to a TEACHER's upcycle, not to --compose",
+                             fix="calibrate when upcycling the students from the teacher")  # fmt: skip
         if svd != "plain":
             raise ZebraError("--svd applies to a TEACHER's upcycle: --compose takes its students' MLA layers as they are",
                              fix="pass --svd activation when upcycling the students from the teacher")  # fmt: skip
@@ -147,8 +176,17 @@ def upcycle_command(
         q_lora_rank=q_lora_rank,
         qk_rope_head_dim=qk_rope_head_dim,
         recipe=recipe,
+        latent_norm=latent_norm,
     )
-    with sigterm_raises("upcycle"), out.progress("upcycling", unit="B", enabled=not json_) as bar:
+    fitting = (
+        CalibrateOptions(
+            calibrate, calibrate_samples, calibrate_seq_len, device, FitOptions(steps=calibrate_steps)
+        )
+        if calibrate is not None
+        else None
+    )
+    bars = _Phases(enabled=not json_)
+    with sigterm_raises("upcycle"), bars:
         report = upcycle(
             teacher,
             output,
@@ -160,9 +198,40 @@ def upcycle_command(
             calibration=Calibration(calibration, calibration_samples, seq_len, device)
             if calibration
             else None,
-            on_progress=bar,
+            calibrate=fitting,
+            on_progress=bars.phase("upcycling", unit="B"),
+            on_calibrate=bars.phase("calibrating", unit="steps"),
         )
     _show(report, json_)
+
+
+class _Phases:
+    """One transient bar at a time (Rich draws one live display): each phase's callback opens its own bar at its
+    first call and closes the previous phase's."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.name, self.bar = enabled, "", None
+
+    def phase(self, description: str, unit: str):
+        def callback(done: float, total: float | None = None, note: str = "") -> None:
+            if self.name != description:
+                self.close()
+                self.name, self.bar = description, out.progress(description, unit=unit, enabled=self.enabled)
+                self.bar.__enter__()
+            self.bar(done, total, note)
+
+        return callback
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None
+
+    def __enter__(self) -> _Phases:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _show(report, json_: bool) -> None:
@@ -177,6 +246,8 @@ def _show(report, json_: bool) -> None:
     )
     if report.smart:
         _show_scores(report)
+    if report.calibration:
+        _show_calibration(report.calibration)
     counts = ", ".join(f"{n} {how}" for how, n in report.counts().items())
     out.text(f"pattern {report.pattern} ({report.mixer}, MLA at layers {report.mla_layers or 'none'})")
     out.text(f"tensors: {counts}")
@@ -202,6 +273,20 @@ def _show_scores(report) -> None:
         f"sequences of {smart['calibration']}",
     )
     out.text(f"scores chart: {smart['chart']}")
+
+
+def _show_calibration(calibration: dict) -> None:
+    """Each mixer's relative output error against the teacher's attention, before and after calibrating."""
+    columns = ("error_upcycled", "error_init", "error_fit")
+    out.table(
+        ["layer", "mixer", "upcycled", "gates set", "fitted", "best step"],
+        [
+            [f["layer"], f["mixer"], *(f"{f[c]:.3f}" for c in columns), f["best_step"]]
+            for f in calibration["layers"]
+        ],
+        title=f"calibration: ||y - y_teacher|| / ||y_teacher|| on {calibration['tokens']:,} tokens of "
+        f"{calibration['data']}, {calibration['steps']} steps a layer",
+    )
 
 
 def _how(t) -> str:

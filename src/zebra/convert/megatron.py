@@ -277,7 +277,16 @@ def zebra_config_kwargs(args: Any, shapes: Shapes, pattern: str, origin: str) ->
         kw.update(_mamba2_kwargs(args, shapes, pattern, kw["hidden_size"], origin))
     if "mla" in kinds:
         kw.update(_mla_kwargs(args, kw["max_position_embeddings"], origin))
+        kw["mla_latent_norm"] = any(k.endswith(_KV_LATENT_NORMS) for k in shapes)  # IdentityOp: no tensor
     return kw
+
+
+# Where a Megatron MLA layer keeps its key/value latent norm (its own module, or fused into linear_kv_up_proj);
+# a checkpoint with neither was built with `q_layernorm/kv_layernorm = IdentityOp` (no latent norms).
+_KV_LATENT_NORMS = (
+    "self_attention.kv_layernorm.weight",
+    "self_attention.linear_kv_up_proj.layer_norm_weight",
+)
 
 
 def _stack_kwargs(args: Any, shapes: Shapes, pattern: str, origin: str) -> dict[str, Any]:

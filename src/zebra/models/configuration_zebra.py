@@ -53,6 +53,9 @@ class ZebraConfig(PretrainedConfig):
         kernel_backend: "auto", "torch", "fla" or "mamba_ssm" (see `zebra_kernels.resolve_backend`).
         num_attention_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim: MLA shape
             (q_lora_rank 0 = an uncompressed query projection).
+        mla_latent_norm: an RMSNorm on the MLA query and key/value latents (DeepSeek-V2, recipes trained from
+            scratch); False: none, the down factor feeds the up factor directly (the published Zebra-Llama
+            students, `use_lora_layer_norm: false`: what `zebra upcycle` makes).
         rope_theta: RoPE base.
         rope_scaling: YaRN parameters {"type": "yarn", "factor", "original_max_position_embeddings", and optionally
             "beta_fast", "beta_slow", "mscale", "mscale_all_dim"}; factor 1.0 is plain RoPE. Stored (HF 5 style)
@@ -88,6 +91,7 @@ class ZebraConfig(PretrainedConfig):
         qk_nope_head_dim: int = 32,
         qk_rope_head_dim: int = 32,
         v_head_dim: int = 64,
+        mla_latent_norm: bool = True,
         rope_theta: float = 500000.0,
         rope_scaling: dict[str, Any] | None = None,
         rope_parameters: dict[str, Any] | None = None,
@@ -114,6 +118,7 @@ class ZebraConfig(PretrainedConfig):
         self.qk_nope_head_dim = qk_nope_head_dim
         self.qk_rope_head_dim = qk_rope_head_dim
         self.v_head_dim = v_head_dim
+        self.mla_latent_norm = mla_latent_norm
         self.use_cache = use_cache
         self.rope_parameters = _rope_parameters(rope_theta, rope_scaling, rope_parameters)
         self.rope_theta = self.rope_parameters["rope_theta"]
@@ -162,6 +167,8 @@ class ZebraConfig(PretrainedConfig):
             raise ValueError(
                 f"ZebraConfig: qk_rope_head_dim={self.qk_rope_head_dim} must be even and >= 2 (RoPE pairs)"
             )
+        if not isinstance(self.mla_latent_norm, bool):
+            raise ValueError(f"ZebraConfig: mla_latent_norm={self.mla_latent_norm!r} must be true or false")
         if self.recurrent_type not in recurrent_names():
             raise ValueError(
                 f"ZebraConfig: recurrent_type={self.recurrent_type!r} is not one of {sorted(recurrent_names())}"

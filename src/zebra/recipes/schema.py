@@ -66,6 +66,10 @@ class MLASpec:
         32, doc="per-head query/key channels with RoPE (key part shared and cached)", min=2, max=HEAD_DIM
     )
     v_head_dim: int = spec(64, doc="per-head value channels", min=1, max=HEAD_DIM)
+    latent_norm: bool = spec(
+        True,
+        doc="RMSNorm on the query and key/value latents (false: none, as the published upcycled students)",
+    )
     rope_theta: float = spec(500000.0, doc="RoPE base", min=1.0, max=1e12)
     rope_scaling_factor: float = spec(1.0, doc="YaRN scaling factor (1.0 = plain RoPE)", min=1.0, max=1024.0)
     original_max_position_embeddings: int = spec(
@@ -168,6 +172,7 @@ class ModelSpec:
             qk_nope_head_dim=m.qk_nope_head_dim,
             qk_rope_head_dim=m.qk_rope_head_dim,
             v_head_dim=m.v_head_dim,
+            mla_latent_norm=m.latent_norm,
             rope_theta=m.rope_theta,
             rope_scaling={
                 "type": "yarn",
@@ -226,7 +231,7 @@ _MODEL_KEYS = {
     "tie_embeddings": "tie_word_embeddings",
     "init_std": "initializer_range",
 }
-_MLA_KEYS = {"num_heads": "num_attention_heads"}
+_MLA_KEYS = {"num_heads": "num_attention_heads", "latent_norm": "mla_latent_norm"}
 
 
 @dataclass(kw_only=True)

@@ -9,12 +9,13 @@ Per layer, with the teacher's W_q [H*Dh, D], W_k, W_v [Hkv*Dh, D], ranks r_q, r_
                    block that carry no RoPE, then all of g's V block), repeated to every query head of g
     RoPE key       the mean over KV heads of each W_k head's RoPE rows: one key shared by all heads
     kv_down        [latent ; rope key]
-    o_proj         W_o, copied;  q_norm, kv_norm (the latent RMSNorms): ones
+    o_proj         W_o, copied;  q_norm, kv_norm (the latent RMSNorms, when the student has them): ones
 
 With the second moment C [D, D] of the layer's attention input on calibration text (`zebra upcycle --svd
 activation`, zebra.upcycle.calibration), each SVD is of W L instead of W (C = L L^T, Cholesky): the kept rank then
 minimises the error of W x on the teacher's inputs, and the factors are U[:, :r] and U[:, :r]^T W (with L = I, the
-plain factors above). The latent RMSNorms still start at ones (docs/upcycle.md measures what each part costs).
+plain factors above). By default the student has no latent norms (the published form: all of S in the down
+factor); with `--latent-norm` they start at ones (docs/upcycle.md measures what each part costs).
 
 The rows of each query/key head are first put in the student's order [no-RoPE channels | RoPE channels], the
 RoPE channels as the teacher's fastest rotation pairs in the student's MLA layout (`rope_rows`). This part is approximate: the
@@ -109,7 +110,8 @@ def mla_from_gqa(
         q_up, q_down, energy = truncated_svd(q, cfg.q_lora_rank, whiten)
         detail = _svd_detail(cfg.q_lora_rank, energy, whiten is not None)
         put("q_down_proj.weight", q_down, SVD, attn.source("q"), detail, rank=cfg.q_lora_rank, energy=energy)
-        put("q_norm.weight", torch.ones(cfg.q_lora_rank), INITIALISED, "", "RMSNorm weight 1")
+        if cfg.mla_latent_norm:
+            put("q_norm.weight", torch.ones(cfg.q_lora_rank), INITIALISED, "", "RMSNorm weight 1")
         put("q_up_proj.weight", q_up, SVD, attn.source("q"), f"{detail}; {heads_reordered}",
             rank=cfg.q_lora_rank, energy=energy)  # fmt: skip
     else:
@@ -126,7 +128,8 @@ def mla_from_gqa(
     put("kv_down_proj.weight", torch.cat([latent, rope_key]), SVD, kv_sources,
         f"{detail}; last {dr} rows: {MEAN} over {s.num_kv_heads} KV heads of the rope rows of k_proj",
         rank=kv_rank, energy=energy)  # fmt: skip
-    put("kv_norm.weight", torch.ones(kv_rank), INITIALISED, "", "RMSNorm weight 1")
+    if cfg.mla_latent_norm:
+        put("kv_norm.weight", torch.ones(kv_rank), INITIALISED, "", "RMSNorm weight 1")
     put("kv_up_proj.weight", kv_up, SVD, kv_sources,
         f"{detail}; per head [k nope {dn} | v {dh}], repeated x{s.queries_per_kv} per query group",
         rank=kv_rank, energy=energy)  # fmt: skip

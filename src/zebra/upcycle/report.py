@@ -18,6 +18,7 @@ REPEATED = "repeated"  # a teacher tensor with its KV heads repeated to every qu
 MEAN = "mean"  # the mean over KV heads of teacher rows (MLA's shared RoPE key)
 ASSEMBLED = "assembled"  # row blocks of different origins (Mamba2's in_proj)
 INITIALISED = "initialised"  # the mixer's own initialisation (not from the teacher)
+FITTED = "fitted"  # made as above, then fitted to the teacher attention's output (`--calibrate`)
 
 
 @dataclass
@@ -57,6 +58,9 @@ class UpcycleReport:
     smart: dict[str, Any] = field(default_factory=dict)
     # how the MLA factors were made: {"method": "plain"}, or "activation" with the calibration data and tokens
     svd: dict[str, Any] = field(default_factory=dict)
+    # `--calibrate`: the data, the fit's settings and, per mixer layer, its relative output error as upcycled, after
+    # the gate init and after the fit (`zebra.upcycle.calibrate.Calibrated.record`); empty without it
+    calibration: dict[str, Any] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         """Tensors per kind of origin."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zebra.atomic import check_output_apart
 from zebra.errors import ZebraError
@@ -14,6 +14,9 @@ from zebra.upcycle.readers import open_teacher
 from zebra.upcycle.report import TensorOrigin, UpcycleReport
 from zebra.upcycle.student import StudentOptions, StudentPlan, plan_student
 from zebra.upcycle.teacher import Teacher
+
+if TYPE_CHECKING:
+    from zebra.upcycle.calibrate import CalibrateOptions
 
 DTYPES = {"auto": None, "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 REPORT_FILE = "upcycle.json"
@@ -29,7 +32,9 @@ def upcycle(
     force: bool = False,
     seed: int = 0,
     calibration: Calibration | None = None,
+    calibrate: CalibrateOptions | None = None,
     on_progress: Callable[[float, float | None, str], None] | None = None,
+    on_calibrate: Callable[[float, float | None, str], None] | None = None,
 ) -> UpcycleReport:
     """Initialise a Zebra hybrid from a pretrained Transformer and write it as a Zebra HF export.
 
@@ -43,7 +48,10 @@ def upcycle(
         seed: seeds the recurrent mixers' own initialisation.
         calibration: text in the teacher's tokenizer for an activation-aware SVD of the MLA layers (the teacher
             runs over it once; `zebra.upcycle.calibration`); None: the published plain SVD.
+        calibrate: fit every mixer to the teacher's attention on this text before writing
+            (`zebra.upcycle.calibrate`); None: the student as upcycled.
         on_progress: called after each tensor with (bytes written, total bytes, the tensor's name).
+        on_calibrate: called while calibrating with (steps done, total steps, a note).
 
     Returns:
         The report, also written to `output/upcycle.json`.
@@ -61,13 +69,18 @@ def upcycle(
     opened = open_teacher(teacher, tokenizer=tokenizer)
     try:
         return upcycle_teacher(opened, output, options, dtype=dtype, force=force, seed=seed,
-                               calibration=calibration, on_progress=on_progress)  # fmt: skip
+                               calibration=calibration, calibrate=calibrate, on_progress=on_progress,
+                               on_calibrate=on_calibrate)  # fmt: skip
     finally:
         opened.tensors.close()
 
 
 def upcycle_inputs(
-    teacher: str | Path, options: StudentOptions, tokenizer: str | None, calibration: str | None
+    teacher: str | Path,
+    options: StudentOptions,
+    tokenizer: str | None,
+    calibration: str | None,
+    calibrate: str | None = None,
 ) -> dict[str, str | Path | None]:
     """What an upcycle reads, for `check_output_apart`: the output may be none of them, nor hold or lie in one."""
     return {
@@ -75,6 +88,7 @@ def upcycle_inputs(
         "--recipe": options.recipe,
         "--tokenizer": tokenizer,
         "--calibration": calibration,
+        "--calibrate": calibrate,
     }
 
 
@@ -87,7 +101,9 @@ def upcycle_teacher(
     force: bool = False,
     seed: int = 0,
     calibration: Calibration | None = None,
+    calibrate: CalibrateOptions | None = None,
     on_progress: Callable[[float, float | None, str], None] | None = None,
+    on_calibrate: Callable[[float, float | None, str], None] | None = None,
 ) -> UpcycleReport:
     """`upcycle` for an opened teacher (`open_teacher`); the arguments are `upcycle`'s."""
     import torch
@@ -106,12 +122,27 @@ def upcycle_teacher(
     if calibration is not None and plan.mla_layers:
         moments, tokens = attention_input_moments(teacher, calibration, plan.mla_layers)
         svd = {"method": "activation", "calibration": calibration.data, "tokens": tokens}
-    source = UpcycledSource(teacher, config, student_dtype, seed, moments)
+    source: Any = UpcycledSource(teacher, config, student_dtype, seed, moments)
+    calibrated = None
+    if calibrate is not None:
+        from zebra.upcycle.calibrate import CalibratedSource, calibrate_student
+
+        calibrated = calibrate_student(teacher, config, source, calibrate, on_progress=on_calibrate)
+        source = CalibratedSource(source, calibrated)
     reports: list[UpcycleReport] = []
 
     def add_report(tmp: Path) -> None:
         """upcycle.json into the export before it is renamed into place (the tensors' origins are known now)."""
         reports.append(_report(teacher, plan, config, source, out, student_dtype, svd))
+        if calibrated is not None:
+            reports[0].calibration = calibrated.record()
+            fits = calibrated.layers
+            reports[0].notes.append(
+                f"calibrated (not in the published recipe): every mixer fitted to the teacher's attention on "
+                f"{calibrated.tokens:,} tokens of {calibrate.data}; relative output error "
+                f"{max(f.error_upcycled for f in fits):.2f} at worst as upcycled, {max(f.error_fit for f in fits):.2f} "
+                "at worst after"
+            )
         reports[0].write(tmp / REPORT_FILE)
 
     export_hf(
@@ -177,7 +208,8 @@ def notes(teacher: Teacher, plan: StudentPlan, tensors: list[TensorOrigin], svd:
         out.append(
             "MLA from GQA is approximate: truncated SVDs, one RoPE key shared by all heads (the mean over KV "
             f"heads), RoPE on {plan.config['qk_rope_head_dim']} of {s.head_dim} channels per head with the "
-            "student's own frequencies, and latent RMSNorms that rescale each token"
+            "student's own frequencies"
+            + (", and latent RMSNorms that rescale each token" if plan.config.get("mla_latent_norm") else "")
         )
         if activation:
             out.append(
@@ -210,7 +242,11 @@ def notes(teacher: Teacher, plan: StudentPlan, tensors: list[TensorOrigin], svd:
             "the teacher's q/k RMSNorm weights are folded into W_q / W_k; the per-token normalisation is dropped"
         )
     if s.rope_scaling:
+        factor = plan.config.get("rope_scaling", {}).get("factor", 1.0)
         out.append(
-            f"the teacher's RoPE scaling ({s.rope_scaling}) is not carried over: the student uses plain RoPE"
+            f"the teacher's RoPE scaling ({s.rope_scaling}) becomes YaRN over the MLA RoPE channels, factor "
+            f"{factor:g} (the recurrent mixers have no positions)"
+            if factor > 1.0
+            else f"the teacher's RoPE scaling ({s.rope_scaling}) is not carried over: the student uses plain RoPE"
         )
     return out

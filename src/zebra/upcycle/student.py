@@ -46,6 +46,9 @@ class StudentOptions:
     q_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
     recipe: str | None = None  # a recipe name or path whose model shapes to use
+    latent_norm: bool | None = (
+        None  # MLA latent RMSNorms (None: none, as published; with a recipe, the recipe's)
+    )
 
 
 @dataclass(frozen=True)
@@ -223,6 +226,7 @@ def plan_student(shape: TeacherShape, options: StudentOptions) -> StudentPlan:
             problems,
         ),
         "layer_pattern": pattern(shape.num_layers, mla_layers, mixer),
+        "mla_latent_norm": bool(options.latent_norm),
     }
     if problems:
         raise ZebraError("; ".join(problems), fix="choose ranks within these bounds, or another --mixer")
@@ -256,12 +260,32 @@ def _teacher_config(shape: TeacherShape) -> dict[str, Any]:
         "rms_norm_eps": shape.rms_norm_eps,
         "max_position_embeddings": shape.max_position_embeddings,
         "rope_theta": shape.rope_theta,
-        "rope_scaling": {
+        "rope_scaling": student_rope(shape),
+        **{k: v for k, v in shape.special_ids.items() if v is not None},
+    }
+
+
+# YaRN's attention temperature on every query/key channel (mscale = mscale_all_dim: cos/sin unscaled, softmax
+# scale times (0.1 ln factor + 1)^2), as DeepSeek-V3's and HF's YaRN apply it.
+YARN_MSCALE = 1.0
+
+
+def student_rope(shape: TeacherShape) -> dict[str, Any]:
+    """The student's `rope_scaling`: plain RoPE (factor 1) for a teacher without a context extension; for one
+    with (Llama 3's `llama3` factor 32 from 8192, a `yarn` teacher...), YaRN over the d_rope channels with the
+    teacher's factor and original context, as the published students (factor 32 or 8, original 8192)."""
+    if shape.rope_factor <= 1.0:
+        return {
             "type": "yarn",
             "factor": 1.0,
             "original_max_position_embeddings": shape.max_position_embeddings,
-        },
-        **{k: v for k, v in shape.special_ids.items() if v is not None},
+        }
+    return {
+        "type": "yarn",
+        "factor": shape.rope_factor,
+        "original_max_position_embeddings": shape.rope_original_max or shape.max_position_embeddings,
+        "mscale": YARN_MSCALE,
+        "mscale_all_dim": YARN_MSCALE,
     }
 
 
@@ -307,6 +331,8 @@ def _plan_from_recipe(shape: TeacherShape, options: StudentOptions) -> StudentPl
             fix="use a recipe made for this teacher, or leave out --recipe to take every shape from the teacher",
         )
     config = {**flat, **{k: v for k, v in shape.special_ids.items() if v is not None}}
+    if options.latent_norm is not None:
+        config["mla_latent_norm"] = options.latent_norm
     return StudentPlan(config, mla_layers, mixer, recipe)
 
 

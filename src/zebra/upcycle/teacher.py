@@ -75,6 +75,8 @@ class TeacherShape:
     qkv_bias: bool = False  # Qwen2: q/k/v projections with biases
     qk_norm: bool = False  # Qwen3: an RMSNorm over each query/key head before RoPE
     rope_scaling: str | None = None  # the teacher's RoPE scaling type (e.g. llama3), for the report
+    rope_factor: float = 1.0  # its context extension factor (llama3, yarn, linear...); 1.0 = none
+    rope_original_max: int | None = None  # the context it was pre-trained at, before the extension
     special_ids: dict[str, Any] = field(default_factory=dict)  # bos / eos / pad token ids
 
     @property
@@ -151,6 +153,10 @@ def shape_from_hf_config(cfg: dict[str, Any], origin: str) -> TeacherShape:
         qkv_bias=bool(cfg.get("attention_bias", model_type == "qwen2")),
         qk_norm=model_type == "qwen3",
         rope_scaling=None if kind in (None, "default") else str(kind),
+        rope_factor=float(rope.get("factor") or 1.0) if kind not in (None, "default") else 1.0,
+        rope_original_max=int(rope["original_max_position_embeddings"])
+        if rope.get("original_max_position_embeddings")
+        else None,
         special_ids={k: cfg.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id") if k in cfg},
     )
 

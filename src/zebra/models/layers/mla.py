@@ -26,11 +26,12 @@ class MultiLatentAttention(nn.Module):
 
     Reference: `DeepSeek-V2 <https://arxiv.org/abs/2405.04434>`_ (section 2.1); Megatron `MLASelfAttention`.
 
-    Per token: `c_q = RMSNorm(q_down_proj x)`, `q = q_up_proj c_q` -> per head `[q_nope (dn) | q_rope (dr)]`;
+    Per token (the latent RMSNorms are identities with `latent_norm=False`, as in the published upcycled
+    students): `c_q = RMSNorm(q_down_proj x)`, `q = q_up_proj c_q` -> per head `[q_nope (dn) | q_rope (dr)]`;
     `[c_kv | k_rope] = kv_down_proj x`, `c_kv = RMSNorm(c_kv)`, `[k_nope (dn) | v (dv)] = kv_up_proj c_kv` per head;
     RoPE (YaRN) rotates q_rope and the shared k_rope; softmax scale `mscale^2 / sqrt(dn + dr)`.
 
-    Parameters (q_lora_rank Rq > 0, kv_lora_rank Rkv, H heads):
+    Parameters (q_lora_rank Rq > 0, kv_lora_rank Rkv, H heads; the `+ Rq` and `+ Rkv` are the latent norms):
         D*Rq + Rq + Rq*H*(dn+dr)  +  D*(Rkv+dr) + Rkv + Rkv*H*(dn+dv)  +  H*dv*D
     (1B: q 5.51M + kv_down 0.33M + kv_up 0.39M + o 4.19M + norms = 10,421,696).
 
@@ -51,6 +52,7 @@ class MultiLatentAttention(nn.Module):
         v_head_dim: per-head value channels (dv).
         rope: YaRN parameters (`ZebraConfig.rope_parameters`).
         norm_eps: epsilon of the latent RMSNorms.
+        latent_norm: RMSNorms on the latents (False: `nn.Identity`, no parameters).
         layer_idx: the sublayer index (its slot in the cache).
         backend: kernel backend of the latent norms ("auto", "torch", "fla").
     """
@@ -71,6 +73,7 @@ class MultiLatentAttention(nn.Module):
         norm_eps: float = 1e-6,
         layer_idx: int | None = None,
         backend: str = "auto",
+        latent_norm: bool = True,
     ):
         super().__init__()
         if qk_rope_head_dim % 2:
@@ -85,12 +88,14 @@ class MultiLatentAttention(nn.Module):
         qk_head_dim = qk_nope_head_dim + qk_rope_head_dim
         if q_lora_rank:
             self.q_down_proj = nn.Linear(hidden_size, q_lora_rank, bias=False)
-            self.q_norm = RMSNorm(q_lora_rank, eps=norm_eps, backend=backend)
+            self.q_norm = (
+                RMSNorm(q_lora_rank, eps=norm_eps, backend=backend) if latent_norm else nn.Identity()
+            )
             self.q_up_proj = nn.Linear(q_lora_rank, num_heads * qk_head_dim, bias=False)
         else:
             self.q_proj = nn.Linear(hidden_size, num_heads * qk_head_dim, bias=False)
         self.kv_down_proj = nn.Linear(hidden_size, kv_lora_rank + qk_rope_head_dim, bias=False)
-        self.kv_norm = RMSNorm(kv_lora_rank, eps=norm_eps, backend=backend)
+        self.kv_norm = RMSNorm(kv_lora_rank, eps=norm_eps, backend=backend) if latent_norm else nn.Identity()
         self.kv_up_proj = nn.Linear(kv_lora_rank, num_heads * (qk_nope_head_dim + v_head_dim), bias=False)
         self.o_proj = nn.Linear(num_heads * v_head_dim, hidden_size, bias=False)
         self.o_proj._is_residual_out = True
@@ -104,7 +109,7 @@ class MultiLatentAttention(nn.Module):
         return cls(
             c.hidden_size, c.num_attention_heads, c.q_lora_rank, c.kv_lora_rank, c.qk_nope_head_dim,
             c.qk_rope_head_dim, c.v_head_dim, c.rope_parameters, norm_eps=c.rms_norm_eps, layer_idx=layer_idx,
-            backend=c.kernel_backend,
+            backend=c.kernel_backend, latent_norm=c.mla_latent_norm,
         )  # fmt: skip
 
     def reset_parameters(self) -> None:

@@ -1,0 +1,157 @@
+"""Step-0 held-out CE of upcycled students (no training): the tables of docs/upcycle.md.
+
+Two tables:
+
+- `--table forms`: every MLA form on an all-MLA student (`--mla-layers all`): plain or activation-aware SVD, with
+  and without the latent RMSNorms, at the default and at full ranks;
+- `--table calibrate`: the hybrids (`--mixers mamba,gdn`, `--mla 8` by default, default ranks) as upcycled and
+  after `--calibrate` (gates + per-layer fit).
+
+Each student is written by `zebra.upcycle.upcycle` (what `zebra upcycle` runs) into OUT, loaded back from its
+export and scored on the first `--windows` windows of `--seq` tokens of the held-out data, beside the teacher.
+Writes OUT/step0-TABLE.json and prints a table.
+
+    python3 scripts/python-docs-data.py SmolLM2-135M-Instruct.Q4_1.gguf data/
+    python3 scripts/upcycle-step0.py SmolLM2-135M-Instruct.Q4_1.gguf --calibration data/train \\
+        --heldout data/heldout --table calibrate --output step0/
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def heldout_windows(spec: str, tokenizer, seq: int, count: int):
+    """`[count, seq + 1]` token windows from the start of a prepared folder / prefix, or of a text file
+    tokenized with the teacher's tokenizer."""
+    import numpy as np
+    import torch
+
+    path = Path(spec)
+    if path.is_file() and path.suffix not in (".bin", ".idx"):
+        ids = np.asarray(tokenizer(path.read_text())["input_ids"], dtype=np.int64)
+    else:
+        from zebra.upcycle.calibration import calibration_tokens
+
+        return calibration_tokens(spec, tokenizer, 1 << 30, count, seq + 1)
+    if len(ids) < count * (seq + 1):
+        raise SystemExit(f"{spec}: {len(ids)} tokens, fewer than {count} x {seq + 1}")
+    return torch.from_numpy(ids[: count * (seq + 1)]).view(count, seq + 1)
+
+
+def heldout_ce(model, windows, batch: int = 4) -> float:
+    """Mean next-token CE (nats) of `model` over `windows [N, seq + 1]`."""
+    import torch
+    import torch.nn.functional as F
+
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(windows), batch):
+            w = windows[i : i + batch]
+            logits = model(input_ids=w[:, :-1], use_cache=False).logits
+            total += F.cross_entropy(logits.flatten(0, 1).float(), w[:, 1:].flatten(), reduction="sum").item()
+            count += w[:, 1:].numel()
+    return total / count
+
+
+def forms(args) -> list[tuple[str, dict]]:
+    """(label, upcycle keyword arguments) of every all-MLA form."""
+    from zebra.upcycle.calibration import Calibration
+    from zebra.upcycle.student import StudentOptions
+
+    activation = Calibration(args.calibration, samples=args.svd_samples, seq_len=512)
+    out = []
+    for svd in ("plain", "activation"):
+        for norm in (False, True):
+            for ranks, q, kv in (("default", None, None), ("full", args.full_q_rank, args.full_kv_rank)):
+                options = StudentOptions(mla_layers="all", latent_norm=norm, q_lora_rank=q, kv_lora_rank=kv)
+                label = f"all MLA, {svd} SVD, {'latent norms' if norm else 'no latent norms'}, {ranks} ranks"
+                out.append(
+                    (label, {"options": options, "calibration": activation if svd == "activation" else None})
+                )
+    return out
+
+
+def hybrids(args) -> list[tuple[str, dict]]:
+    """(label, upcycle keyword arguments) of each hybrid as upcycled and calibrated."""
+    from zebra.upcycle.calibrate import CalibrateOptions
+    from zebra.upcycle.fit import FitOptions
+    from zebra.upcycle.student import StudentOptions
+
+    fit = FitOptions(steps=args.steps)
+    calibrate = CalibrateOptions(
+        args.calibration, samples=args.samples, seq_len=args.calibrate_seq_len, fit=fit
+    )
+    out = []
+    for mixer in args.mixers.split(","):
+        options = StudentOptions(mixer=mixer, mla=args.mla)
+        if not args.calibrated_only:
+            out.append((f"{mixer} + {args.mla} MLA, upcycled", {"options": options}))
+        out.append((f"{mixer} + {args.mla} MLA, calibrated", {"options": options, "calibrate": calibrate}))
+    return out
+
+
+def progress_printer():
+    """A calibration progress callback printing one line per layer fitted (the script runs unattended)."""
+    start = time.time()
+
+    def show(done, total, note):
+        if total and done % 100 == 0:
+            print(f"  {done}/{total} steps, {time.time() - start:.0f} s: {note}", flush=True)
+
+    return show
+
+
+def main() -> None:
+    import torch
+
+    from zebra.models import ZebraForCausalLM
+    from zebra.upcycle import open_teacher
+    from zebra.upcycle.run import upcycle
+    from zebra.upcycle.teacher_model import build_teacher_model
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("teacher")
+    p.add_argument("--calibration", required=True, help="prepared folder in the teacher's tokenizer")
+    p.add_argument("--heldout", required=True, help="prepared folder, or a text file")
+    p.add_argument("--output", type=Path, required=True)
+    p.add_argument("--table", choices=("forms", "calibrate"), default="calibrate")
+    p.add_argument("--mixers", default="mamba,gdn")
+    p.add_argument("--mla", type=int, default=8)
+    p.add_argument("--steps", type=int, default=50, help="calibrate: Adam steps per layer")
+    p.add_argument("--samples", type=int, default=16, help="calibrate: sequences")
+    p.add_argument("--calibrate-seq-len", type=int, default=128)
+    p.add_argument("--calibrated-only", action="store_true", help="calibrate: skip the uncalibrated students")
+    p.add_argument("--svd-samples", type=int, default=32, help="forms: activation-SVD sequences of 512")
+    p.add_argument("--full-q-rank", type=int, default=576)
+    p.add_argument("--full-kv-rank", type=int, default=384)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--windows", type=int, default=8)
+    args = p.parse_args()
+    torch.manual_seed(0)
+    teacher = open_teacher(args.teacher)
+    windows = heldout_windows(args.heldout, teacher.tokenizer, args.seq, args.windows)
+    rows = [{"student": "teacher", "ce": heldout_ce(build_teacher_model(teacher, torch.float32), windows)}]
+    print(f"teacher: {rows[0]['ce']:.3f}", flush=True)
+    for n, (label, kwargs) in enumerate(forms(args) if args.table == "forms" else hybrids(args)):
+        folder = args.output / f"student-{n}"
+        start = time.time()
+        report = upcycle(args.teacher, folder, force=True, on_calibrate=progress_printer(), **kwargs)
+        seconds = time.time() - start
+        ce = heldout_ce(ZebraForCausalLM.from_pretrained(folder, dtype=torch.float32), windows)
+        rows.append({"student": label, "ce": ce, "ratio": ce / rows[0]["ce"], "upcycle_s": round(seconds, 1),
+                     "calibration": report.calibration.get("layers", [])})  # fmt: skip
+        print(f"{label}: {ce:.3f} ({ce / rows[0]['ce']:.2f}x the teacher; {seconds:.0f} s)", flush=True)
+    args.output.mkdir(parents=True, exist_ok=True)
+    (args.output / f"step0-{args.table}.json").write_text(json.dumps(rows, indent=1) + "\n")
+    print("\n| student | step-0 CE | / teacher | upcycle s |\n|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['student']} | {r['ce']:.3f} | {r.get('ratio', 1.0):.2f} | {r.get('upcycle_s', '')} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""Data-driven gates for the recurrent mixers, from what the teacher's attention heads do (Taylor-Calibrate's
+analytic init, arXiv 2606.16429, mapped onto Zebra's mixers), and the least-squares value scale of any mixer.
+
+**Decay from attention distance.** A head whose attention row reaches back d tokens on average (the mean of
+E_j[i - j], floor 0.5) keeps what it reads for about d tokens; a recurrent state forgets at the rate
+exp(-g) a token, so the state's half-life ln 2 / g is set equal to d: g = ln 2 / d, clamped to [1e-3, 5]. Every
+Zebra mixer computes its log decay as -exp(A_log) * softplus(raw + dt_bias), with `raw` a projection of the input:
+A_log = 0, dt_bias = softplus^-1(g) and the raw projection zeroed make the decay exactly g at the start and still
+input-dependent once trained (the projection gets gradients).
+
+    Mamba2  A_log[h] = 0, dt_bias[h] = softplus^-1(g_h), in_proj's dt rows zeroed (dt also scales the write)
+    GDN     A_log[h] = 0, dt_bias[h] = softplus^-1(g_h), a_proj zeroed
+    KDA     A_log[h] = 0, dt_bias[h, :] = softplus^-1(g_h) on every key channel of h, f_proj's up factor zeroed
+
+**Write strength from entropy (GDN, KDA).** A head with a sharp attention row (low entropy) reads one token and
+should overwrite its state with it; a diffuse head averages and should write softly. The mean row entropies of a
+layer's heads are normalised to a concentration c in [0, 1] (1 = the sharpest head of the layer) and
+beta = 0.3 + 0.4 c. b_proj has no bias, so its rows become logit(beta_h) x_mean / ||x_mean||^2 (x_mean: the mean
+attention input on the calibration text): beta is beta_h at the mean input and still moves with the input.
+
+**Value scale.** With the gates set, one scalar per head s_h multiplies that head's columns of the output
+projection, fitted jointly by least squares so that sum_h s_h W_o[:, h] c_h is closest to the teacher attention's
+output (c_h: the mixer's head output before the projection). Scaling v itself would be undone by the per-head
+output RMSNorm of Mamba2 / GDN / KDA, the projection's columns are not; it can only lower the error.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+DISTANCE_FLOOR = 0.5
+DECAY_RANGE = (1e-3, 5.0)
+BETA_RANGE = (0.3, 0.7)  # beta = 0.3 + 0.4 c
+
+
+def decay_from_distance(distance: torch.Tensor) -> torch.Tensor:
+    """Per-head log decay rate g [H] = ln 2 / max(distance, 0.5), clamped to [1e-3, 5]."""
+    return (math.log(2.0) / distance.clamp(min=DISTANCE_FLOOR)).clamp(*DECAY_RANGE)
+
+
+def beta_from_entropy(entropy: torch.Tensor) -> torch.Tensor:
+    """Per-head write strength [H] in [0.3, 0.7]: 0.7 for the layer's sharpest head, 0.3 for its most diffuse."""
+    spread = entropy.max() - entropy.min()
+    concentration = (entropy.max() - entropy) / spread if spread > 0 else entropy.new_full(entropy.shape, 0.5)
+    low, high = BETA_RANGE
+    return low + (high - low) * concentration
+
+
+def inverse_softplus(x: torch.Tensor) -> torch.Tensor:
+    """y with softplus(y) == x (x > 0)."""
+    import torch
+
+    return x + torch.log(-torch.expm1(-x))
+
+
+def init_gates(
+    mixer: nn.Module, kind: str, distance: torch.Tensor, entropy: torch.Tensor, mean_input: torch.Tensor
+) -> dict[str, list[float]]:
+    """Set `mixer`'s (registry name `kind`: mamba2, gdn or kda) decay and, for the delta rules, its beta from
+    the teacher head statistics (`distance`, `entropy` [H]) and the layer's mean input `mean_input` [D].
+    Returns what was set per head ({"decay": g, "beta": ...}), for the report."""
+    import torch
+
+    g = decay_from_distance(distance).to(torch.float32)  # [H]
+    bias = inverse_softplus(g)
+    out = {"decay": [round(float(v), 5) for v in g]}
+    with torch.no_grad():
+        mixer.A_log.zero_()
+        if kind == "mamba2":
+            mixer.dt_bias.copy_(bias)
+            mixer.in_proj.weight[-mixer.num_heads :].zero_()  # the dt rows
+            return out
+        if kind == "kda":
+            mixer.dt_bias.copy_(bias.repeat_interleave(mixer.head_dim))  # [H * K]
+            mixer.f_proj[1].weight.zero_()
+        else:
+            mixer.dt_bias.copy_(bias)
+            mixer.a_proj.weight.zero_()
+        beta = beta_from_entropy(entropy).to(torch.float32)
+        logit = torch.log(beta / (1 - beta))  # [H]
+        direction = mean_input.float() / mean_input.float().pow(2).sum().clamp(min=1e-12)  # [D]
+        mixer.b_proj.weight.copy_(logit[:, None] * direction[None, :])
+        out["beta"] = [round(float(v), 4) for v in beta]
+    return out
+
+
+def output_projection(mixer: nn.Module) -> nn.Linear:
+    """The mixer's output projection: `o_proj` (MLA, GDN, KDA) or `out_proj` (Mamba2)."""
+    return mixer.o_proj if hasattr(mixer, "o_proj") else mixer.out_proj
+
+
+def fit_value_scale(mixer: nn.Module, head_outputs: torch.Tensor, target: torch.Tensor) -> list[float]:
+    """Scale each head's columns of the output projection by the joint least-squares s [H].
+
+    Args:
+        mixer: the mixer (its output projection is changed in place).
+        head_outputs: `[N, H, Dv]` what enters the output projection, per head, on the calibration tokens.
+        target: `[N, D]` the teacher attention's output on the same tokens.
+    """
+    import torch
+
+    proj = output_projection(mixer)
+    _, H, Dv = head_outputs.shape
+    w = proj.weight.detach().float().view(-1, H, Dv)  # [D, H, Dv]
+    per_head = torch.einsum("nhv,dhv->hnd", head_outputs.float(), w).flatten(1)  # [H, N * D]
+    gram = (per_head @ per_head.T).double()  # [H, H]
+    rhs = (per_head @ target.float().flatten()).double()  # [H]
+    scale = torch.linalg.lstsq(gram, rhs[:, None]).solution[:, 0].float()  # [H]
+    with torch.no_grad():
+        proj.weight.copy_((w * scale[None, :, None]).view_as(proj.weight))
+    return [round(float(s), 4) for s in scale]
