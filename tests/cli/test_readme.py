@@ -49,7 +49,11 @@ def _ci_readme_command(n: int) -> str:
     ci = (ROOT / ".ci" / "run").read_text()
     function = re.search(r"^readme_command\(\) \{.*?^\}$", ci, flags=re.S | re.M)[0]
     done = subprocess.run(
-        ["bash", "-c", f"{function}\nreadme_command {n}"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["bash", "-c", f"{function}\nreadme_command {n}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return done.stdout.strip()
 
