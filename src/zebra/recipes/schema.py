@@ -355,12 +355,14 @@ class DistillSpec:
         0,
         doc="the first steps train the new mixers alone (the copied weights wait at learning rate 0)",
         min=0,
+        max=STEPS,
     )
     top_k: int = spec(
         0,
         doc="kd: the KL over the teacher's top-k tokens and one bucket for the rest of its mass (0 = the whole "
         "vocabulary)",
         min=0,
+        max=VOCAB,
     )
     logit_cache: str = spec(
         "",
