@@ -134,6 +134,17 @@ def test_resume_never_asks_before_deleting_an_earlier_run(cli, tmp_path):
     assert (run / "checkpoints" / "step_0000001").is_dir()
 
 
+def test_a_run_in_progress_is_told_as_one_not_as_an_earlier_runs_results(cli, tmp_path, hold_folder):
+    """A run that has logged metrics but saved no checkpoint yet is in progress, not an earlier run's leftovers:
+    a second start names the process that holds it (the results question comes only with the lock in hand)."""
+    run = tmp_path / "tiny"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 5.0}\n')
+    pid = hold_folder(run)
+    _one_line_error(cli("train", "tiny", "--mock-data", "--output", str(tmp_path)), f"in use by pid {pid}")
+    assert (run / "metrics.jsonl").read_text() == '{"step": 1, "loss": 5.0}\n'
+
+
 def test_plot_draws_and_compares_runs(cli, tmp_path):
     from zebra.train.metrics import MetricsLog
 

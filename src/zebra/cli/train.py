@@ -140,9 +140,9 @@ def train(
     if dry_run:
         _show_plan(plan, json_)
         return
-    start_over = _confirm_start(plan.run, yes)
     L.check(plan)
-    with hold_run_dir(plan) as lock:
+    with hold_run_dir(plan) as lock:  # a run in progress is told as one, not as an earlier run's results
+        start_over = _confirm_start(plan.run, yes)
         prepare_run(plan.run, start_over=start_over)
         outcome = start(plan, L.callbacks(), follow=follow, lock=lock)
     if not outcome.ended:  # a Slurm job runs on
