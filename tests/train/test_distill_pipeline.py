@@ -52,6 +52,9 @@ def test_one_command_runs_every_stage_into_one_folder(pipeline):
     assert stages["upcycle-mla"]["pattern"] == "*-*-*-*-" and set(stages["upcycle-rec"]["pattern"][::2]) == {
         "G"
     }
+    for name in ("upcycle-mla", "upcycle-rec"):  # calibrated on --data: every mixer's fit lowered its error
+        layers = stages[name]["calibration"]["layers"]
+        assert len(layers) == 4 and all(f["error_fit"] < f["error_upcycled"] for f in layers), layers
     hybrid = json.loads((out / "hybrid" / "upcycle.json").read_text())
     assert hybrid["placement"] == "smart" and len(hybrid["smart"]["scores"]) == 4
     assert hybrid["students"] == {

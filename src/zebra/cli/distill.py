@@ -80,6 +80,7 @@ def distill_command(
     kd_lr: Annotated[float, typer.Option("--kd-lr", help="Peak LR of KD.")] = 1e-3,
     evals: Annotated[int, typer.Option("--evals", help="Held-out evaluations and checkpoints per stage.", min=1)] = 4,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Fit each upcycled student's mixers to the teacher's attention on --data first.")] = True,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Recipe override for every training stage (distill.*, train.*).")] = None,
     json_: JsonOpt = False,
 ) -> None:  # fmt: skip
@@ -90,7 +91,7 @@ def distill_command(
     options = PipelineOptions(
         teacher=teacher, data=data, tokens=parse_tokens(tokens), output=str(output), mixer=mixer, mla=mla,
         placement=placement, seq_len=seq_len, batch=batch, micro_batch=micro_batch, ild_fraction=ild_fraction,
-        ild_lr=ild_lr, kd_lr=kd_lr, evals=evals, device=device, sets=tuple(set_ or ()),
+        ild_lr=ild_lr, kd_lr=kd_lr, evals=evals, device=device, calibrate=calibrate, sets=tuple(set_ or ()),
     )  # fmt: skip
     result = run_pipeline(options, PipelineConsole(json_))
     _show(result, json_)

@@ -2,8 +2,8 @@
 one folder (docs/upcycle.md "One command").
 
     OUT/stages.json     the options and every stage's state and result (rewritten whole, atomically)
-    OUT/upcycle-mla/    the all-MLA student (`zebra upcycle --mla-layers all`)        an export with upcycle.json
-    OUT/upcycle-rec/    the all-recurrent student (`--mla 0`)
+    OUT/upcycle-mla/    the all-MLA student (`zebra upcycle --mla-layers all --calibrate DATA`): an export with upcycle.json
+    OUT/upcycle-rec/    the all-recurrent student (`--mla 0 --calibrate DATA`)
     OUT/ild-mla/        ILD of the all-MLA student (a training run; its export/)       ild_fraction / 2 of --tokens
     OUT/ild-rec/        ILD of the all-recurrent student                               ild_fraction / 2
     OUT/hybrid/         the two composed, MLA layers placed by SMART (`zebra upcycle --compose`)
@@ -11,7 +11,8 @@ one folder (docs/upcycle.md "One command").
     OUT/loss.png        held-out CE against tokens over the training stages, the teacher's as a line
 
 The stage list is data (`plan_stages`): each `Stage` names its runner (`RUNNERS`) and what it passes on, so a
-stage is one entry (calibration: `upcycle_kwargs` reach `zebra.upcycle.upcycle` in both upcycle stages). Every
+stage is one entry. Both upcycle stages calibrate their student on --data (`zebra.upcycle.calibrate`: each new
+mixer fitted to its teacher layer's attention) unless `calibrate` is off. Every
 check that can fail runs before the first stage (`check_options`). A second call with the same options continues:
 finished stages are skipped, a training stage resumes from its newest checkpoint (the trainer's; SIGTERM saves
 one, kill -9 loses the steps since the last), an interrupted upcycle or compose is redone.
@@ -55,7 +56,7 @@ class PipelineOptions:
     smart_samples: int = 64
     device: str = "auto"
     sets: tuple[str, ...] = ()  # recipe overrides for every training stage
-    upcycle_kwargs: dict[str, Any] = field(default_factory=dict)  # passed on to `zebra.upcycle.upcycle`
+    calibrate: bool = True  # fit each upcycled student's mixers to the teacher's attention on `data` first
 
 
 @dataclass(frozen=True)
@@ -182,11 +183,16 @@ def run_pipeline(o: PipelineOptions, view: PipelineView | None = None) -> Pipeli
 
 def run_upcycle(o: PipelineOptions, stage: Stage, view: PipelineView, tokens_before: int) -> dict[str, Any]:
     from zebra.upcycle import StudentOptions, upcycle
+    from zebra.upcycle.calibrate import CalibrateOptions
 
     out = Path(o.output) / stage.name
     options = StudentOptions(mixer=o.mixer, **stage.params["student"])
-    report = upcycle(o.teacher, out, options, dtype="fp32", force=True, **o.upcycle_kwargs)
-    return {"export": str(out), "pattern": report.pattern, "student_params": report.student_params}
+    calibrate = CalibrateOptions(data=o.data, device=o.device) if o.calibrate else None
+    report = upcycle(o.teacher, out, options, dtype="fp32", force=True, calibrate=calibrate)
+    result = {"export": str(out), "pattern": report.pattern, "student_params": report.student_params}
+    if report.calibration:  # each mixer's error as upcycled and after its fit
+        result["calibration"] = report.calibration
+    return result
 
 
 def run_compose(o: PipelineOptions, stage: Stage, view: PipelineView, tokens_before: int) -> dict[str, Any]:
