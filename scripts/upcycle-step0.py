@@ -82,7 +82,7 @@ def hybrids(args) -> list[tuple[str, dict]]:
     from zebra.upcycle.fit import FitOptions
     from zebra.upcycle.student import StudentOptions
 
-    fit = FitOptions(steps=args.steps)
+    fit = FitOptions(steps=args.steps, eval_every=args.eval_every or args.steps)
     calibrate = CalibrateOptions(
         args.calibration, samples=args.samples, seq_len=args.calibrate_seq_len, fit=fit
     )
@@ -93,6 +93,36 @@ def hybrids(args) -> list[tuple[str, dict]]:
             out.append((f"{mixer} + {args.mla} MLA, upcycled", {"options": options}))
         out.append((f"{mixer} + {args.mla} MLA, calibrated", {"options": options, "calibrate": calibrate}))
     return out
+
+
+def in_memory_student(teacher, kwargs):
+    """The student `upcycle` would write, built in memory from the same tensor sources (no export written)."""
+    import torch
+
+    from zebra.models import ZebraConfig, ZebraForCausalLM
+    from zebra.upcycle.calibrate import CalibratedSource, calibrate_student
+    from zebra.upcycle.calibration import attention_input_moments
+    from zebra.upcycle.source import UpcycledSource
+    from zebra.upcycle.student import plan_student
+
+    plan = plan_student(teacher.shape, kwargs["options"])
+    config = ZebraConfig(**plan.config, kernel_backend="torch")
+    moments = None
+    if kwargs.get("calibration") is not None:
+        moments, _ = attention_input_moments(teacher, kwargs["calibration"], plan.mla_layers)
+    source = UpcycledSource(teacher, config, torch.float32, 0, moments)
+    record = {}
+    if kwargs.get("calibrate") is not None:
+        calibrated = calibrate_student(teacher, config, source, kwargs["calibrate"], progress_printer())
+        source, record = (
+            CalibratedSource(source, calibrated),
+            {"layers": [vars(f) for f in calibrated.layers]},
+        )
+    with torch.device("meta"):
+        model = ZebraForCausalLM(config)
+    model.load_state_dict({n: source.get(n) for n in source.shapes()}, strict=False, assign=True)
+    model.tie_weights()
+    return model.eval(), type("Report", (), {"calibration": record})()
 
 
 def progress_printer():
@@ -124,11 +154,16 @@ def main() -> None:
     p.add_argument("--mla", type=int, default=8)
     p.add_argument("--steps", type=int, default=50, help="calibrate: Adam steps per layer")
     p.add_argument("--samples", type=int, default=16, help="calibrate: sequences")
+    p.add_argument("--eval-every", type=int, default=25, help="calibrate: steps between error measurements")
     p.add_argument("--calibrate-seq-len", type=int, default=128)
     p.add_argument("--calibrated-only", action="store_true", help="calibrate: skip the uncalibrated students")
     p.add_argument("--svd-samples", type=int, default=32, help="forms: activation-SVD sequences of 512")
     p.add_argument("--full-q-rank", type=int, default=576)
     p.add_argument("--full-kv-rank", type=int, default=384)
+    p.add_argument("--skip", type=int, default=0, help="start at this student of the table")
+    p.add_argument(
+        "--in-memory", action="store_true", help="build each student in memory instead of exporting it"
+    )
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--windows", type=int, default=8)
     args = p.parse_args()
@@ -137,12 +172,17 @@ def main() -> None:
     windows = heldout_windows(args.heldout, teacher.tokenizer, args.seq, args.windows)
     rows = [{"student": "teacher", "ce": heldout_ce(build_teacher_model(teacher, torch.float32), windows)}]
     print(f"teacher: {rows[0]['ce']:.3f}", flush=True)
-    for n, (label, kwargs) in enumerate(forms(args) if args.table == "forms" else hybrids(args)):
+    students = forms(args) if args.table == "forms" else hybrids(args)
+    for n, (label, kwargs) in enumerate(students[args.skip :], start=args.skip):
         folder = args.output / f"student-{n}"
         start = time.time()
-        report = upcycle(args.teacher, folder, force=True, on_calibrate=progress_printer(), **kwargs)
+        if args.in_memory:
+            model, report = in_memory_student(teacher, kwargs)
+        else:
+            report = upcycle(args.teacher, folder, force=True, on_calibrate=progress_printer(), **kwargs)
+            model = ZebraForCausalLM.from_pretrained(folder, dtype=torch.float32)
         seconds = time.time() - start
-        ce = heldout_ce(ZebraForCausalLM.from_pretrained(folder, dtype=torch.float32), windows)
+        ce = heldout_ce(model, windows)
         rows.append({"student": label, "ce": ce, "ratio": ce / rows[0]["ce"], "upcycle_s": round(seconds, 1),
                      "calibration": report.calibration.get("layers", [])})  # fmt: skip
         print(f"{label}: {ce:.3f} ({ce / rows[0]['ce']:.2f}x the teacher; {seconds:.0f} s)", flush=True)
