@@ -220,6 +220,15 @@ CASES = [
     Case("compose-output-is-a-student", "output inside input",
          ["upcycle", "--compose", "model", "model2", "--mla", "1", "--output", "model2", "--force"],
          "RECURRENT_DIR", both(copy_export, lambda d, run: shutil.copytree(d / "model", d / "model2"))),
+    Case("distill-output-is-teacher", "output inside input",
+         ["distill", "model", "--data", "data", "--tokens", "1M", "-o", "model"], "is the teacher", copy_export),
+    Case("distill-output-holds-data", "output inside input",
+         ["distill", "model", "--data", "out/data", "--tokens", "1M", "-o", "out"], "--data",
+         both(copy_export, write("out/data/manifest.json", "{}"))),
+    Case("upcycle-output-is-calibrate-data", "output inside input",
+         ["upcycle", "model", "-o", "cal", "--calibrate", "cal", "--force"], "--calibrate",
+         both(copy_export, write("cal/manifest.json", "{}"))),
+    Case("corpus-unknown-source", "wrong type", ["data", "corpus", "-o", "c", "--sources", "novels"], "novels"),
     Case("convert-output-inside-checkpoints", "output inside input",
          ["convert", "runs/r", "--output", "runs/r/checkpoints/hf"], "is inside the source", copy_run),
     Case("verify-config-does-not-fit", "wrong type", ["verify", "model"], "do not fit",
@@ -329,7 +338,7 @@ def test_the_suite_covers_every_family():
     families = {case.family for case in CASES}
     assert families == {"broken", "empty", "binary", "truncated", "wrong type", "unwritable",
                         "through a symlink", "output inside input", "interrupted"}  # fmt: skip
-    assert len({case.id for case in CASES}) == len(CASES) >= 53
+    assert len({case.id for case in CASES}) == len(CASES) >= 57
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
