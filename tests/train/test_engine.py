@@ -170,8 +170,8 @@ def test_the_trainer_reads_a_step_after_queueing_the_next(cli, tmp_path, sample_
     from zebra.train.optim import param_groups
     from zebra.train.step import StepResult, TrainStep
 
-    def fused_adamw(model, spec, device):
-        return torch.optim.AdamW(param_groups(model, spec.weight_decay), lr=spec.lr, fused=True)
+    def fused_adamw(model, spec, device, mixers=None):
+        return torch.optim.AdamW(param_groups(model, spec.weight_decay, mixers), lr=spec.lr, fused=True)
 
     events, results = [], []
     real_call, real_read = TrainStep.__call__, StepResult._read
