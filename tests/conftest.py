@@ -53,7 +53,7 @@ def _gpu_available() -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if set(getattr(item, "fixturenames", ())) & set(OPTIONAL_FIXTURES):
+        if OPTIONAL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.optional)
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if gpu_items and not _gpu_available():  # torch is imported only when a gpu test was collected

