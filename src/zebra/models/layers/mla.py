@@ -54,7 +54,7 @@ class MultiLatentAttention(nn.Module):
         norm_eps: epsilon of the latent RMSNorms.
         latent_norm: RMSNorms on the latents (False: `nn.Identity`, no parameters).
         layer_idx: the sublayer index (its slot in the cache).
-        backend: kernel backend of the latent norms ("auto", "torch", "fla").
+        backend: kernel backend of the latent norms and the cached decode attention ("auto", "torch", "fla").
     """
 
     # one GEMM for q_down_proj and kv_down_proj in training too (`zebra.models.layers.packed.project`)
@@ -85,6 +85,7 @@ class MultiLatentAttention(nn.Module):
         self.qk_rope_head_dim = qk_rope_head_dim
         self.v_head_dim = v_head_dim
         self.layer_idx = layer_idx
+        self.backend = backend
         qk_head_dim = qk_nope_head_dim + qk_rope_head_dim
         if q_lora_rank:
             self.q_down_proj = nn.Linear(hidden_size, q_lora_rank, bias=False)
@@ -165,13 +166,16 @@ class MultiLatentAttention(nn.Module):
             offset = cache.offset
             latent, k_rope = cache.update_latents(self.layer_idx, latent, k_rope)  # [B, L, Rkv], [B, L, dr]
         L = latent.shape[1]
+        if absorb is None:
+            absorb = cache is not None and T <= ABSORB_MAX_T
+        if absorb and cache is not None and attention_mask is None:  # reads only the cached tokens
+            o = self._absorbed_cached(q_nope, q_rope, latent, k_rope, offset + T, host_length(cache, T))
+            return self.o_proj(o.reshape(B, T, H * self.v_head_dim))
         mask = once(
             memo,
             ("mask", L),
             lambda: attention_allowed(T, L, offset, attention_mask, cu_seqlens, hidden_states.device),
         )
-        if absorb is None:
-            absorb = cache is not None and T <= ABSORB_MAX_T
         if absorb:
             o = self._absorbed(q_nope, q_rope, latent, k_rope, mask)
         else:
@@ -196,11 +200,29 @@ class MultiLatentAttention(nn.Module):
         )
         return o.transpose(1, 2)  # [B, T, H, dv]
 
+    def _absorbed_cached(self, q_nope, q_rope, latent, k_rope, lengths, max_length) -> torch.Tensor:
+        """The absorbed form over the first `lengths` (`[]` device tensor or int) cache slots through
+        `zebra_kernels.mla_decode` (one split-K Triton kernel and its merge on a GPU). Returns `[B, T, H, dv]`."""
+        from zebra_kernels.mla_decode import mla_decode
+
+        w_uk, w_uv = self._absorbed_weights()
+        q_latent = torch.einsum("bthd,hdr->bthr", q_nope, w_uk)  # [B, T, H, Rkv]
+        o_latent = mla_decode(
+            q_latent, q_rope, latent, k_rope, lengths, self.softmax_scale, max_length=max_length,
+            backend=self.backend,
+        )  # fmt: skip
+        return torch.einsum("bthr,hvr->bthv", o_latent, w_uv)  # [B, T, H, dv]
+
+    def _absorbed_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """`kv_up_proj`'s key and value parts per head: `[H, dn, Rkv]`, `[H, dv, Rkv]`."""
+        H = self.num_heads
+        w = self.kv_up_proj.weight.view(H, self.qk_nope_head_dim + self.v_head_dim, self.kv_lora_rank)
+        return w.split([self.qk_nope_head_dim, self.v_head_dim], dim=1)
+
     def _absorbed(self, q_nope, q_rope, latent, k_rope, mask) -> torch.Tensor:
         """Attention over the latents with `kv_up_proj` folded into query and output. Returns `[B, T, H, dv]`."""
-        T, H, L = q_nope.shape[1], self.num_heads, latent.shape[1]
-        w = self.kv_up_proj.weight.view(H, self.qk_nope_head_dim + self.v_head_dim, self.kv_lora_rank)
-        w_uk, w_uv = w.split([self.qk_nope_head_dim, self.v_head_dim], dim=1)  # [H, dn, Rkv], [H, dv, Rkv]
+        T, L = q_nope.shape[1], latent.shape[1]
+        w_uk, w_uv = self._absorbed_weights()  # [H, dn, Rkv], [H, dv, Rkv]
         q_latent = torch.einsum("bthd,hdr->bhtr", q_nope, w_uk)  # [B, H, T, Rkv]
         scores = torch.einsum("bhtr,blr->bhtl", q_latent, latent)  # [B, H, T, L]
         scores = scores + torch.einsum("bthd,bld->bhtl", q_rope, k_rope)
@@ -210,6 +232,16 @@ class MultiLatentAttention(nn.Module):
         probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1).to(latent.dtype)
         o_latent = torch.einsum("bhtl,blr->bthr", probs, latent)  # [B, T, H, Rkv]
         return torch.einsum("bthr,hvr->bthv", o_latent, w_uv)  # [B, T, H, dv]
+
+
+def host_length(cache: ZebraCache, T: int) -> int | None:
+    """A host bound on the cached tokens after T new ones (`seen_tokens` counts every fed step, so it is never
+    below the device offset), or None while a CUDA graph is captured or the step is compiled: a bound read on
+    the host then would be frozen into every replay."""
+    capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    if capturing or torch.compiler.is_compiling():
+        return None
+    return cache.seen_tokens + T
 
 
 def once(memo: dict | None, key: Any, make: Callable[[], Any]) -> Any:
