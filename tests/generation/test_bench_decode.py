@@ -72,3 +72,45 @@ def test_bench_decode_table_and_errors():
     assert bad.exit_code == 1 and "--cache paged" in bad.stderr
     bad = runner.invoke(app, ["bench", "decode", "tiny", "--batch", "1,0", "--device", "cpu"])
     assert bad.exit_code == 1 and bad.stderr.startswith("error: --batch 1,0: batch sizes must be at least 1")
+
+
+def test_bench_decode_lengths_and_profile_json():
+    """--lengths: one row per cached length, a large cache against one sized to it; --profile: the step's ops
+    (torch ops' self times on a CPU), their calls and time per step."""
+    result = runner.invoke(
+        app,
+        ["bench", "decode", "tiny", "--device", "cpu", "--dtype", "fp32", "--batch", "1", "--prompt", "8",
+         "--new", "3", "--no-hf", "--lengths", "5,20", "--capacity", "40", "--profile", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    rows = report["length_rows"]
+    assert [(r["cached"], r["capacity"], r["sized_capacity"]) for r in rows] == [(5, 40, 8), (20, 40, 23)]
+    for r in rows:
+        assert r["capacity_ms_per_token"] > 0 and r["sized_ms_per_token"] > 0
+        assert abs(r["ratio"] - r["capacity_ms_per_token"] / r["sized_ms_per_token"]) < 1e-9
+    profile = report["profile"]
+    assert profile["batch"] == 1 and profile["source"] == "cpu ops" and profile["mode"] == "eager"
+    assert profile["roofline_ms"] == report["rows"][0]["roofline_ms"]
+    names = [r["name"] for r in profile["rows"]]
+    assert "aten::argmax" in names  # the token choice is part of the step
+    assert profile["kernels_per_step"] >= sum(r["calls_per_step"] for r in profile["rows"]) > 10
+    assert abs(sum(r["share"] for r in profile["rows"]) - 1) < 0.05 or len(names) == 40
+
+
+def test_bench_decode_lengths_errors():
+    result = runner.invoke(
+        app,
+        ["bench", "decode", "tiny", "--device", "cpu", "--batch", "1", "--prompt", "8", "--new", "3",
+         "--lengths", "5,x"],
+    )  # fmt: skip
+    assert result.exit_code != 0 and "--lengths 5,x: not a list of integers" in result.output
+    result = runner.invoke(
+        app,
+        ["bench", "decode", "tiny", "--device", "cpu", "--batch", "1", "--prompt", "8", "--new", "3",
+         "--lengths", "30", "--capacity", "32"],
+    )  # fmt: skip
+    assert (
+        result.exit_code != 0
+        and "--capacity 32: smaller than the longest length + --new (33)" in result.output
+    )

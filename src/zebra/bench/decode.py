@@ -34,6 +34,9 @@ from typing import Any
 import torch
 
 from zebra import arch
+from zebra.bench.decode_length import LengthRow, length_rows
+from zebra.bench.decode_profile import DecodeProfile, profile_step
+from zebra.bench.decode_runs import engine_runs, sync
 from zebra.caches import use_kernel_cache
 from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError
@@ -58,6 +61,9 @@ class DecodeBenchConfig:
     cuda_graph: bool = True
     compile: bool = False
     seed: int = 0
+    lengths: list[int] = field(default_factory=list)  # cached tokens of the real-length figure (batch 1)
+    capacity: int | None = None  # the large cache of that figure (default: the longest length + new)
+    profile: bool = False  # the per-kernel breakdown of one step at the first batch size
 
 
 @dataclass
@@ -98,6 +104,8 @@ class DecodeBenchReport:
     torch_version: str
     rows: list[DecodeBenchRow]
     fla: str | None = None  # FLA's class that ran, or why it did not
+    length_rows: list[LengthRow] = field(default_factory=list)  # --lengths
+    profile: DecodeProfile | None = None  # --profile
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,7 +123,7 @@ def run_decode_bench(
     check_decode_config(cfg)
     device = resolve_device(cfg.device)
     use_kernel_cache()
-    phases = 3 + len(cfg.batches) * (1 + 2 * cfg.hf)
+    phases = 3 + len(cfg.batches) * (1 + 2 * cfg.hf) + cfg.profile + len(cfg.lengths)
     progress = _Progress(on_progress, phases)
     progress.say(f"building {cfg.model} on {device}")
     model = build_model(cfg.model, device=device, dtype=cfg.dtype, seed=cfg.seed)
@@ -150,6 +158,14 @@ def run_decode_bench(
                 row.fla_decode_ms_per_token = _bench_hf(fla, prompts, cfg.new)[1]
                 row.speedup_vs_fla = row.fla_decode_ms_per_token / row.decode_ms_per_token
         rows.append(row)
+    profile = _profile(engine, model, cfg, rows[0], gen, progress) if cfg.profile else None
+    lengths = []
+    if cfg.lengths:
+        capacity = cfg.capacity or max(cfg.lengths) + cfg.new
+        lengths = length_rows(
+            model, cfg.lengths, capacity, cfg.new, cuda_graph=cfg.cuda_graph, compile=cfg.compile,
+            seed=cfg.seed, say=progress.say,
+        )  # fmt: skip
     return DecodeBenchReport(
         model=cfg.model,
         device=device_name(engine.device),
@@ -165,7 +181,22 @@ def run_decode_bench(
         torch_version=torch.__version__,
         rows=rows,
         fla=fla_note,
+        length_rows=lengths,
+        profile=profile,
     )
+
+
+def _profile(engine, model, cfg, row: DecodeBenchRow, gen, progress) -> DecodeProfile:
+    """The step's kernel breakdown at the first batch size, next to its roofline; without the graph when a
+    graph replay shows no kernels to the profiler."""
+    progress.say(f"profile of one step, batch {row.batch}")
+    prompts = torch.randint(0, model.config.vocab_size, (row.batch, cfg.prompt), generator=gen)
+    profile = profile_step(engine, prompts, cfg.new)
+    if profile.kernels_per_step == 0 and engine.cuda_graph:
+        eager = Engine(model, cache=cfg.cache, cuda_graph=False, max_seq_len=cfg.prompt + cfg.new)
+        profile = profile_step(eager, prompts, cfg.new)
+    profile.roofline_ms = row.roofline_ms
+    return profile
 
 
 class _Progress:
@@ -192,6 +223,15 @@ def check_decode_config(cfg: DecodeBenchConfig) -> None:
         )
     if cfg.cache not in ("auto", "static", "dynamic"):
         raise ZebraError(f"--cache {cfg.cache}: unknown", fix="use auto, static or dynamic")
+    if cfg.lengths and min(cfg.lengths) < 1:
+        raise ZebraError(
+            f"--lengths {cfg.lengths}: cached lengths must be at least 1", fix="e.g. --lengths 1024,8192"
+        )
+    if cfg.lengths and cfg.capacity is not None and cfg.capacity < max(cfg.lengths) + cfg.new:
+        raise ZebraError(
+            f"--capacity {cfg.capacity}: smaller than the longest length + --new ({max(cfg.lengths) + cfg.new})",
+            fix="raise --capacity or leave it out",
+        )
 
 
 def fla_twin(model: torch.nn.Module) -> tuple[Any, str]:
@@ -243,8 +283,8 @@ def _bench_engine(
     batch, prompt_len = prompts.shape
     _reset_peak(engine.device)
     capacity = prompt_len + new
-    _engine_runs(engine, prompts, min(new, 8), capacity)  # warm-up: kernels, autotuning, CUDA graph capture
-    prefill_s, step_s, state = _engine_runs(engine, prompts, new, capacity)
+    engine_runs(engine, prompts, min(new, 8), capacity)  # warm-up: kernels, autotuning, CUDA graph capture
+    prefill_s, step_s, state = engine_runs(engine, prompts, new, capacity)
     cache_bytes = engine.cache_bytes(state)
     decode_s = _generate_seconds(engine, prompts, new)
     step_ms, decode_ms = step_s / new * 1e3, decode_s / (new - 1) * 1e3
@@ -274,24 +314,6 @@ def _bench_engine(
         roofline_ratio=step_ms / roofline_ms,
         peak_memory_bytes=_peak(engine.device),
     )
-
-
-def _engine_runs(engine: Any, prompts: torch.Tensor, n_new: int, capacity: int) -> tuple[float, float, Any]:
-    """(prefill seconds, seconds of `n_new` steps fed on the device, the state): the prefill into a fresh cache
-    for `capacity` tokens, then steps each fed the argmax of the last logits, synchronised once at the end."""
-    device = engine.device
-    state = engine.new_state(prompts.shape[0], capacity=capacity)
-    ids = prompts.to(device)
-    _sync(device)
-    t0 = time.perf_counter()
-    engine.prefill(state, ids)
-    _sync(device)
-    t1 = time.perf_counter()
-    tokens = state.logits.argmax(-1)
-    for _ in range(n_new):
-        tokens = engine.step(state, tokens).argmax(-1)
-    _sync(device)
-    return t1 - t0, time.perf_counter() - t1, state
 
 
 def _generate_seconds(engine: Any, prompts: torch.Tensor, new: int) -> float:
@@ -340,11 +362,11 @@ class _TokenClock:
         self.stamps: list[float] = []
 
     def reset(self) -> None:
-        _sync(self.device)
+        sync(self.device)
         self.stamps = []
 
     def put(self, _tokens: torch.Tensor) -> None:
-        _sync(self.device)
+        sync(self.device)
         self.stamps.append(time.perf_counter())
 
     def end(self) -> None:
@@ -366,12 +388,12 @@ def measure_bandwidth(device: torch.device, nbytes: int | None = None) -> float:
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
     dst = torch.empty_like(src)
     dst.copy_(src)
-    _sync(device)
+    sync(device)
     best = float("inf")
     for _ in range(5):
         t0 = time.perf_counter()
         dst.copy_(src)
-        _sync(device)
+        sync(device)
         best = min(best, time.perf_counter() - t0)
     return 2 * nbytes / best
 
@@ -380,11 +402,6 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _reset_peak(device: torch.device) -> None:

@@ -77,6 +77,20 @@ def decode(
     ] = "auto",
     cuda_graph: CudaGraphOpt = True,
     compile_: CompileOpt = False,
+    lengths: Annotated[
+        str,
+        typer.Option(
+            "--lengths",
+            help="Comma-separated cached tokens: batch-1 step ms in a --capacity cache against one sized to each.",
+        ),
+    ] = "",
+    capacity: Annotated[
+        int | None,
+        typer.Option("--capacity", min=2, help="The large cache of --lengths (default: longest + --new)."),
+    ] = None,
+    profile: Annotated[
+        bool, typer.Option("--profile", help="Per-kernel breakdown of one step at the first batch size.")
+    ] = False,
     json_: JsonOpt = False,
 ) -> None:
     """Prefill and decode speed of the generation engine next to HF generate, and the memory roofline."""
@@ -89,6 +103,12 @@ def decode(
         batches = [int(b) for b in batch.split(",") if b.strip()]
     except ValueError:
         raise ZebraError(f"--batch {batch}: not a list of integers", fix="e.g. --batch 1,8") from None
+    try:
+        cached = [int(n) for n in lengths.split(",") if n.strip()]
+    except ValueError:
+        raise ZebraError(
+            f"--lengths {lengths}: not a list of integers", fix="e.g. --lengths 1024,8192"
+        ) from None
     cfg = DecodeBenchConfig(
         model=model,
         batches=batches,
@@ -100,6 +120,9 @@ def decode(
         cache=cache,
         cuda_graph=cuda_graph,
         compile=compile_,
+        lengths=cached,
+        capacity=capacity,
+        profile=profile,
     )
     check_decode_config(cfg)  # before the progress bar draws
     with out.progress("decode bench", unit="phase") as bar:
@@ -172,6 +195,34 @@ def _decode_table(report) -> None:
     out.text(
         f"roofline = (weights {report.weight_bytes_per_step / 1e9:.3f} GB + cache bytes per step) / "
         f"{report.bandwidth_gb_s:,.0f} GB/s (device copy measured now); params {report.params:,}; torch {report.torch_version}"
+    )
+    if report.length_rows:
+        _length_table(report.length_rows)
+    if report.profile is not None:
+        _profile_table(report.profile)
+
+
+def _length_table(rows) -> None:
+    cols = ["cached", "capacity", "ms/tok", "sized capacity", "ms/tok (sized)", "ratio"]
+    cells = [
+        [f"{r.cached:,}", f"{r.capacity:,}", f"{r.capacity_ms_per_token:.3f}", f"{r.sized_capacity:,}",
+         f"{r.sized_ms_per_token:.3f}", f"{r.ratio:.3f}"]
+        for r in rows
+    ]  # fmt: skip
+    out.table(
+        cols, cells, title="step at each cached length, batch 1: large cache vs one sized to the prompt"
+    )
+
+
+def _profile_table(p) -> None:
+    cols = ["kernel", "calls/step", "us/step", "share"]
+    cells = [[r.name[:90], f"{r.calls_per_step:g}", f"{r.us_per_step:.1f}", f"{r.share:.1%}"] for r in p.rows]
+    roofline = "" if p.roofline_ms is None else f", roofline {p.roofline_ms:.3f} ms"
+    out.table(
+        cols,
+        cells,
+        title=f"one decode step, batch {p.batch} ({p.mode}, {p.source}): {p.kernels_per_step:g} per step, "
+        f"{p.kernel_us_per_step / 1e3:.3f} ms of kernels, step {p.step_ms:.3f} ms{roofline}",
     )
 
 
