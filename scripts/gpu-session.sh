@@ -32,6 +32,9 @@
 #                  as a tar split beside the Triton parts (64 MiB a call with the tree); keep the teacher under /tmp
 #                  there (an untracked file in the tree is removed by the next call). One upcycle-figure student takes about 6 min;
 #                  pipeline-figure --pipelines kd 409 s, --pipelines ild,smart 571 s (cold Triton cache).
+#   mla-decode     issue 41 items 1-2: MLA decode kernel GPU tests, real-length figure (1b-mamba-mla, 1b-kda-mla),
+#                  step profiles of 1b-mamba-mla and 1b-gdn-pure (MLA_DRY=1: tiny recipes on the CPU)   decode_mla_*.json
+#                  DEADLINE=500 bash scripts/gpu-session.sh mla-decode     (one H100 call of at most 9 minutes)
 #   longctx        issue 41 item 3: batch-1 training at LONG_LENGTHS (8192 16384 32768) of 1b-gdn-pure vs FLA's class,
 #                  LONG_HYBRIDS (1b-mamba-mla 1b-kda-mla) vs Llama-3.2-1B's shape at LONG_HYBRID_LEN (32768), then
 #                  decode of LONG_DECODE_RECIPES at LONG_PROMPT (32768) cached tokens; every report in long.jsonl
@@ -235,6 +238,29 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
         esac
       done
       python3 scripts/decode-checks.py "$OUT" | tee -a "$OUT/summary.txt";;
+    mla-decode)  # issue 41 items 1-2 in one call of about 8 minutes (DEADLINE=500): the MLA decode kernel's GPU
+      # tests, 1b-mamba-mla's real-length figure (MLA_LENGTHS cached tokens, a capacity of the longest + 256 against
+      # a cache sized to each) with its step profile, 1b-gdn-pure's step profile, then 1b-kda-mla's lengths if
+      # time is left; every report decode_mla_<recipe>.json, summed up by scripts/mla-decode-summary.py.
+      # MLA_DRY=1: the same commands on tiny recipes on the CPU (no tests), to check the phase without a GPU.
+      dry=${MLA_DRY:-0} lens=${MLA_LENGTHS:-1024,8192,32768} size=(--prompt 2048 --new 256)
+      runs=("1b-mamba-mla:--profile --lengths $lens" "1b-gdn-pure:--profile" "1b-kda-mla:--lengths $lens")
+      [ "$dry" = 1 ] && { size=(--prompt 16 --new 4 --device cpu --dtype fp32); lens=8,24
+        runs=("tiny:--profile --lengths $lens" "tiny-gdn:--profile" "tiny-kda:--lengths $lens"); }
+      if [ "$dry" != 1 ]; then
+        timeout 170 python3 -m pytest -m gpu -p no:cacheprovider -v -rA -n ${WORKERS:-3} --timeout 160 \
+          tests/kernels/test_mla_decode_gpu.py tests/generation/test_gpu.py \
+          -k "${MLA_TESTS_K:-mla_decode or cuda_graph_decode_equals_eager or growing_and_shrinking}" > "$OUT/pytest_mla.log" 2>&1
+        note "mla-decode tests: $(grep -E 'passed|failed|error' "$OUT/pytest_mla.log" | tail -1)"
+      fi
+      for run in "${runs[@]}"; do
+        r=${run%%:*} left=$(( ${DEADLINE:-500} - SECONDS ))
+        [ "$left" -lt 60 ] && { note "mla-decode $r: not run ($left s left)"; continue; }
+        timeout "$left" python3 -m zebra.cli.main bench decode "$r" --batch 1 "${size[@]}" --no-hf ${run#*:} --json \
+          > "$OUT/decode_mla_$r.json" 2>> "$log"
+        note "mla-decode $r (${run#*:}) rc=$?"
+      done
+      python3 scripts/mla-decode-summary.py "$OUT" >> "$OUT/summary.txt";;
     longctx)
       long() {  # long LABEL ARGS...: one `zebra ... --json` report, under a '## LABEL rc=N' line, into long.jsonl
         local label=$1 left=$(( ${DEADLINE:-100000} - SECONDS )) rc; shift

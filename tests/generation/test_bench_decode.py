@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -74,7 +77,7 @@ def test_bench_decode_table_and_errors():
     assert bad.exit_code == 1 and bad.stderr.startswith("error: --batch 1,0: batch sizes must be at least 1")
 
 
-def test_bench_decode_lengths_and_profile_json():
+def test_bench_decode_lengths_and_profile_json(tmp_path):
     """--lengths: one row per cached length, a large cache against one sized to it; --profile: the step's ops
     (torch ops' self times on a CPU), their calls and time per step."""
     result = runner.invoke(
@@ -96,6 +99,16 @@ def test_bench_decode_lengths_and_profile_json():
     assert "aten::argmax" in names  # the token choice is part of the step
     assert profile["kernels_per_step"] >= sum(r["calls_per_step"] for r in profile["rows"]) > 10
     assert abs(sum(r["share"] for r in profile["rows"]) - 1) < 0.05 or len(names) == 40
+    # the mla-decode phase's summary (scripts/gpu-session.sh) reads these reports
+    (tmp_path / "decode_mla_tiny.json").write_text(result.stdout)
+    script = Path(__file__).resolve().parents[2] / "scripts" / "mla-decode-summary.py"
+    run = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), "--top", "3"], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    text = run.stdout
+    assert "## tiny on cpu" in text and "| 5 | " in text and "| 20 | " in text and "profile, batch 1" in text
+    assert text.count("| `aten::") == 3
 
 
 def test_bench_decode_lengths_errors():
