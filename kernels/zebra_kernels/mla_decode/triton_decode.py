@@ -29,8 +29,8 @@ LOG2E = 1.4426950408889634
 
 @triton.jit
 def _split_kernel(
-    ql_ptr,  # [B, T, H, R] contiguous
-    qr_ptr,  # [B, T, H, DR] contiguous
+    ql_ptr,  # [B, T, H, R], last dim contiguous (the absorbing einsum's strided output is read as it is)
+    qr_ptr,  # [B, T, H, DR], last dim contiguous
     lat_ptr,  # [B, L, R], last dim contiguous
     kr_ptr,  # [B, L, DR], last dim contiguous
     len_ptr,  # [B] or 0-d integer (stride_len 0)
@@ -43,6 +43,12 @@ def _split_kernel(
     DR,
     S,
     scale_log2,
+    stride_ql_b,
+    stride_ql_t,
+    stride_ql_h,
+    stride_qr_b,
+    stride_qr_t,
+    stride_qr_h,
     stride_lat_b,
     stride_lat_l,
     stride_kr_b,
@@ -70,15 +76,14 @@ def _split_kernel(
     offs_d = tl.arange(0, BLOCK_DR)
     r_ok = offs_r < R
     d_ok = offs_d < DR
+    t, h = rows // H, rows % H
+    ql_rows = b * stride_ql_b + t * stride_ql_t + h * stride_ql_h  # [BLOCK_H]
+    qr_rows = b * stride_qr_b + t * stride_qr_t + h * stride_qr_h
     q_lat = tl.load(
-        ql_ptr + (b * ROWS + rows[:, None]) * R + offs_r[None, :],
-        mask=row_ok[:, None] & r_ok[None, :],
-        other=0.0,
+        ql_ptr + ql_rows[:, None] + offs_r[None, :], mask=row_ok[:, None] & r_ok[None, :], other=0.0
     )  # [BLOCK_H, BLOCK_R]
     q_rope = tl.load(
-        qr_ptr + (b * ROWS + rows[:, None]) * DR + offs_d[None, :],
-        mask=row_ok[:, None] & d_ok[None, :],
-        other=0.0,
+        qr_ptr + qr_rows[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0
     )  # [BLOCK_H, BLOCK_DR]
 
     m = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
@@ -189,9 +194,9 @@ def triton_mla_decode(
     B, T, H, R = q_latent.shape
     L, DR = latent.shape[1], k_rope.shape[2]
     ROWS = T * H
-    q_latent, q_rope = q_latent.contiguous(), q_rope.contiguous()
-    if latent.stride(2) != 1 or k_rope.stride(2) != 1:
-        latent, k_rope = latent.contiguous(), k_rope.contiguous()
+    q_latent, q_rope, latent, k_rope = (
+        x if x.stride(-1) == 1 else x.contiguous() for x in (q_latent, q_rope, latent, k_rope)
+    )
     lengths = lengths.to(device=latent.device)
     stride_len = 0 if lengths.dim() == 0 else lengths.stride(0)
     block_h = max(16, min(64, triton.next_power_of_2(ROWS)))
@@ -204,7 +209,8 @@ def triton_mla_decode(
     with on_device(latent):
         _split_kernel[(B, row_blocks, S)](
             q_latent, q_rope, latent, k_rope, lengths, acc, ml, ROWS, H, T, R, DR, S, scale * LOG2E,
-            latent.stride(0), latent.stride(1), k_rope.stride(0), k_rope.stride(1), stride_len,
+            *q_latent.stride()[:3], *q_rope.stride()[:3], latent.stride(0), latent.stride(1), k_rope.stride(0),
+            k_rope.stride(1), stride_len,
             IEEE=q_latent.dtype == torch.float32, BLOCK_H=block_h, BLOCK_N=BLOCK_N, BLOCK_R=block_r,
             BLOCK_DR=block_dr, MIN_CHUNK=MIN_CHUNK, num_warps=4,
         )  # fmt: skip
