@@ -239,8 +239,9 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
       done
       python3 scripts/decode-checks.py "$OUT" | tee -a "$OUT/summary.txt";;
     mla-decode)  # issue 41 items 1-2 in one call of about 8 minutes (DEADLINE=500): the MLA decode kernel's GPU
-      # tests, 1b-mamba-mla's real-length figure (MLA_LENGTHS cached tokens, a capacity of the longest + 256 against
-      # a cache sized to each) with its step profile, 1b-gdn-pure's step profile, then 1b-kda-mla's lengths if
+      # tests and the fused token-choice kernel's (with the engine's graph tests), 1b-mamba-mla's real-length
+      # figure (MLA_LENGTHS cached tokens, a capacity of the longest + 256 against a cache sized to each) with its
+      # step profile, 1b-gdn-pure's step profile, then 1b-kda-mla's lengths if
       # time is left; every report decode_mla_<recipe>.json, summed up by scripts/mla-decode-summary.py.
       # MLA_DRY=1: the same commands on tiny recipes on the CPU (no tests), to check the phase without a GPU.
       dry=${MLA_DRY:-0} lens=${MLA_LENGTHS:-1024,8192,32768} size=(--prompt 2048 --new 256)
@@ -248,9 +249,10 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
       [ "$dry" = 1 ] && { size=(--prompt 16 --new 4 --device cpu --dtype fp32); lens=8,24
         runs=("tiny:--profile --lengths $lens" "tiny-gdn:--profile" "tiny-kda:--lengths $lens"); }
       if [ "$dry" != 1 ]; then
-        timeout 170 python3 -m pytest -m gpu -p no:cacheprovider -v -rA -n ${WORKERS:-3} --timeout 160 \
-          tests/kernels/test_mla_decode_gpu.py tests/generation/test_gpu.py \
-          -k "${MLA_TESTS_K:-mla_decode or cuda_graph_decode_equals_eager or growing_and_shrinking}" > "$OUT/pytest_mla.log" 2>&1
+        timeout 190 python3 -m pytest -m gpu -p no:cacheprovider -v -rA -n ${WORKERS:-4} --timeout 180 \
+          tests/kernels/test_mla_decode_gpu.py tests/kernels/test_choice.py tests/generation/test_gpu.py -k "${MLA_TESTS_K:-\
+mla_decode or fused_kernel or cuda_graph_decode_equals_eager or growing_and_shrinking or seeded_sampling or stop_id}" \
+          > "$OUT/pytest_mla.log" 2>&1
         note "mla-decode tests: $(grep -E 'passed|failed|error' "$OUT/pytest_mla.log" | tail -1)"
       fi
       for run in "${runs[@]}"; do

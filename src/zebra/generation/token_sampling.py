@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from zebra_kernels.choice import record_choice_
+
 
 @dataclass(frozen=True, kw_only=True)
 class SamplingParams:
@@ -205,9 +207,13 @@ class TokenChooser:
             top_p=self.top_p,
             generator=self.generator,
         )  # [B]
-        counted = self.emitting & ~self.stopped  # rows whose token is output now
-        self.remaining.sub_(counted.long())
-        hit = (nxt[:, None] == self.stop_ids[None, :]).any(dim=-1)  # [B]
-        self.stopped.logical_or_(counted & (hit | (self.remaining <= 0)))
-        self.tokens[:, 0].copy_(nxt)
-        torch.logical_not(self.stopped.all(), out=self.running)
+        # count, stop and feed: one Triton launch on a GPU instead of about a dozen (zebra_kernels.choice)
+        record_choice_(
+            nxt,
+            tokens=self.tokens,
+            emitting=self.emitting,
+            remaining=self.remaining,
+            stopped=self.stopped,
+            running=self.running,
+            stop_ids=self.stop_ids,
+        )
