@@ -34,7 +34,8 @@
 #                  pipeline-figure --pipelines kd 409 s, --pipelines ild,smart 571 s (cold Triton cache).
 #   mla-decode     issue 41 items 1-2: MLA decode kernel GPU tests, real-length figure (1b-mamba-mla, 1b-kda-mla),
 #                  step profiles of 1b-mamba-mla and 1b-gdn-pure (MLA_DRY=1: tiny recipes on the CPU)   decode_mla_*.json
-#                  DEADLINE=500 bash scripts/gpu-session.sh mla-decode     (one H100 call of at most 9 minutes)
+#                  bash shared/gpu/setup.sh && DEADLINE=480 bash scripts/gpu-session.sh mla-decode   (one H100 call,
+#                  at most 9 minutes: tests 160 s, then the recipes in order while DEADLINE leaves 60 s)
 #   longctx        issue 41 item 3: batch-1 training at LONG_LENGTHS (8192 16384 32768) of 1b-gdn-pure vs FLA's class,
 #                  LONG_HYBRIDS (1b-mamba-mla 1b-kda-mla) vs Llama-3.2-1B's shape at LONG_HYBRID_LEN (32768), then
 #                  decode of LONG_DECODE_RECIPES at LONG_PROMPT (32768) cached tokens; every report in long.jsonl
@@ -238,7 +239,7 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
         esac
       done
       python3 scripts/decode-checks.py "$OUT" | tee -a "$OUT/summary.txt";;
-    mla-decode)  # issue 41 items 1-2 in one call of about 8 minutes (DEADLINE=500): the MLA decode kernel's GPU
+    mla-decode)  # issue 41 items 1-2 in one call of about 8 minutes (DEADLINE=480): the MLA decode kernel's GPU
       # tests and the fused token-choice kernel's (with the engine's graph tests), 1b-mamba-mla's real-length
       # figure (MLA_LENGTHS cached tokens, a capacity of the longest + 256 against a cache sized to each) with its
       # step profile, 1b-gdn-pure's step profile, then 1b-kda-mla's lengths if
@@ -249,14 +250,14 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
       [ "$dry" = 1 ] && { size=(--prompt 16 --new 4 --device cpu --dtype fp32); lens=8,24
         runs=("tiny:--profile --lengths $lens" "tiny-gdn:--profile" "tiny-kda:--lengths $lens"); }
       if [ "$dry" != 1 ]; then
-        timeout 190 python3 -m pytest -m gpu -p no:cacheprovider -v -rA -n ${WORKERS:-4} --timeout 180 \
+        timeout 160 python3 -m pytest -m gpu -p no:cacheprovider -v -rA -n ${WORKERS:-6} --timeout 150 \
           tests/kernels/test_mla_decode_gpu.py tests/kernels/test_choice.py tests/generation/test_gpu.py -k "${MLA_TESTS_K:-\
 mla_decode or fused_kernel or cuda_graph_decode_equals_eager or growing_and_shrinking or seeded_sampling or stop_id}" \
           > "$OUT/pytest_mla.log" 2>&1
         note "mla-decode tests: $(grep -E 'passed|failed|error' "$OUT/pytest_mla.log" | tail -1)"
       fi
       for run in "${runs[@]}"; do
-        r=${run%%:*} left=$(( ${DEADLINE:-500} - SECONDS ))
+        r=${run%%:*} left=$(( ${DEADLINE:-480} - SECONDS ))
         [ "$left" -lt 60 ] && { note "mla-decode $r: not run ($left s left)"; continue; }
         timeout "$left" python3 -m zebra.cli.main bench decode "$r" --batch 1 "${size[@]}" --no-hf ${run#*:} --json \
           > "$OUT/decode_mla_$r.json" 2>> "$log"

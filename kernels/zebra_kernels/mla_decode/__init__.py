@@ -52,8 +52,8 @@ def mla_decode(
         raise ValueError(
             f"q_rope [B, T, H, dr] / k_rope [B, L, dr] do not match: {list(q_rope.shape)}, {list(k_rope.shape)}"
         )
-    if not torch.is_tensor(lengths):
-        lengths = torch.tensor(lengths, device=latent.device)
+    if not torch.is_tensor(lengths):  # a fill on the device, not a copy from the host (no synchronisation)
+        lengths = torch.full((), lengths, dtype=torch.long, device=latent.device)
     use_triton = (
         latent.device.type == "cuda"
         and q_latent.dtype in TRITON_DTYPES
