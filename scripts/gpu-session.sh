@@ -240,7 +240,7 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
       done
       python3 scripts/decode-checks.py "$OUT" | tee -a "$OUT/summary.txt";;
     mla-decode)  # issue 41 items 1-2 in one call of about 8 minutes (DEADLINE=480): the MLA decode kernel's GPU
-      # tests and the fused token-choice kernel's (with the engine's graph tests), 1b-mamba-mla's real-length
+      # tests, the fused token-choice and RoPE kernels' (with the engine's graph tests), 1b-mamba-mla's real-length
       # figure (MLA_LENGTHS cached tokens, a capacity of the longest + 256 against a cache sized to each) with its
       # step profile, 1b-gdn-pure's step profile, then 1b-kda-mla's lengths if
       # time is left; every report decode_mla_<recipe>.json, summed up by scripts/mla-decode-summary.py.
@@ -251,8 +251,9 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
         runs=("tiny:--profile --lengths $lens" "tiny-gdn:--profile" "tiny-kda:--lengths $lens"); }
       if [ "$dry" != 1 ]; then
         timeout 160 python3 -m pytest -m gpu -p no:cacheprovider -v -rA -n ${WORKERS:-6} --timeout 150 \
-          tests/kernels/test_mla_decode_gpu.py tests/kernels/test_choice.py tests/generation/test_gpu.py -k "${MLA_TESTS_K:-\
-mla_decode or fused_kernel or cuda_graph_decode_equals_eager or growing_and_shrinking or seeded_sampling or stop_id}" \
+          tests/kernels/test_mla_decode_gpu.py tests/kernels/test_choice.py tests/kernels/test_rope.py \
+          tests/generation/test_gpu.py -k "${MLA_TESTS_K:-\
+mla_decode or fused_kernel or kernel_on_a_gpu or cuda_graph_decode_equals_eager or growing_and_shrinking or seeded_sampling or stop_id}" \
           > "$OUT/pytest_mla.log" 2>&1
         note "mla-decode tests: $(grep -E 'passed|failed|error' "$OUT/pytest_mla.log" | tail -1)"
       fi

@@ -11,7 +11,8 @@ from torch import nn
 
 from zebra.models.layers.norm import RMSNorm
 from zebra.models.layers.packed import project
-from zebra.models.layers.rotary import YarnRotaryEmbedding, apply_rotary, yarn_softmax_scale
+from zebra.models.layers.rotary import YarnRotaryEmbedding, yarn_softmax_scale
+from zebra_kernels.rope import rope_qk
 
 if TYPE_CHECKING:
     from zebra.models.cache_zebra import ZebraCache
@@ -156,8 +157,8 @@ class MultiLatentAttention(nn.Module):
         latent, k_rope = kv.split([self.kv_lora_rank, dr], dim=-1)
         latent = self.kv_norm(latent)  # [B, T, Rkv]
         cos, sin = once(memo, ("rope", q.dtype), lambda: self.rotary(position_ids, q.dtype))  # [B, T, dr / 2]
-        q_rope = apply_rotary(q_rope, cos[:, :, None], sin[:, :, None])  # [B, T, H, dr]
-        k_rope = apply_rotary(k_rope, cos, sin)  # [B, T, dr]
+        # `apply_rotary` on both; one Triton launch on a GPU without gradients (zebra_kernels.rope)
+        q_rope, k_rope = rope_qk(q_rope, k_rope, cos, sin, backend=self.backend)  # [B, T, H, dr], [B, T, dr]
 
         offset: int | torch.Tensor = 0
         if cache is not None:
