@@ -252,8 +252,9 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
       if [ "$dry" != 1 ]; then
         timeout 160 python3 -m pytest -m gpu -p no:cacheprovider -v -rA -n ${WORKERS:-6} --timeout 150 \
           tests/kernels/test_mla_decode_gpu.py tests/kernels/test_choice.py tests/kernels/test_rope.py \
-          tests/generation/test_gpu.py -k "${MLA_TESTS_K:-\
-mla_decode or fused_kernel or kernel_on_a_gpu or cuda_graph_decode_equals_eager or growing_and_shrinking or seeded_sampling or stop_id}" \
+          tests/generation/test_gpu.py tests/models/test_gpu.py -k "${MLA_TESTS_K:-mla_decode or fused_kernel or \
+kernel_on_a_gpu or cuda_graph_decode_equals_eager or growing_and_shrinking or seeded_sampling or stop_id or \
+hybrid_fla_and_torch_backends_agree or static_cache_decode_step_replays}" \
           > "$OUT/pytest_mla.log" 2>&1
         note "mla-decode tests: $(grep -E 'passed|failed|error' "$OUT/pytest_mla.log" | tail -1)"
       fi
