@@ -81,6 +81,10 @@ def distill_command(
     evals: Annotated[int, typer.Option("--evals", help="Held-out evaluations and checkpoints per stage.", min=1)] = 4,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
     calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Fit each upcycled student's mixers to the teacher's attention on --data first.")] = True,
+    calibrate_samples: Annotated[int, typer.Option("--calibrate-samples", help="Calibration sequences of --data.", min=1)] = 16,
+    calibrate_seq_len: Annotated[int, typer.Option("--calibrate-seq-len", help="Tokens per calibration sequence.", min=8)] = 128,
+    calibrate_steps: Annotated[int, typer.Option("--calibrate-steps", help="Fit steps per mixer layer (0: gates only).", min=0)] = 50,
+    calibrate_batch: Annotated[int, typer.Option("--calibrate-batch", help="Sequences per fit step.", min=1)] = 2,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Recipe override for every training stage (distill.*, train.*).")] = None,
     json_: JsonOpt = False,
 ) -> None:  # fmt: skip
@@ -91,7 +95,9 @@ def distill_command(
     options = PipelineOptions(
         teacher=teacher, data=data, tokens=parse_tokens(tokens), output=str(output), mixer=mixer, mla=mla,
         placement=placement, seq_len=seq_len, batch=batch, micro_batch=micro_batch, ild_fraction=ild_fraction,
-        ild_lr=ild_lr, kd_lr=kd_lr, evals=evals, device=device, calibrate=calibrate, sets=tuple(set_ or ()),
+        ild_lr=ild_lr, kd_lr=kd_lr, evals=evals, device=device, calibrate=calibrate, calibrate_samples=calibrate_samples,
+        calibrate_seq_len=calibrate_seq_len, calibrate_steps=calibrate_steps, calibrate_batch=calibrate_batch,
+        sets=tuple(set_ or ()),
     )  # fmt: skip
     result = run_pipeline(options, PipelineConsole(json_))
     _show(result, json_)

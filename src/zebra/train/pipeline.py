@@ -57,6 +57,10 @@ class PipelineOptions:
     device: str = "auto"
     sets: tuple[str, ...] = ()  # recipe overrides for every training stage
     calibrate: bool = True  # fit each upcycled student's mixers to the teacher's attention on `data` first
+    calibrate_samples: int = 16  # calibration sequences (zebra upcycle --calibrate-samples)
+    calibrate_seq_len: int = 128  # tokens per calibration sequence
+    calibrate_steps: int = 50  # fit steps per mixer layer
+    calibrate_batch: int = 2  # sequences per fit step
 
 
 @dataclass(frozen=True)
@@ -184,10 +188,16 @@ def run_pipeline(o: PipelineOptions, view: PipelineView | None = None) -> Pipeli
 def run_upcycle(o: PipelineOptions, stage: Stage, view: PipelineView, tokens_before: int) -> dict[str, Any]:
     from zebra.upcycle import StudentOptions, upcycle
     from zebra.upcycle.calibrate import CalibrateOptions
+    from zebra.upcycle.fit import FitOptions
 
     out = Path(o.output) / stage.name
     options = StudentOptions(mixer=o.mixer, **stage.params["student"])
-    calibrate = CalibrateOptions(data=o.data, device=o.device) if o.calibrate else None
+    fit = FitOptions(steps=o.calibrate_steps, batch=o.calibrate_batch)
+    calibrate = (
+        CalibrateOptions(o.data, o.calibrate_samples, o.calibrate_seq_len, o.device, fit)
+        if o.calibrate
+        else None
+    )
     report = upcycle(o.teacher, out, options, dtype="fp32", force=True, calibrate=calibrate)
     result = {"export": str(out), "pattern": report.pattern, "student_params": report.student_params}
     if report.calibration:  # each mixer's error as upcycled and after its fit

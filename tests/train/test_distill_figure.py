@@ -1,0 +1,106 @@
+"""scripts/pack-corpus.py and scripts/distill-figure.py end to end on the CPU at toy size: a corpus folder made of the
+bundled text (byte tokens), packed, archived in parts and unpacked as the GPU side does; the figure stopped by its
+deadline, resumed to the end, and a third call that finds everything done."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.upcycle.teachers import tiny_llama
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def corpus_from(prefix: str, folder: Path) -> Path:
+    """A `zebra data corpus`-shaped folder (train/, heldout/) whose two splits are the same prepared prefix."""
+    for split in ("train", "heldout"):
+        (folder / split).mkdir(parents=True)
+        for ext in ("bin", "idx"):
+            shutil.copyfile(f"{prefix}.{ext}", folder / split / f"{split}_00000.{ext}")
+        shutil.copyfile(Path(prefix).parent / "manifest.json", folder / split / "manifest.json")
+    return folder
+
+
+def run(script: str, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPTS / script), *args], capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory, sample_prefix) -> tuple[Path, dict]:
+    """The packed folder as unpacked from its archive parts (tiny parts, so there are several)."""
+    root = tmp_path_factory.mktemp("pack")
+    corpus = corpus_from(sample_prefix, root / "corpus")
+    done = run("pack-corpus.py", str(corpus), "--train-tokens", "60k", "--heldout-tokens", "20k", "-o",
+               str(root / "pack"), "--archive", str(root / "parts" / "toy"), "--part-mib", "1")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    parts = sorted((root / "parts").glob("toy.tar.xz.*"))
+    assert parts and all(p.stat().st_size <= 2**20 for p in parts)
+    unpack = next(line for line in done.stdout.splitlines() if line.startswith("unpack"))
+    command = unpack.split(": ", 1)[1].replace("DEST", str(root / "gpu"))
+    (root / "gpu").mkdir()
+    subprocess.run(command, shell=True, check=True, cwd=root / "parts")
+    data = root / "gpu" / "data"
+    return data, json.loads((data / "pack.json").read_text())
+
+
+def test_the_pack_holds_whole_documents_train_first_then_held_out(packed, sample_prefix):
+    from zebra.data import read_manifest
+    from zebra.data.indexed import open_dataset
+
+    data, pack = packed
+    dataset = open_dataset(str(data / "data_00000"))
+    assert len(dataset) == pack["train_documents"] + pack["heldout_documents"]
+    assert pack["split"] == f"{pack['train_documents']},{pack['heldout_documents']},0"
+    train = sum(len(dataset[i]) for i in range(pack["train_documents"]))
+    heldout = sum(len(dataset[i]) for i in range(pack["train_documents"], len(dataset)))
+    assert train >= 60_000 and heldout >= 20_000
+    assert train + heldout == pack["tokens"] == read_manifest(data).tokens
+    source = open_dataset(sample_prefix)
+    documents = {tuple(source[i].tolist()) for i in range(len(source))}
+    assert all(tuple(dataset[i].tolist()) in documents for i in range(len(dataset)))  # whole documents
+
+
+def test_the_figure_stops_at_its_deadline_and_resumes_to_the_end(tmp_path, packed):
+    data, _ = packed
+    teacher = tiny_llama(tmp_path / "teacher", num_hidden_layers=4, seed=3)
+    out = tmp_path / "figure"
+    args = [str(teacher), "--data", str(data), "--tokens", "6k", "--seq-len", "32", "--batch", "4",
+            "--micro-batch", "4", "--mixers", "gdn", "--mla", "2", "--evals", "2", "--calibrate-samples", "2",
+            "--calibrate-seq-len", "16", "--calibrate-steps", "2", "--smart-samples", "2", "--eval-examples",
+            "6", "--heldout-windows", "2", "--device", "cpu", "--output", str(out)]  # fmt: skip
+    stopped = run("distill-figure.py", *args, "--deadline-seconds", "0")
+    assert stopped.returncode == 3, stopped.stderr[-3000:]
+    assert "run the same command again" in stopped.stdout
+    record = json.loads((out / "figure.json").read_text())
+    assert "heldout_ce" in record["teacher"] and "step0_ce" not in record.get("gdn", {})
+    assert not (out / "distill-gdn" / "stages.json").exists()  # no stage was started
+
+    done = run("distill-figure.py", *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((out / "figure.json").read_text())
+    teacher_ce = record["teacher"]["heldout_ce"]
+    student, scratch = record["gdn"], record["scratch-gdn"]
+    assert (
+        math.isfinite(teacher_ce)
+        and math.isfinite(student["step0_ce"])
+        and math.isfinite(student["heldout_ce"])
+    )
+    assert student["step0_pattern"].count("*") == 2  # the hybrid's two MLA layers
+    stage_steps = sum(s["steps"] for s in student["stages"].values() if s["kind"] == "train")
+    assert scratch["steps"] == stage_steps and scratch["tokens_per_step"] == student["tokens_per_step"]
+    assert student["stages"]["kd"]["curve"] and scratch["curve"]
+    assert student["pipeline"]["upcycle-rec"]["result"]["calibration"]["steps"] == 2
+    assert set(record["eval"]) == {"teacher", "gdn", "scratch-gdn"}
+    assert record["eval"]["teacher"]["retention"] == 1.0
+    assert (out / "figure.png").stat().st_size > 0
+
+    again = run("distill-figure.py", *args)
+    assert again.returncode == 0 and "stage" not in again.stdout  # nothing redone
+    assert json.loads((out / "figure.json").read_text())["eval"] == record["eval"]
