@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import signal
 import subprocess
@@ -10,6 +11,9 @@ import sys
 import pexpect
 import pytest
 from tests.generation.conftest import without_tokenizer
+from typer.testing import CliRunner
+
+from zebra.cli.main import app
 
 PROMPT = ">>> "
 
@@ -31,12 +35,18 @@ def spawn_chat(export, *args: str) -> pexpect.spawn:
     return child
 
 
+def zebra_in_process(*args: str):
+    """`zebra ARGS` in this process -> click Result (where the test is not about the process itself)."""
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+
+
+@functools.cache
 def generate(export, prompt: str, max_new: int) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "zebra.cli.main", "generate", str(export), "--prompt", prompt,
-         "--max-new", str(max_new), "--temperature", "0", "--device", "cpu"],
-        capture_output=True, text=True, errors="replace", check=True,
-    )  # fmt: skip
+    """What `zebra generate` prints at temperature 0 (in this process, once per set of arguments: the real
+    process's stdout is tests/chat/test_session.py's)."""
+    done = zebra_in_process("generate", str(export), "--prompt", prompt, "--max-new", str(max_new),
+                            "--temperature", "0", "--device", "cpu")  # fmt: skip
+    assert done.exit_code == 0, done.output
     return done.stdout
 
 
@@ -87,15 +97,6 @@ def test_chat_streams_obeys_commands_and_quits(trained_export):
     quit_cleanly(child)
 
 
-def test_ctrl_d_exits_cleanly(trained_export):
-    child = spawn_chat(trained_export)
-    child.sendeof()
-    child.expect(pexpect.EOF)
-    child.close()
-    assert child.exitstatus == 0
-    assert "Traceback" not in (child.before or "")
-
-
 def test_ctrl_c_stops_the_reply_not_the_program(random_export):
     """Random weights at temperature 0 ramble on (no end-of-text token in the first thousands), so Ctrl-C lands
     mid-reply; an early end would fail the `[stopped]` expectation, not pass silently."""
@@ -134,8 +135,9 @@ def spawn_in(cwd, *args: str) -> pexpect.spawn:
     )  # fmt: skip
 
 
-def test_no_model_and_one_here_asks_nothing(trained_export, tmp_path):
-    """`zebra chat` starts straight at the prompt; temperature and length have defaults (issue 17 item 4)."""
+def test_no_model_and_one_here_asks_nothing_and_ctrl_d_exits_cleanly(trained_export, tmp_path):
+    """`zebra chat` starts straight at the prompt; temperature and length have defaults (issue 17 item 4).
+    Ctrl-D at the prompt ends it with status 0 and no traceback."""
     copy_run(trained_export.parent, tmp_path / "runs" / "mine")
     child = spawn_in(tmp_path)
     child.expect_exact("model: runs/mine")
@@ -143,7 +145,11 @@ def test_no_model_and_one_here_asks_nothing(trained_export, tmp_path):
     assert "?" not in child.before  # no question was asked
     child.sendline("/stats")
     assert "temperature 0.7; max 256]" in reply_of(child)
-    quit_cleanly(child)
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert "Traceback" not in (child.before or "")
 
 
 def test_no_model_and_several_on_a_terminal_asks_only_which(trained_export, tmp_path):
@@ -177,16 +183,14 @@ def test_no_model_without_a_terminal_is_one_line(trained_export, tmp_path):
 def test_an_export_without_tokenizer_files_takes_tokenizer(trained_export, tmp_path):
     """generate and chat on an export converted without a tokenizer (issue 17 item 2)."""
     bare = without_tokenizer(trained_export, tmp_path / "bare")
-    generate_bare = [sys.executable, "-m", "zebra.cli.main", "generate", str(bare), "--prompt", "The zebra",
-                     "--max-new", "12", "--temperature", "0", "--device", "cpu"]  # fmt: skip
-    done = subprocess.run(generate_bare, capture_output=True, text=True)
-    assert done.returncode == 1 and "Traceback" not in done.stderr
+    generate_bare = ["generate", str(bare), "--prompt", "The zebra", "--max-new", "12", "--temperature", "0",
+                     "--device", "cpu"]  # fmt: skip
+    done = zebra_in_process(*generate_bare)
+    assert done.exit_code == 1 and "Traceback" not in done.output
     assert f"MODEL {bare}: no tokenizer files" in done.stderr and "pass --tokenizer" in done.stderr
-    done = subprocess.run(
-        [*generate_bare, "--tokenizer", "byte"], capture_output=True, text=True, errors="replace"
-    )
+    done = zebra_in_process(*generate_bare, "--tokenizer", "byte")
     expected = generate(trained_export, "The zebra", 12)
-    assert done.returncode == 0 and done.stdout == expected
+    assert done.exit_code == 0 and done.stdout == expected
 
     child = spawn_in(tmp_path, str(bare), "--tokenizer", "byte", "--temperature", "0", "--max-new", "12")
     child.expect_exact(PROMPT)

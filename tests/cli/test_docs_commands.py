@@ -184,10 +184,21 @@ def docs_world(tmp_path_factory) -> Path:
     return world
 
 
+def _runnable_blocks() -> list[Block]:
+    """The blocks to execute, each list of commands once: a block whose commands repeat an earlier block's (its
+    comments aside), as README.md's recipes tour repeats docs/recipes.md's, would run them again in the same
+    folder."""
+    first: dict[tuple, Block] = {}
+    for block in _blocks():
+        if block.not_run is None:
+            commands = tuple(tuple(shlex.split(line, comments=True)) for line in shell_lines(block.body))
+            first.setdefault(commands, block)
+    return list(first.values())
+
+
 RUN_BLOCKS = [
     pytest.param(block, id=block.where, marks=[pytest.mark.slow, *[pytest.mark.optional] * bool(block.needs)])
-    for block in _blocks()
-    if block.not_run is None
+    for block in _runnable_blocks()
 ]
 
 

@@ -158,7 +158,9 @@ def test_chunk_gradcheck(op):
     def fn(*xs):
         return run(op, *xs, mode="chunk", chunk_size=4)
 
-    assert torch.autograd.gradcheck(fn, leaves, eps=1e-6, atol=1e-7)
+    # fast_mode: v^T J u for random u, v instead of every Jacobian entry (a wrong gradient still fails it;
+    # 0.25 s instead of 3.9 s of CPU)
+    assert torch.autograd.gradcheck(fn, leaves, eps=1e-6, atol=1e-7, fast_mode=True)
 
 
 def test_gates_match_fla():

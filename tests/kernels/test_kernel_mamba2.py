@@ -99,8 +99,9 @@ def test_packed_matches_separate(mode):
 def test_chunk_gradcheck():
     inputs = ssd_inputs(1, 7, 2, 2, 1, 3, initial_state=True, seed=1)
     leaves = [t.clone().requires_grad_() for t in inputs]
+    # fast_mode: v^T J u for random u, v instead of every Jacobian entry (a wrong gradient still fails it)
     assert torch.autograd.gradcheck(
-        lambda *t: run(*t, mode="chunk", chunk_size=4), leaves, eps=1e-6, atol=1e-7
+        lambda *t: run(*t, mode="chunk", chunk_size=4), leaves, eps=1e-6, atol=1e-7, fast_mode=True
     )
 
 

@@ -157,19 +157,24 @@ def assert_same_losses(got, reference, steps=range(1, STEPS + 1)) -> None:
         assert got[step] == pytest.approx(dict(reference)[step], rel=1e-5), step
 
 
-@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
-def test_two_nodes_train_like_one_process_with_two_ranks(nodes, one_node, tmp_path, parallel):
-    group = nodes("--set", f"train.parallel={parallel}")
+def assert_finished_like_one_process(run: Path, reference, parallel: str) -> None:
+    """RUN (2 nodes x 1 rank) ended at its last step with a checkpoint of world size 2, and its losses are the
+    one-process-two-ranks reference's."""
+    final = run / "checkpoints" / f"step_{STEPS:07d}"
+    assert committed(run / "checkpoints")[0] == final
+    assert (read_meta(final)["world_size"], read_meta(final)["parallel"]) == (2, parallel)
+    assert_same_losses(losses(run), reference)
+
+
+def test_two_fsdp_nodes_train_like_one_process_with_two_ranks(nodes, one_node, tmp_path):
+    """FSDP2 here; DDP's two nodes are the killed-node test's (its run, killed and resumed, ends the same)."""
+    group = nodes("--set", "train.parallel=fsdp")
     group.start()
     for code, out, err in group.finish():
         assert code == 0, out + err
     run = tmp_path / "tiny"
-    final = run / "checkpoints" / f"step_{STEPS:07d}"
-    assert committed(run / "checkpoints")[0] == final
-    assert (read_meta(final)["world_size"], read_meta(final)["parallel"]) == (2, parallel)
-    assert_same_losses(losses(run), one_node[parallel])
-    if parallel == "fsdp":
-        assert_reshards(run, tmp_path, one_node["fsdp"])
+    assert_finished_like_one_process(run, one_node["fsdp"], "fsdp")
+    assert_reshards(run, tmp_path, one_node["fsdp"])
 
 
 def assert_reshards(run: Path, tmp_path: Path, reference) -> None:
@@ -212,7 +217,8 @@ def test_a_killed_node_stops_the_other_which_names_it_and_both_resume(nodes, one
         assert code == 0, out + err
     log = "".join(out for _, out, _ in results)
     assert f"resumed from {run / 'checkpoints' / f'step_{saved:07d}'}" in log  # nothing lost beyond it
-    assert_same_losses(losses(run), one_node["ddp"])  # metrics.jsonl holds each step once, as if never killed
+    # metrics.jsonl holds each step once, as if never killed: two DDP nodes train like one process with two ranks
+    assert_finished_like_one_process(run, one_node["ddp"], "ddp")
 
 
 def test_killing_the_node_that_hosts_the_rendezvous_stops_the_other_with_one_line(nodes, tmp_path):

@@ -29,40 +29,51 @@ LOADER = textwrap.dedent(
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True)
-    model = model.double().eval()  # A_log / D are created in float32 (FLA, Megatron) whatever `dtype` asks
     ids = torch.tensor(json.loads(sys.argv[3]))
-    with torch.no_grad():
-        logits = model(ids).logits
-    generated = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0)
-    torch.save({"logits": logits, "generated": generated, "module": type(model).__module__}, sys.argv[4])
+    for export, out in json.loads(sys.argv[1]).items():  # every export in this one process
+        model = AutoModelForCausalLM.from_pretrained(export, trust_remote_code=True)
+        model = model.double().eval()  # A_log / D are created in float32 (FLA, Megatron) whatever `dtype` asks
+        with torch.no_grad():
+            logits = model(ids).logits
+        generated = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0)
+        torch.save({"logits": logits, "generated": generated, "module": type(model).__module__}, out)
     """
 )
+IDS = [[5, 17, 99, 3, 250, 42, 7], [1, 2, 3, 4, 5, 6, 7]]
+LATENT_NORMS = {"latent-norms": True, "no-latent-norms": False}
 
 
-@pytest.mark.parametrize("latent_norm", [True, False], ids=["latent-norms", "no-latent-norms"])
-def test_export_loads_without_zebra_and_gives_the_same_logits(tmp_path, latent_norm):
-    model = tiny_model("tiny", mla_latent_norm=latent_norm)
-    export = tmp_path / "export"
-    model.config.auto_map = write_remote_code(export)
-    model.save_pretrained(export)
+@pytest.fixture(scope="module")
+def loaded_without_zebra(tmp_path_factory) -> dict[str, tuple]:
+    """{id: (model, export, what the export gave in a process where zebra cannot be imported)}: one tiny model
+    with MLA latent norms and one without, exported, then loaded by one such process (one start-up for both)."""
+    tmp_path = tmp_path_factory.mktemp("remote-code")
+    models, exports = {}, {}
+    for name, latent_norm in LATENT_NORMS.items():
+        model = tiny_model("tiny", mla_latent_norm=latent_norm)
+        export = tmp_path / f"export-{name}"
+        model.config.auto_map = write_remote_code(export)
+        model.save_pretrained(export)
+        models[name], exports[name] = model, export
+    outs = {name: tmp_path / f"{name}.pt" for name in LATENT_NORMS}
+    src_root = os.path.dirname(os.path.dirname(os.path.dirname(__import__("zebra").__file__)))  # /.../main
+    env = dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1")
+    to_load = json.dumps({str(exports[name]): str(outs[name]) for name in LATENT_NORMS})
+    subprocess.run(
+        [sys.executable, "-c", LOADER, to_load, src_root, json.dumps(IDS)], check=True, env=env, cwd=tmp_path
+    )
+    return {name: (models[name], exports[name], torch.load(outs[name])) for name in LATENT_NORMS}
+
+
+@pytest.mark.parametrize("name", LATENT_NORMS)
+def test_export_loads_without_zebra_and_gives_the_same_logits(loaded_without_zebra, name):
+    model, export, result = loaded_without_zebra[name]
     assert json.loads((export / "config.json").read_text())["auto_map"]["AutoModelForCausalLM"] == (
         "modeling_zebra.ZebraForCausalLM"
     )
-    ids = [[5, 17, 99, 3, 250, 42, 7], [1, 2, 3, 4, 5, 6, 7]]
-    out = tmp_path / "out.pt"
-    src_root = os.path.dirname(os.path.dirname(os.path.dirname(__import__("zebra").__file__)))  # /.../main
-    env = dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1")
-    subprocess.run(
-        [sys.executable, "-c", LOADER, str(export), src_root, json.dumps(ids), str(out)],
-        check=True,
-        env=env,
-        cwd=tmp_path,
-    )
-    result = torch.load(out)
     assert result["module"].startswith("transformers_modules.")  # the exported code, not zebra's
-    assert json.loads((export / "config.json").read_text())["mla_latent_norm"] is latent_norm
-    ids_t = torch.tensor(ids)
+    assert json.loads((export / "config.json").read_text())["mla_latent_norm"] is LATENT_NORMS[name]
+    ids_t = torch.tensor(IDS)
     with torch.no_grad():
         torch.testing.assert_close(result["logits"], model(ids_t).logits, atol=1e-12, rtol=0)
     expected = model.generate(ids_t, max_new_tokens=4, do_sample=False, pad_token_id=0)
