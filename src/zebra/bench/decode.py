@@ -19,6 +19,10 @@ What is measured, per batch size B (random prompt ids, greedy, no stop token, on
   untied) plus the cache (states read and written, latents read at the mean context length), divided by the
   bandwidth of a large device-to-device copy measured in the same run (2 x bytes / seconds);
   `roofline_ratio` = step ms / roofline ms.
+- `--lengths` (`zebra.bench.decode_length`): batch-1 step ms at each cached length in a large static cache against
+  one sized to the prompt (MLA decode reads only the cached tokens: the ratio should stay near 1).
+- `--profile` (`zebra.bench.decode_profile`): the kernels of one step at the first batch size (calls and
+  microseconds per step), next to that row's roofline.
 """
 
 from __future__ import annotations
