@@ -361,8 +361,17 @@ MODEL_TYPES = {
     "bamba": "bamba",
     "kimi-linear": "kimi_linear",
 }
-# where no class holds a model's mixers: the recipes that export (and their --to)
-SERVABLE = "1b-gdn-pure (--to qwen3-next / qwen3.5), 1b-kda-mla-kimi (--to kimi-linear)"
+# where no class holds a model's mix of mixers: the recipes that export, closest first for each kind it holds
+SERVABLE = {
+    "mamba2": "tiny-mamba's pure Mamba2 form (--to bamba)",
+    "gdn": "1b-gdn-pure (--to qwen3-next / qwen3.5)",
+    "kda": "1b-kda-mla-kimi (KDA + NoPE MLA, --to kimi-linear)",
+    "mla": "1b-kda-mla-kimi (KDA + NoPE MLA, --to kimi-linear)",
+}
+
+
+def _servable(kinds: set[str]) -> str:
+    return ", or ".join(dict.fromkeys(SERVABLE[k] for k in SERVABLE if k in kinds))
 
 
 def _target_for(mixers: set[str]) -> str | None:
@@ -385,16 +394,17 @@ def refusal(cfg: Any, to: str) -> ZebraError | None:
             fix=f"train a pattern of mixer/MLP pairs such as {'G-' * 2!r}",
         )
     kinds = {MIXERS[c].name for c in mixers}
+    labels = " + ".join(MIXERS[c].label for c in dict.fromkeys(mixers))
     if unknown := sorted(kinds - set(target.mixers)):
         other = _target_for(kinds)
-        labels = " + ".join(MIXERS[c].label for c in dict.fromkeys(mixers))
         if other is None:
             return ZebraError(
-                f"--to {to}: no transformers class holds a {labels} model (model.pattern {pattern!r})",
-                fix=f"--to hf (trust_remote_code); the closest servable recipes: {SERVABLE}",
+                f"--to {to}: model.pattern mixes {labels} and no transformers class holds that mix",
+                fix=f"export it with --to hf (trust_remote_code); the closest servable recipes: {_servable(kinds)}",
             )
+        missing = " / ".join(s.label for s in MIXERS.values() if s.name in unknown)
         return ZebraError(
-            f"--to {to}: {target.architecture} has no {', '.join(unknown)} layer (model.pattern {pattern!r})",
+            f"--to {to}: model.pattern has {missing} sublayers and {target.architecture} has no such layer",
             fix=f"use --to {other}",
         )
     blockers = [b for kind in kinds for b in ADAPTERS[kind].blockers(cfg, target)] + target.blockers(cfg)
