@@ -26,6 +26,7 @@ from zebra.convert.writer import (
     special_token_ids,
     stored_dtype,
     tensor_specs,
+    with_chat_template,
     write_generation_config,
     write_safetensors,
 )
@@ -81,7 +82,7 @@ def export_native(
     if (why := refusal(cfg, to)) is not None:
         raise why
     cast = resolve_dtype(dtype)
-    tok = load_tokenizer_to_ship(tokenizer)
+    tok = with_chat_template(load_tokenizer_to_ship(tokenizer))
     ids = special_token_ids({n: getattr(cfg, n, None) for n in SPECIAL_TOKEN_IDS}, tok)
     config = native_config(cfg, to, ids)
     source = NativeSource(checkpoint.tensors, plan(cfg, to, list(checkpoint.tensors.shapes())))
