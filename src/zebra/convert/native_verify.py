@@ -34,11 +34,13 @@ def cached_greedy(model: Any, input_ids: torch.Tensor, max_new_tokens: int) -> l
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
+    from zebra.models.modeling_zebra import CACHE_FIELD  # `cache`, or `past_key_values` before its rename
+
     cache = DynamicCache(config=model.config)
     cache.layers.append(DynamicLayer())
     with torch.no_grad():
         out = model.generate(
-            input_ids, max_new_tokens=max_new_tokens, do_sample=False, cache=cache, pad_token_id=0
+            input_ids, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0, **{CACHE_FIELD: cache}
         )
     return out[0, input_ids.shape[1] :].tolist()
 
