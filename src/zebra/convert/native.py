@@ -315,7 +315,8 @@ def _kimi_config(cfg: Any, layer_types: list[str]) -> dict[str, Any]:
         "tie_word_embeddings": False,  # KimiLinearForCausalLM never ties lm_head: it is written
         "layer_types": layer_types,
         "mlp_layer_types": ["dense"] * n,
-        "first_k_dense_replace": n,
+        "first_k_dense_replace": n,  # vLLM: a dense KimiMLP below this layer index, so everywhere
+        "mla_use_nope": True,  # Moonshot's flag; vLLM's KimiMLAAttention asserts it (transformers is NoPE always)
         "linear_head_dim": cfg.kda_head_dim,
         "linear_num_heads": cfg.kda_num_heads,
         "linear_conv_kernel_dim": cfg.kda_conv_size,
