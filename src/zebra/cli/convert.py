@@ -116,7 +116,10 @@ def _newest_run(yes: bool) -> Path:
 
 def verify(
     directory: Annotated[
-        Path, typer.Argument(help="The converted checkpoint (Zebra export or FLA directory).")
+        Path,
+        typer.Argument(
+            help="The converted checkpoint (Zebra export, FLA directory or transformers-native export)."
+        ),
     ],
     against: Annotated[
         Path | None, typer.Option("--against", "-a", help="The source it was converted from (any format).")

@@ -14,7 +14,7 @@ Names, permutations and norms are those of transformers 5.25's `modeling_{qwen3_
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -70,7 +70,6 @@ class NativeTarget:
         mlp: the decoder layer's MLP attribute; `post_norm` its pre-MLP norm; `final_norm` the model's last norm.
         zero_centred_norms: the layer norms compute `x * (1 + w)` (Qwen): their weight is written as `w - 1`.
         config: `(zebra config, layer_types) -> config.json fields` (without ids, dtype, architectures).
-        blockers: model-wide settings that stop an exact export.
         fused_gdn: Qwen3-Next's interleaved `in_proj_qkvz` / `in_proj_ba` (else Qwen3.5's separate projections).
     """
 
@@ -82,10 +81,7 @@ class NativeTarget:
     final_norm: str
     zero_centred_norms: bool
     config: Callable[[Any, list[str]], dict[str, Any]]
-    blockers: Callable[[Any], list[Blocker]] = lambda cfg: []
     fused_gdn: bool = False
-    tie_head: bool = True  # False: the class never ties lm_head to the embeddings (Kimi-Linear)
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
 
 def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
@@ -353,7 +349,7 @@ TARGETS: dict[str, NativeTarget] = {
                      "pre_ff_layernorm", "model.final_layernorm", False, _bamba_config),
         NativeTarget("kimi-linear", "KimiLinearForCausalLM",
                      {"kda": ("linear_attention", "self_attn"), "mla": ("full_attention", "self_attn")}, "mlp",
-                     "post_attention_layernorm", "model.norm", False, _kimi_config, tie_head=False),
+                     "post_attention_layernorm", "model.norm", False, _kimi_config),
     )
 }  # fmt: skip
 MODEL_TYPES = {
@@ -408,7 +404,7 @@ def refusal(cfg: Any, to: str) -> ZebraError | None:
             f"--to {to}: model.pattern has {missing} sublayers and {target.architecture} has no such layer",
             fix=f"use --to {other}",
         )
-    blockers = [b for kind in kinds for b in ADAPTERS[kind].blockers(cfg, target)] + target.blockers(cfg)
+    blockers = [b for kind in kinds for b in ADAPTERS[kind].blockers(cfg, target)]
     if blockers:
         b = blockers[0]
         more = f" ({len(blockers) - 1} more setting(s) block it too)" if len(blockers) > 1 else ""
