@@ -73,7 +73,7 @@ def test_trained_tiny_model_exports_exactly_and_generates_zebras_tokens(
     report = json.loads(verified.stdout)
     assert verified.exit_code == 0 and report["ok"], verified.output
     (parity,) = report["parity"]
-    assert parity["max_abs"] < 1e-4  # a wrong permutation or norm costs 1e-2 and more
+    assert parity["max_abs"] <= 4 * parity["noise_floor"]  # a wrong permutation or norm costs 1e-2 and more
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     assert type(model).__name__ == architecture
     source = _zebra_model(trained[recipe])

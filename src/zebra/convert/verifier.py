@@ -62,6 +62,7 @@ class Parity:
     threshold_rel: float
     threshold_cosine: float
     problem: str | None = None
+    noise_floor: float | None = None  # native exports: the source's float32-vs-float64 max |diff| in this run
 
     @property
     def ok(self) -> bool:
@@ -364,6 +365,7 @@ def _native_parity(report, directory, against, model, inputs, ours, device: str,
     scale = float(max(z.abs().max() for z in z64)) or 1.0
     if stored in ("float32", "float64"):
         parity.threshold_rel = nv.NOISE_FACTOR * max(floor, 1e-12) / scale
+        parity.noise_floor = floor
         report.notes.append(
             f"noise floor (the source's float32 vs float64 logits, this run): max |diff| {floor:.3g}; the export "
             f"passes at <= {nv.NOISE_FACTOR:g}x that ({nv.NOISE_FACTOR * floor:.3g}): it measured {parity.max_abs:.3g}"
