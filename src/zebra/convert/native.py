@@ -241,9 +241,17 @@ def _mamba2_blockers(cfg: Any, target: NativeTarget) -> list[Blocker]:
     return []
 
 
+# ---------------------------------------------------------------------------------------------- SwiGLU MLP
+def _mlp_tensors(cfg: Any, z: str, n: str, target: NativeTarget) -> list[NativeTensor]:
+    return [
+        NativeTensor(f"{n}{p}.weight", (f"{z}{p}.weight",)) for p in ("gate_proj", "up_proj", "down_proj")
+    ]
+
+
 ADAPTERS: dict[str, MixerAdapter] = {
     a.mixer: a
     for a in (
+        MixerAdapter("mlp", lambda cfg, target: [], _mlp_tensors),
         MixerAdapter("gdn", _gdn_blockers, _gdn_tensors),
         MixerAdapter("kda", _kda_blockers, _kda_tensors),
         MixerAdapter("mla", _mla_blockers, _mla_tensors),
@@ -435,10 +443,7 @@ def plan(cfg: Any, to: str, zebra_names: Sequence[str]) -> list[NativeTensor]:
         out.append(NativeTensor(layer + "input_layernorm.weight", (mixer + "norm.weight",), norm))
         out += ADAPTERS[kind].tensors(cfg, mixer + "mixer.", f"{layer}{target.mixers[kind][1]}.", target)
         out.append(NativeTensor(f"{layer}{target.post_norm}.weight", (mlp + "norm.weight",), norm))
-        out += [
-            NativeTensor(f"{layer}{target.mlp}.{p}.weight", (f"{mlp}mixer.{p}.weight",))
-            for p in ("gate_proj", "up_proj", "down_proj")
-        ]
+        out += ADAPTERS["mlp"].tensors(cfg, mlp + "mixer.", f"{layer}{target.mlp}.", target)
     out.append(NativeTensor(f"{target.final_norm}.weight", ("model.norm.weight",), norm))
     head = "lm_head.weight" if "lm_head.weight" in zebra_names else "model.embeddings.weight"
     out.append(NativeTensor("lm_head.weight", (head,)))
