@@ -157,3 +157,30 @@ def test_export_ships_the_tokenizer_with_zebra_chats_plain_conversation_as_its_c
     rendered = shipped.apply_chat_template(messages[:-1], tokenize=False, add_generation_prompt=True)
     assert session.transcript.text.startswith(rendered) and rendered.endswith("And then?")
     assert shipped("Zebras")["input_ids"] == load_tokenizer("byte")("Zebras")["input_ids"]
+
+
+@pytest.mark.parametrize(
+    ("recipe", "to"),
+    [("1b-gdn-pure", "qwen3-next"), ("1b-gdn-pure", "qwen3.5"), ("1b-kda-mla-kimi", "kimi-linear")],
+)
+def test_1b_recipes_plan_every_tensor_of_the_native_class(recipe, to):
+    """At full size, on the meta device (no memory): the planned tensors are exactly the native class's."""
+    from transformers import AutoModelForCausalLM
+
+    from zebra.convert.audit import audit, expected_shapes, meta_model
+    from zebra.convert.native import native_config, plan, refusal
+    from zebra.convert.native_export import NativeSource
+    from zebra.convert.tensor_sources import StateDictSource
+    from zebra.models import ZebraForCausalLM
+    from zebra.recipes import load_recipe
+
+    config = load_recipe(recipe).model.to_config()
+    assert refusal(config, to) is None
+    zebra = StateDictSource(meta_model(ZebraForCausalLM, config).state_dict())
+    source = NativeSource(zebra, plan(config, to, list(zebra.shapes())))
+    no_ids = dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id"))  # as export_native passes them
+    native = meta_model(AutoModelForCausalLM.from_config, native_config(config, to, no_ids))
+    expected, tied = expected_shapes(native)
+    result = audit({k: s for k, (s, _) in source.shapes().items()}, expected, tied=tied, target=to)
+    assert result.ok, result.to_dict()
+    assert result.checked == len(expected)
