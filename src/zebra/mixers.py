@@ -252,7 +252,9 @@ def _kda_params(cfg: Any) -> int:
     n = d * (2 * key + val)  # q, k, v
     n += d * dv + dv * key  # f_proj: D -> dv -> H*K (decay)
     n += d * h  # b_proj (beta)
-    n += d * dv + dv * val + val  # g_proj: D -> dv -> H*V with bias (output gate)
+    n += (
+        d * dv + dv * val + val * bool(getattr(cfg, "kda_gate_bias", True))
+    )  # g_proj: D -> dv -> H*V (+ bias)
     n += val * d  # o_proj
     n += (2 * key + val) * cfg.kda_conv_size
     return n + h + key + dv  # A_log [H], dt_bias [H*K], o_norm [V]
@@ -277,11 +279,18 @@ register_mixer(
         state="recurrent",
         state_shapes=_kda_state,
         config_prefix="kda",
-        config_defaults={"num_heads": 16, "head_dim": 32, "head_v_dim": 64, "conv_size": 4},
+        config_defaults={
+            "num_heads": 16,
+            "head_dim": 32,
+            "head_v_dim": 64,
+            "conv_size": 4,
+            "gate_bias": True,
+        },
         section="kda",
         check=lambda c: _conv_check(c.kda_conv_size),
         summary=lambda c: (
             f"{c.kda_num_heads} heads, key {c.kda_head_dim}, value {c.kda_head_v_dim}, conv {c.kda_conv_size}"
+            + ("" if getattr(c, "kda_gate_bias", True) else ", output gate without bias")
         ),
     )
 )
@@ -324,7 +333,12 @@ register_mixer(
         check=_mla_check,
         summary=lambda c: (
             f"{c.num_attention_heads} heads, q rank {c.q_lora_rank}, kv rank {c.kv_lora_rank}, nope/rope/v "
-            f"{c.qk_nope_head_dim}/{c.qk_rope_head_dim}/{c.v_head_dim}, RoPE theta {c.rope_theta}"
+            f"{c.qk_nope_head_dim}/{c.qk_rope_head_dim}/{c.v_head_dim}, "
+            + (
+                f"RoPE theta {c.rope_theta}"
+                if getattr(c, "mla_rope", True)
+                else "no positional encoding (NoPE)"
+            )
             + ("" if getattr(c, "mla_latent_norm", True) else ", no latent norms")
         ),
     )

@@ -77,11 +77,16 @@ def test_declared_torch_range_matches_pyproject():
     assert SpecifierSet(declared_spec("torch")) == torch_req.specifier
 
 
-def test_transformers_range_comes_from_fla_metadata():
+def test_transformers_range_is_zebras_narrowed_by_fla_metadata():
     if installed(["flash-linear-attention"]) is None:
         pytest.skip("FLA is not installed")
     spec, source = transformers_spec()
-    assert SpecifierSet(spec) == SpecifierSet(">=5.6.2,<6")
+    assert SpecifierSet(spec) == SpecifierSet(
+        declared_spec("transformers", by="flash-linear-attention")
+    ) & SpecifierSet(declared_spec("transformers"))
+    assert "5.16.0" not in SpecifierSet(spec) and "5.25.0" in SpecifierSet(
+        spec
+    )  # KimiLinear: 5.17.0 and later
     assert source.startswith("FLA ")
 
 

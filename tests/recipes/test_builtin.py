@@ -8,7 +8,7 @@ from zebra import arch
 from zebra.recipes import builtin_dir, list_recipes, load_recipe
 
 GUIDE = ("1b-mamba-mla", "1b-kda-mla", "1b-kda-pure", "1b-gdn", "1b-gdn-pure", "3b-mamba-mla", "8b-mamba-mla")
-TINY = ("tiny", "tiny-gdn", "tiny-kda", "tiny-mamba")
+TINY = ("tiny", "tiny-gdn", "tiny-kda", "tiny-mamba", "tiny-kimi")
 
 
 def test_the_guides_seven_and_the_tiny_recipes_ship():
@@ -37,6 +37,8 @@ def test_builtin_loads_and_names_itself(name):
         ("1b-kda-pure", {"K"}),
         ("1b-mamba-mla", {"M", "*"}),
         ("1b-kda-mla", {"K", "*"}),
+        ("tiny-kimi", {"K", "*"}),
+        ("1b-kda-mla-kimi", {"K", "*"}),
     ],
 )
 def test_mixers_match_the_recipe_name(name, mixers):
@@ -63,3 +65,17 @@ def test_recipe_builds_a_zebra_config(name):
     config = recipe.model.to_config()
     assert config.num_hidden_layers == recipe.model.num_layers
     assert config.layer_pattern == arch.resolve_pattern(arch.as_config(recipe.model.flat()))
+
+
+@pytest.mark.parametrize("name", ["tiny-kimi", "1b-kda-mla-kimi"])
+def test_kimi_form_recipes_have_kimi_linears_shapes(name):
+    """3 KDA : 1 MLA, KDA key = value head dim without gate bias, MLA without RoPE and query compression: the
+    settings `zebra convert --to kimi-linear` needs (zebra.convert.native)."""
+    from zebra.convert.native import refusal
+
+    config = load_recipe(name).model.to_config()
+    mixers = config.layer_pattern.replace("-", "")
+    assert mixers.count("K") == 3 * mixers.count("*")
+    assert config.kda_head_dim == config.kda_head_v_dim and not config.kda_gate_bias
+    assert not config.mla_rope and config.q_lora_rank == 0
+    assert refusal(config, "kimi-linear") is None

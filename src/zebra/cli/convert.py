@@ -19,6 +19,7 @@ CONVERT_EXAMPLES = examples(
     "zebra convert primus/checkpoints --output zebra-1b   # Primus torch / torch_dist -> Zebra HF export",
     "zebra convert zebra-1b --to fla --output fla-1b      # pure GDN / KDA -> FLA GatedDeltaNet / KDA",
     "zebra convert fla-1b --to hf --dtype bf16 --force",
+    "zebra convert runs/tiny-gdn --to qwen3-next          # -> Qwen3NextForCausalLM, no trust_remote_code",
 )
 VERIFY_EXAMPLES = examples(
     "zebra verify zebra-1b --against primus/checkpoints",
@@ -37,11 +38,18 @@ def convert(
         ),
     ] = None,
     to: Annotated[
-        str, typer.Option("--to", help="hf (= zebra): a Zebra HF export; fla: FLA's layout.")
+        str,
+        typer.Option(
+            "--to",
+            help="hf (= zebra): a Zebra HF export; fla: FLA's layout; transformers' own classes: qwen3-next, "
+            "qwen3.5 (GDN), bamba (Mamba2), kimi-linear (KDA + NoPE MLA).",
+        ),
     ] = "hf",
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="Output directory (default: <run>/export, or SRC-hf / SRC-fla)."),
+        typer.Option(
+            "--output", "-o", help="Output directory (default: <run>/export, or SRC-hf / SRC-fla / SRC-TO)."
+        ),
     ] = None,
     from_: Annotated[
         str, typer.Option("--from", help="Source format: auto, zebra (run), hf (export), fla, megatron.")
@@ -108,7 +116,10 @@ def _newest_run(yes: bool) -> Path:
 
 def verify(
     directory: Annotated[
-        Path, typer.Argument(help="The converted checkpoint (Zebra export or FLA directory).")
+        Path,
+        typer.Argument(
+            help="The converted checkpoint (Zebra export, FLA directory or transformers-native export)."
+        ),
     ],
     against: Annotated[
         Path | None, typer.Option("--against", "-a", help="The source it was converted from (any format).")

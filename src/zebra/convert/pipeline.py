@@ -1,4 +1,5 @@
-"""`convert`: any supported source -> a Zebra HF export or an FLA directory; `export_run` for training runs.
+"""`convert`: any supported source -> a Zebra HF export, an FLA directory or a transformers-native model
+(`zebra.convert.native`); `export_run` for training runs.
 
 The flow is the same for every pair: open the source as a `Checkpoint` (config + lazy tensors under Zebra
 names), audit names and shapes against `ZebraForCausalLM` before anything is written, then stream the tensors
@@ -13,15 +14,18 @@ from pathlib import Path
 from typing import Any
 
 from zebra import arch, atomic
+from zebra.convert import native
 from zebra.convert.audit import zebra_audit
 from zebra.convert.fla import export_fla
 from zebra.convert.formats import open_checkpoint
 from zebra.convert.hf_export import export_hf
+from zebra.convert.native_export import export_native
 from zebra.convert.writer import DEFAULT_MAX_SHARD
 from zebra.device import resolve_dtype
 from zebra.errors import ZebraError
 
-TARGETS = ("hf", "fla", "zebra")
+NATIVE_TARGETS = tuple(native.TARGETS)  # transformers' own classes: qwen3-next, qwen3.5, bamba, kimi-linear
+TARGETS = ("hf", "fla", "zebra", *NATIVE_TARGETS)
 
 
 @dataclass
@@ -43,11 +47,12 @@ class ConvertResult:
 
 
 def default_output(src: Path, to: str, fmt: str) -> Path:
-    """`<run>/export` for training runs, else `<src>-hf` / `<src>-fla` next to the source."""
-    if fmt == "zebra" and to != "fla" and (src / "config.yaml").is_file():
+    """`<run>/export` for a training run's Zebra export, else `<src>-hf` / `<src>-fla` / `<src>-<native target>`
+    next to the source."""
+    if fmt == "zebra" and to in ("hf", "zebra") and (src / "config.yaml").is_file():
         return src / "export"
     base = src.parent / src.stem if src.is_file() else src
-    return base.with_name(f"{base.name}-{'fla' if to == 'fla' else 'hf'}")
+    return base.with_name(f"{base.name}-{'hf' if to == 'zebra' else to}")
 
 
 def check_output_apart(src: str | Path, output: str | Path, to: str, fmt: str) -> None:
@@ -85,7 +90,9 @@ def convert(
 
     Args:
         src: a Zebra export / run / checkpoint, an FLA directory or a Primus-Megatron checkpoint.
-        to: "hf" (or its alias "zebra"): a Zebra HF export; "fla": FLA's GatedDeltaNet / KDA layout.
+        to: "hf" (or its alias "zebra"): a Zebra HF export; "fla": FLA's GatedDeltaNet / KDA layout; one of
+            `NATIVE_TARGETS`: transformers' own class (refused before anything is written when the model does
+            not map exactly: `zebra.convert.native.refusal`).
         output: the output directory (default: see `default_output`).
         fmt: "auto" or the source format (`hf`, `fla`, `zebra`, `megatron`).
         dtype: "auto" (keep), "bf16", "fp16", "fp32" or "fp64" for floating tensors.
@@ -102,6 +109,9 @@ def convert(
     out = Path(output) if output is not None else default_output(src, to, ckpt.format)
     check_output_apart(src, out, to, ckpt.format)
     pattern = arch.resolve_pattern(ckpt.config)
+    if to in NATIVE_TARGETS and (why := native.refusal(ckpt.config, to)) is not None:
+        ckpt.tensors.close()
+        raise why
     try:
         shapes = {k: s for k, (s, _) in ckpt.tensors.shapes().items()}
         zebra_audit(shapes, ckpt.config).raise_if_failed(str(src))
@@ -114,6 +124,8 @@ def convert(
         }
         if to == "fla":
             export_fla(ckpt, out, tokenizer=tok_name, **common)
+        elif to in NATIVE_TARGETS:
+            export_native(ckpt, out, to, tokenizer=tok_name, **common)
         else:
             export_hf(
                 ckpt.tensors,

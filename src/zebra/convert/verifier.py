@@ -18,11 +18,15 @@ from typing import Any
 
 import torch
 
+from zebra.convert import native_verify as nv
 from zebra.convert.audit import Audit, audit, expected_shapes, meta_model, zebra_audit
 from zebra.convert.formats import Checkpoint, open_checkpoint
-from zebra.data.tokenizers import load_tokenizer
+from zebra.convert.native_verify import NATIVE_MODEL_TYPES
+from zebra.convert.tensor_sources import SafetensorsSource
+from zebra.data.tokenizers import has_tokenizer_files, load_tokenizer
 from zebra.device import resolve_device
 from zebra.errors import ZebraError
+from zebra.model_folder import config_model_type
 from zebra.models import ZebraForCausalLM
 
 DEFAULT_PROMPTS = ("The capital of France is", "def fibonacci(n):", "Zebras are")
@@ -58,6 +62,7 @@ class Parity:
     threshold_rel: float
     threshold_cosine: float
     problem: str | None = None
+    noise_floor: float | None = None  # native exports: the source's float32-vs-float64 max |diff| in this run
 
     @property
     def ok(self) -> bool:
@@ -118,7 +123,9 @@ def verify(
     """Audit `directory`, compare its logits with `against`, and sample from it.
 
     Args:
-        directory: a converted checkpoint (Zebra export or FLA directory; any convertible format works).
+        directory: a converted checkpoint (Zebra export or FLA directory; any convertible format works), or a
+            transformers-native export (`zebra convert --to qwen3-next | qwen3.5 | bamba | kimi-linear`): its own
+            class against `against` in float64 with the measured float32 noise floor (`native_verify`).
         against: the source it was converted from (optional; without it there is no parity check, except
             FLA-vs-ours on a GPU).
         prompts: texts to run (tokenised with the directory's tokenizer; fixed token ids when there is none).
@@ -130,6 +137,8 @@ def verify(
         raise ZebraError("--prompt '': an empty prompt", fix="give some text, e.g. --prompt 'Zebras are'")
     device = resolve_device(device)
     directory = Path(directory)
+    if config_model_type(directory) in NATIVE_MODEL_TYPES:
+        return _verify_native(directory, against, prompts, device, max_new_tokens, tokenizer)
     ckpt = open_checkpoint(directory)
     on_gpu = device.startswith("cuda")
     mode = "ZebraForCausalLM forward"
@@ -303,3 +312,85 @@ def _sample(model, ids, tok, report: VerifyReport, max_new_tokens: int, prompt: 
     report.prompt = prompt if prompt is not None else " ".join(map(str, ids[0].tolist()))
     report.continuation_ids = new
     report.continuation = tok.decode(new) if tok else " ".join(map(str, new))
+
+
+def _verify_native(
+    directory: Path, against, prompts, device: str, max_new_tokens: int, tokenizer
+) -> VerifyReport:
+    """A transformers-native export (`zebra.convert.native_verify`): its own class against the Zebra source."""
+    weights = SafetensorsSource(directory)
+    shapes = {k: s for k, (s, _) in weights.shapes().items()}
+    weights.close()
+    model = nv.load_native(directory, device)
+    arch = type(model).__name__
+    mode = f"{arch} (transformers, no trust_remote_code) in float32 against ZebraForCausalLM in float64"
+    report = VerifyReport(str(directory), "native", device, mode)
+    report.audits.append(nv.native_audit(directory, shapes))
+    report.audits[-1].subject = str(directory)
+    tok = _tokenizer(tokenizer or (str(directory) if has_tokenizer_files(directory) else None), report)
+    inputs = _encode(prompts, tok, model.config.vocab_size)
+    ours = nv.logits(model, inputs)
+    _check_finite(model, ours, str(directory), report)
+    if against is not None:
+        _native_parity(report, directory, against, model, inputs, ours, device, max_new_tokens)
+    probs = ours[0][0, -1].softmax(-1)
+    top = probs.topk(5)
+    report.top5 = [
+        {"id": int(i), "text": tok.decode([int(i)]) if tok else None, "prob": float(p)}
+        for p, i in zip(top.values, top.indices, strict=True)
+    ]
+    new = nv.cached_greedy(model, inputs[0].to(device), max_new_tokens)
+    report.prompt = prompts[0] if tok is not None else " ".join(map(str, inputs[0][0].tolist()))
+    report.continuation_ids = new
+    report.continuation = tok.decode(new) if tok else " ".join(map(str, new))
+    return report
+
+
+def _native_parity(report, directory, against, model, inputs, ours, device: str, max_new_tokens: int) -> None:
+    """Logits against the source in float64 with the measured float32 noise floor as the bar; greedy tokens."""
+    src = open_checkpoint(against)
+    report.audits.append(zebra_audit(_shapes(src), src.config, subject=f"{against} ({src.format})"))
+    ref_name = f"{against} ({src.format}, ZebraForCausalLM float64)"
+    out_name = f"{directory} ({type(model).__name__} float32)"
+    if src.config.vocab_size != model.config.vocab_size:
+        src.tensors.close()
+        problem = f"vocabularies differ ({src.config.vocab_size} vs {model.config.vocab_size})"
+        report.parities.append(Parity(ref_name, out_name, None, None, None, 0.0, 1.0, problem))
+        return
+    stored = min(_weights_dtype(src), _native_dtype(directory), key=_PRECISION_ORDER.index)
+    zebra = _load(src, device)
+    z32, z64 = nv.logits(zebra, inputs), nv.logits(nv.float64_copy(zebra), inputs)
+    floor = nv.max_abs(z32, z64)
+    parity = _compare(z64, ours, ref_name, out_name, "float32")
+    scale = float(max(z.abs().max() for z in z64)) or 1.0
+    if stored in ("float32", "float64"):
+        parity.threshold_rel = nv.NOISE_FACTOR * max(floor, 1e-12) / scale
+        parity.noise_floor = floor
+        report.notes.append(
+            f"noise floor (the source's float32 vs float64 logits, this run): max |diff| {floor:.3g}; the export "
+            f"passes at <= {nv.NOISE_FACTOR:g}x that ({nv.NOISE_FACTOR * floor:.3g}): it measured {parity.max_abs:.3g}"
+        )
+    else:
+        parity.threshold_rel, parity.threshold_cosine = THRESHOLDS[stored]
+    report.parities.append(parity)
+    theirs = nv.cached_greedy(model, inputs[0].to(device), max_new_tokens)
+    mine = nv.zebra_greedy(zebra, inputs[0].to(device), max_new_tokens)
+    if theirs != mine:
+        report.problems.append(
+            f"greedy tokens differ: {type(model).__name__} {theirs}, ZebraForCausalLM {mine}"
+        )
+    else:
+        report.notes.append(
+            f"greedy {max_new_tokens} tokens: identical ({type(model).__name__} generate() with a cache)"
+        )
+
+
+def _native_dtype(directory: Path) -> str:
+    weights = SafetensorsSource(directory)
+    try:
+        dtypes = {
+            str(dt).removeprefix("torch.") for _, dt in weights.shapes().values() if dt.is_floating_point
+        }
+    finally:
+        weights.close()
+    return min(dtypes or {"float32"}, key=_PRECISION_ORDER.index)

@@ -274,3 +274,29 @@ def write_generation_config(directory: Path, ids: Mapping[str, int | None]) -> N
     from transformers import GenerationConfig
 
     GenerationConfig(**{n: ids.get(n) for n in SPECIAL_TOKEN_IDS}).save_pretrained(directory)
+
+
+# `zebra chat`'s conversation without a template (zebra.chat.session): the system prompt and a newline, then each
+# user message after a newline (none after text that ends in a newline or space), each reply right after it.
+PLAIN_CHAT_TEMPLATE = (
+    "{%- set ns = namespace(text='') -%}"
+    "{%- for m in messages -%}"
+    "{%- if m['role'] == 'assistant' or ns.text == '' or ns.text.endswith('\\n') or ns.text.endswith(' ') -%}"
+    "{%- set piece = m['content'] -%}"
+    "{%- else -%}{%- set piece = '\\n' ~ m['content'] -%}{%- endif -%}"
+    "{%- if m['role'] == 'system' and ns.text == '' -%}{%- set piece = piece ~ '\\n' -%}{%- endif -%}"
+    "{{- piece -}}{%- set ns.text = ns.text ~ piece -%}"
+    "{%- endfor -%}"
+)
+
+
+def with_chat_template(tok: Any) -> Any:
+    """`tok` with a chat template, so that engines (`vllm serve`, `llama-server`) answer chat requests with the
+    text `zebra chat` feeds: its own template when it has one, else `PLAIN_CHAT_TEMPLATE` (opened with the bos
+    token when the tokenizer adds one, as `zebra chat` encodes the first turn)."""
+    if tok is None or getattr(tok, "chat_template", None):
+        return tok
+    ids = tok("a", add_special_tokens=True)["input_ids"]
+    bos = tok.bos_token if tok.bos_token_id is not None and ids[:1] == [tok.bos_token_id] else None
+    tok.chat_template = ("{{- bos_token -}}" if bos else "") + PLAIN_CHAT_TEMPLATE
+    return tok

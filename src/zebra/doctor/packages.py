@@ -151,12 +151,19 @@ def check_package(pkg: Package, found: tuple[str, str] | None, spec: str | None)
 
 
 def transformers_spec() -> tuple[str | None, str]:
-    """The transformers range to enforce and where it comes from: FLA's metadata when FLA is installed."""
+    """The transformers range to enforce and where it comes from: zebra's declared range, narrowed by FLA's
+    metadata when FLA is installed (zebra's floor is the first release with the native export classes)."""
+    from packaging.specifiers import SpecifierSet
+
+    own = declared_spec("transformers")
     fla = declared_spec("transformers", by="flash-linear-attention")
     if fla:
         fla_version = metadata.version("flash-linear-attention")
-        return fla, f"FLA {fla_version} supports {_pretty(fla)}"
-    return declared_spec("transformers"), "zebra's declared range"
+        both = str(SpecifierSet(fla) & SpecifierSet(own or ""))
+        return both, f"FLA {fla_version} supports {_pretty(fla)}" + (
+            f", zebra needs {_pretty(own)}" if own else ""
+        )
+    return own, "zebra's declared range"
 
 
 def check_packages() -> list[Check]:

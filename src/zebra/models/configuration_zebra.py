@@ -56,6 +56,8 @@ class ZebraConfig(PretrainedConfig):
         mla_latent_norm: an RMSNorm on the MLA query and key/value latents (DeepSeek-V2, recipes trained from
             scratch); False: none, the down factor feeds the up factor directly (the published Zebra-Llama
             students, `use_lora_layer_norm: false`: what `zebra upcycle` makes).
+        mla_rope: rotate the `qk_rope_head_dim` channels by position (RoPE / YaRN); False: NoPE, the shared key
+            part is used unrotated (Kimi-Linear's MLA).
         rope_theta: RoPE base.
         rope_scaling: YaRN parameters {"type": "yarn", "factor", "original_max_position_embeddings", and optionally
             "beta_fast", "beta_slow", "mscale", "mscale_all_dim"}; factor 1.0 is plain RoPE. Stored (HF 5 style)
@@ -63,7 +65,7 @@ class ZebraConfig(PretrainedConfig):
         **kwargs: the sizes of the registered mixers, `<config_prefix>_<field>` (defaults from the mixer's
             `config_defaults`):
             gdn_num_heads, gdn_head_dim, gdn_num_v_heads, gdn_head_v_dim, gdn_conv_size, gdn_allow_neg_eigval: GDN;
-            kda_num_heads, kda_head_dim, kda_head_v_dim, kda_conv_size: KDA;
+            kda_num_heads, kda_head_dim, kda_head_v_dim, kda_conv_size, kda_gate_bias: KDA;
             mamba_state_dim, mamba_head_dim, mamba_num_groups, mamba_expand, mamba_conv_size: Mamba2.
             Anything else goes to `transformers.PretrainedConfig`.
     """
@@ -92,6 +94,7 @@ class ZebraConfig(PretrainedConfig):
         qk_rope_head_dim: int = 32,
         v_head_dim: int = 64,
         mla_latent_norm: bool = True,
+        mla_rope: bool = True,
         rope_theta: float = 500000.0,
         rope_scaling: dict[str, Any] | None = None,
         rope_parameters: dict[str, Any] | None = None,
@@ -119,6 +122,7 @@ class ZebraConfig(PretrainedConfig):
         self.qk_rope_head_dim = qk_rope_head_dim
         self.v_head_dim = v_head_dim
         self.mla_latent_norm = mla_latent_norm
+        self.mla_rope = mla_rope
         self.use_cache = use_cache
         self.rope_parameters = _rope_parameters(rope_theta, rope_scaling, rope_parameters)
         self.rope_theta = self.rope_parameters["rope_theta"]
@@ -167,8 +171,9 @@ class ZebraConfig(PretrainedConfig):
             raise ValueError(
                 f"ZebraConfig: qk_rope_head_dim={self.qk_rope_head_dim} must be even and >= 2 (RoPE pairs)"
             )
-        if not isinstance(self.mla_latent_norm, bool):
-            raise ValueError(f"ZebraConfig: mla_latent_norm={self.mla_latent_norm!r} must be true or false")
+        for flag in ("mla_latent_norm", "mla_rope"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"ZebraConfig: {flag}={getattr(self, flag)!r} must be true or false")
         if self.recurrent_type not in recurrent_names():
             raise ValueError(
                 f"ZebraConfig: recurrent_type={self.recurrent_type!r} is not one of {sorted(recurrent_names())}"

@@ -28,7 +28,7 @@ from zebra.models.layers.norm import GatedRMSNorm, RMSNorm
 from zebra_kernels import linear_cross_entropy
 
 # transformers renamed the outputs' cache field from `past_key_values` to `cache` during 5.x; use whichever the
-# installed release has, so generate() finds the cache on every supported version (>=5.6.2,<6)
+# installed release has, so generate() finds the cache on every supported version (>=5.17,<6)
 CACHE_FIELD = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 

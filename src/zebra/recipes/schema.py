@@ -70,6 +70,11 @@ class MLASpec:
         True,
         doc="RMSNorm on the query and key/value latents (false: none, as the published upcycled students)",
     )
+    rope: bool = spec(
+        True,
+        doc="rotate the qk_rope_head_dim channels by position (false: NoPE, the shared key part unrotated, "
+        "Kimi-Linear's form)",
+    )
     rope_theta: float = spec(500000.0, doc="RoPE base", min=1.0, max=1e12)
     rope_scaling_factor: float = spec(1.0, doc="YaRN scaling factor (1.0 = plain RoPE)", min=1.0, max=1024.0)
     original_max_position_embeddings: int = spec(
@@ -97,6 +102,7 @@ class KDASpec:
     head_dim: int = spec(32, doc="query/key channels per head", min=1, max=HEAD_DIM)
     head_v_dim: int = spec(64, doc="value channels per head", min=1, max=HEAD_DIM)
     conv_size: int = spec(4, doc="short causal convolution width", min=2, max=8)
+    gate_bias: bool = spec(True, doc="a bias on the output gate (false: none, Kimi-Linear's form)")
 
 
 @dataclass(kw_only=True)
@@ -173,6 +179,7 @@ class ModelSpec:
             qk_rope_head_dim=m.qk_rope_head_dim,
             v_head_dim=m.v_head_dim,
             mla_latent_norm=m.latent_norm,
+            mla_rope=m.rope,
             rope_theta=m.rope_theta,
             rope_scaling={
                 "type": "yarn",
@@ -231,7 +238,7 @@ _MODEL_KEYS = {
     "tie_embeddings": "tie_word_embeddings",
     "init_std": "initializer_range",
 }
-_MLA_KEYS = {"num_heads": "num_attention_heads", "latent_norm": "mla_latent_norm"}
+_MLA_KEYS = {"num_heads": "num_attention_heads", "latent_norm": "mla_latent_norm", "rope": "mla_rope"}
 
 
 @dataclass(kw_only=True)

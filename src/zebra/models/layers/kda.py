@@ -23,10 +23,11 @@ class KimiDeltaAttention(DeltaRuleMixer):
         g       = -exp(A_log[h]) * softplus(f_proj x + dt_bias)   log decay per channel, f_proj: D -> V -> H*K
         beta    = sigmoid(b_proj x)                                                           [H]
         S_t     = (I - beta k k^T) Diag(exp(g)) S_{t-1} + beta k v^T,  o = S_t^T (q / sqrt(K)), q, k L2-normalised
-        out     = o_proj(RMSNorm(o) * weight * sigmoid(g_proj x)),   g_proj: D -> V -> H*V (with bias)
+        out     = o_proj(RMSNorm(o) * weight * sigmoid(g_proj x)),   g_proj: D -> V -> H*V (bias: gate_bias)
 
     Parameters: D*(2*H*K + H*V) + (D*V + V*H*K) + D*H + (D*V + V*H*V + H*V) + H*V*D + (2*H*K + H*V)*W + H + H*K + V
-    (1B, D=2048, H=16, K=32, V=64: q/k/v 4.19M + o 2.10M + f/g/b 0.39M + conv/A/dt/norm 0.01M = 6,694,480).
+    (1B, D=2048, H=16, K=32, V=64: q/k/v 4.19M + o 2.10M + f/g/b 0.39M + conv/A/dt/norm 0.01M = 6,694,480);
+    without the gate bias, H*V fewer (Kimi-Linear's form, which also has K == V).
 
     Args:
         hidden_size: model width D.
@@ -36,6 +37,7 @@ class KimiDeltaAttention(DeltaRuleMixer):
         conv_size: short convolution width W.
         allow_neg_eigval: beta in (0, 2) instead of (0, 1).
         norm_eps: epsilon of the gated output norm.
+        gate_bias: a bias on the output gate's second factor (FLA's form; Kimi-Linear's has none).
         layer_idx: the sublayer index (its slot in the cache).
         backend: kernel backend ("auto", "torch", "fla").
     """
@@ -56,6 +58,7 @@ class KimiDeltaAttention(DeltaRuleMixer):
         norm_eps: float = 1e-6,
         layer_idx: int | None = None,
         backend: str = "auto",
+        gate_bias: bool = True,
     ):
         super().__init__(layer_idx, backend)
         self.num_heads, self.head_dim, self.head_v_dim = num_heads, head_dim, head_v_dim
@@ -79,7 +82,7 @@ class KimiDeltaAttention(DeltaRuleMixer):
         self.dt_bias._no_weight_decay = True
         self.g_proj = nn.Sequential(
             nn.Linear(hidden_size, head_v_dim, bias=False),
-            nn.Linear(head_v_dim, self.value_dim, bias=True),
+            nn.Linear(head_v_dim, self.value_dim, bias=gate_bias),
         )
         self.o_norm = GatedRMSNorm(head_v_dim, eps=norm_eps, activation="sigmoid", backend=backend)
         self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
@@ -92,7 +95,7 @@ class KimiDeltaAttention(DeltaRuleMixer):
         return cls(
             config.hidden_size, config.kda_num_heads, config.kda_head_dim, config.kda_head_v_dim,
             conv_size=config.kda_conv_size, norm_eps=config.rms_norm_eps, layer_idx=layer_idx,
-            backend=config.kernel_backend,
+            backend=config.kernel_backend, gate_bias=config.kda_gate_bias,
         )  # fmt: skip
 
     def raw_decay(self, projected: dict[str, torch.Tensor]) -> torch.Tensor:

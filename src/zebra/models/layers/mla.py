@@ -54,6 +54,8 @@ class MultiLatentAttention(nn.Module):
         rope: YaRN parameters (`ZebraConfig.rope_parameters`).
         norm_eps: epsilon of the latent RMSNorms.
         latent_norm: RMSNorms on the latents (False: `nn.Identity`, no parameters).
+        use_rope: rotate q_rope / k_rope by position; False: NoPE, both used as they are and the softmax scale
+            `1 / sqrt(dn + dr)` (Kimi-Linear's MLA).
         layer_idx: the sublayer index (its slot in the cache).
         backend: kernel backend of the latent norms and the cached decode attention ("auto", "torch", "fla").
     """
@@ -75,6 +77,7 @@ class MultiLatentAttention(nn.Module):
         layer_idx: int | None = None,
         backend: str = "auto",
         latent_norm: bool = True,
+        use_rope: bool = True,
     ):
         super().__init__()
         if qk_rope_head_dim % 2:
@@ -87,6 +90,7 @@ class MultiLatentAttention(nn.Module):
         self.v_head_dim = v_head_dim
         self.layer_idx = layer_idx
         self.backend = backend
+        self.use_rope = use_rope
         qk_head_dim = qk_nope_head_dim + qk_rope_head_dim
         if q_lora_rank:
             self.q_down_proj = nn.Linear(hidden_size, q_lora_rank, bias=False)
@@ -102,7 +106,7 @@ class MultiLatentAttention(nn.Module):
         self.o_proj = nn.Linear(num_heads * v_head_dim, hidden_size, bias=False)
         self.o_proj._is_residual_out = True
         self.rotary = YarnRotaryEmbedding(qk_rope_head_dim, rope)
-        self.softmax_scale = yarn_softmax_scale(rope, qk_head_dim)
+        self.softmax_scale = yarn_softmax_scale(rope, qk_head_dim) if use_rope else qk_head_dim**-0.5
 
     @classmethod
     def from_config(cls, config: Any, layer_idx: int) -> MultiLatentAttention:
@@ -111,7 +115,7 @@ class MultiLatentAttention(nn.Module):
         return cls(
             c.hidden_size, c.num_attention_heads, c.q_lora_rank, c.kv_lora_rank, c.qk_nope_head_dim,
             c.qk_rope_head_dim, c.v_head_dim, c.rope_parameters, norm_eps=c.rms_norm_eps, layer_idx=layer_idx,
-            backend=c.kernel_backend, latent_norm=c.mla_latent_norm,
+            backend=c.kernel_backend, latent_norm=c.mla_latent_norm, use_rope=c.mla_rope,
         )  # fmt: skip
 
     def reset_parameters(self) -> None:
@@ -156,9 +160,14 @@ class MultiLatentAttention(nn.Module):
         q_nope, q_rope = q.split([dn, dr], dim=-1)  # [B, T, H, dn], [B, T, H, dr]
         latent, k_rope = kv.split([self.kv_lora_rank, dr], dim=-1)
         latent = self.kv_norm(latent)  # [B, T, Rkv]
-        cos, sin = once(memo, ("rope", q.dtype), lambda: self.rotary(position_ids, q.dtype))  # [B, T, dr / 2]
-        # `apply_rotary` on both; one Triton launch on a GPU without gradients (zebra_kernels.rope)
-        q_rope, k_rope = rope_qk(q_rope, k_rope, cos, sin, backend=self.backend)  # [B, T, H, dr], [B, T, dr]
+        if self.use_rope:
+            cos, sin = once(
+                memo, ("rope", q.dtype), lambda: self.rotary(position_ids, q.dtype)
+            )  # [B, T, dr / 2]
+            # `apply_rotary` on both; one Triton launch on a GPU without gradients (zebra_kernels.rope)
+            q_rope, k_rope = rope_qk(
+                q_rope, k_rope, cos, sin, backend=self.backend
+            )  # [B, T, H, dr], [B, T, dr]
 
         offset: int | torch.Tensor = 0
         if cache is not None:
