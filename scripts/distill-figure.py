@@ -38,7 +38,7 @@ the next call, so everything lives under /tmp there. In the lead's checkout, wit
         rm /tmp/zfig/smol50m.tar.xz.*
     export PYTHONPATH=/tmp/site:src:kernels PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
     python3 scripts/distill-figure.py /tmp/zfig/SmolLM2-135M-Instruct.Q4_1.gguf --data /tmp/zfig/data \
-        --tokens 10M --output /tmp/zfig/fig10m --deadline-seconds 480; cp /tmp/zfig/fig10m/figure.* $OUT/
+        --tokens 10M --output /tmp/zfig/fig10m --deadline-seconds 540; cp /tmp/zfig/fig10m/figure.* $OUT/
     # every later call, carry []: the last two lines again until "figure complete" (exit 0; 3: not yet),
     # then --tokens 50M --output /tmp/zfig/fig50m likewise. A machine that went back starts bare: calls 1-3 again.
 
@@ -62,7 +62,7 @@ from pathlib import Path
 
 FINISHED = 0
 UNFINISHED = 3  # exit code: run the same command again
-RESERVE_S = {"upcycle": 240, "compose": 90, "train": 45, "eval": 120, "step0": 60}  # least time to start one
+RESERVE_S = {"upcycle": 300, "compose": 90, "train": 45, "eval": 120, "step0": 60}  # least time to start one
 
 
 class Stop(Exception):

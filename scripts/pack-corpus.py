@@ -6,13 +6,13 @@ whole training documents, drawn in a fixed shuffled order (seed 0, so every sour
 document counts: `zebra train` / `zebra distill` with `--set data.split=TRAIN_DOCS,HELDOUT_DOCS,0` then validate on
 exactly the corpus's held-out documents (megatron-core splits a dataset by document counts in that proportion), and
 scripts/distill-figure.py reads it to do so. With --archive PREFIX the folder is also written as
-PREFIX.tar.xz.00, .01, ... (tar, xz -9, split into parts of --part-mib MiB), and the unpack command is printed; it
+PREFIX.tar.xz.00, .01, ... (tar, xz -6, split into parts of --part-mib MiB), and the unpack command is printed; it
 needs only Python's standard library (the GPU machine has no zstd module):
 
     cat PREFIX.tar.xz.* | python3 -c "import lzma, sys, tarfile; tarfile.open(fileobj=lzma.open(sys.stdin.buffer), mode='r|').extractall(sys.argv[1])" DEST
 
 Compression of SmolLM2 uint16 tokens of this corpus (the first 20 MB of train tokens, 2026-12-06): zstd -19 2.60x
-(35 s), zstd --ultra -22 2.61x (64 s); xz -9 is used (as small, and in Python's standard library). 50M train
+(35 s), zstd --ultra -22 2.61x (64 s); xz -6 is used (a few % larger, as fast as zstd -19, and in Python's standard library). 50M train
 tokens + 1M held-out (102 MB raw) with the teacher's GGUF (98 MB) make about 115 MiB: 3 parts of 40 MiB (a GPU
 call carries 64 MiB with the checkout, about 4 MB, so a part fits beside the 17 MB of wheels of the first call).
 
@@ -93,7 +93,7 @@ def write_pack(corpus: Path, train_tokens: int, heldout_tokens: int, out: Path) 
 
 
 def archive(out: Path, prefix: Path, part_mib: int, include: list[Path]) -> list[Path]:
-    """tar | xz -9 | split of OUT/data (and the `include` files, by name, beside it) into PREFIX.tar.xz.NN
+    """tar | xz -6 | split of OUT/data (and the `include` files, by name, beside it) into PREFIX.tar.xz.NN
     parts of at most `part_mib` MiB."""
     for old in prefix.parent.glob(prefix.name + ".tar.xz.*"):
         old.unlink()
@@ -101,7 +101,7 @@ def archive(out: Path, prefix: Path, part_mib: int, include: list[Path]) -> list
         shutil.copyfile(extra, out / extra.name)
     names = ["data", *(extra.name for extra in include)]
     tar = subprocess.Popen(["tar", "-c", "-C", str(out), *names], stdout=subprocess.PIPE)
-    xz = subprocess.Popen(["xz", "-9", "-T0", "-q", "-c"], stdin=tar.stdout, stdout=subprocess.PIPE)
+    xz = subprocess.Popen(["xz", "-6", "-T0", "-q", "-c"], stdin=tar.stdout, stdout=subprocess.PIPE)
     tar.stdout.close()
     split = ["split", "-b", f"{part_mib}M", "-d", "-", f"{prefix}.tar.xz."]
     subprocess.run(split, stdin=xz.stdout, check=True)

@@ -67,12 +67,13 @@ def test_the_pack_holds_whole_documents_train_first_then_held_out(packed, sample
     assert all(tuple(dataset[i].tolist()) in documents for i in range(len(dataset)))  # whole documents
 
 
+@pytest.mark.timeout(2400)  # three calls of the script, each a whole pipeline, on the shared CPU
 def test_the_figure_stops_at_its_deadline_and_resumes_to_the_end(tmp_path, packed):
     data, _ = packed
     teacher = tiny_llama(tmp_path / "teacher", num_hidden_layers=4, seed=3)
     out = tmp_path / "figure"
-    args = [str(teacher), "--data", str(data), "--tokens", "6k", "--seq-len", "32", "--batch", "4",
-            "--micro-batch", "4", "--mixers", "gdn", "--mla", "2", "--evals", "2", "--calibrate-samples", "2",
+    args = [str(teacher), "--data", str(data), "--tokens", "2600", "--seq-len", "32", "--batch", "4",
+            "--micro-batch", "4", "--mixers", "gdn", "--mla", "2", "--evals", "1", "--calibrate-samples", "2",
             "--calibrate-seq-len", "16", "--calibrate-steps", "2", "--smart-samples", "2", "--eval-examples",
             "6", "--heldout-windows", "2", "--device", "cpu", "--output", str(out)]  # fmt: skip
     stopped = run("distill-figure.py", *args, "--deadline-seconds", "0")
