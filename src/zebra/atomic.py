@@ -98,22 +98,34 @@ def check_writable(folder: str | Path, *, fix: str | None = None) -> None:
             probe.unlink()
 
 
-def check_output_folder(
+@contextlib.contextmanager
+def output_folder(
     output: str | Path,
     inputs: dict[str, str | Path | None] | Iterable[tuple[str, str | Path | None]],
     *,
     flag: str = "--output",
     harm: str = "writing it would destroy what is read",
     fix: str | None = None,
-) -> None:
-    """Before long work: `output` is a folder apart from `inputs` (`check_output_apart`) that takes a file
-    (`check_writable`, which creates it), so the work's result is never lost to a bad output.
+) -> Iterator[Path]:
+    """Before long work, for its whole length: `output` is a folder apart from `inputs` (`check_output_apart`)
+    that takes a file (`check_writable`, which creates it), so the work's result is never lost to a bad output;
+    when the work fails (an error, an interrupt), the folders made here are removed again if still empty, so a
+    failed run leaves no empty results folder behind.
 
     Raises:
         ZebraError: an overlap, a file in the way, a place that cannot be written.
     """
+    output = Path(output)
     check_output_apart(output, inputs, flag=flag, harm=harm)
+    made = [p for p in (output, *output.parents) if not p.exists()]  # deepest first
     check_writable(output, fix=fix or f"choose another {flag}")
+    try:
+        yield output
+    except BaseException:
+        for folder in made:
+            with contextlib.suppress(OSError):  # no longer empty (a result written), or gone
+                folder.rmdir()
+        raise
 
 
 @contextlib.contextmanager
