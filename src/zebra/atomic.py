@@ -88,11 +88,26 @@ def check_writable(folder: str | Path, *, fix: str | None = None) -> None:
     result would be lost if it could not be saved (root ignores permission bits, not a read-only mount)."""
     folder = Path(folder)
     make_folder(folder, fix=fix or OUTPUT_FIX)
+    _probe(folder, fix)
+
+
+def check_creatable(path: str | Path, *, fix: str | None = None) -> None:
+    """`path`, not made here (a writer renames its output into place at the end), can be made: its nearest
+    existing folder takes a new file. Before long work, as `check_writable`."""
+    path = Path(path).absolute()
+    nearest = next(p for p in path.parents if p.exists())
+    if not nearest.is_dir():
+        raise ZebraError(f"{path}: cannot be a folder, {nearest} is a file", fix=fix or OUTPUT_FIX)
+    _probe(nearest, fix, named=path)
+
+
+def _probe(folder: Path, fix: str | None, named: Path | None = None) -> None:
+    """A file written in `folder` and removed; a failure is a ZebraError naming `named` (default: `folder`)."""
     probe = folder / f".zebra-probe-{os.getpid()}"
     try:
         probe.write_bytes(b"")
     except OSError as e:
-        raise write_error(folder, e, fix=fix) from None
+        raise write_error(named or folder, e, fix=fix) from None
     finally:
         with contextlib.suppress(OSError):
             probe.unlink()
