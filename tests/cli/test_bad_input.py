@@ -344,6 +344,8 @@ CASES = [
     Case("stdout-closed", "unwritable", ["recipes", "list"], "stdout", stdout="closed"),
     Case("stdout-full", "unwritable", ["recipes", "list"], "stdout", stdout="full"),
     Case("stdout-full-yaml", "unwritable", ["recipes", "show", "tiny"], "stdout", stdout="full"),
+    Case("generate-stdout-full", "unwritable", ["generate", "model", "-p", "hi", "--max-new", "2"], "stdout",
+         copy_export, stdout="full"),
     # usage errors: a flag's type or range, an unknown option (Typer's parser; zebra's two lines, status 2)
     Case("train-gpus-not-a-number", "wrong type", ["train", "tiny", "--gpus", "abc"], "--gpus", code=2),
     Case("verify-max-new-tokens-negative", "wrong type", ["verify", "model", "--max-new-tokens", "-1"],
