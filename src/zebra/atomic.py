@@ -88,32 +88,59 @@ def check_writable(folder: str | Path, *, fix: str | None = None) -> None:
     result would be lost if it could not be saved (root ignores permission bits, not a read-only mount)."""
     folder = Path(folder)
     make_folder(folder, fix=fix or OUTPUT_FIX)
+    _probe(folder, fix)
+
+
+def check_creatable(path: str | Path, *, fix: str | None = None) -> None:
+    """`path`, not made here (a writer renames its output into place at the end), can be made: its nearest
+    existing folder takes a new file. Before long work, as `check_writable`."""
+    path = Path(path).absolute()
+    nearest = next(p for p in path.parents if p.exists())
+    if not nearest.is_dir():
+        raise ZebraError(f"{path}: cannot be a folder, {nearest} is a file", fix=fix or OUTPUT_FIX)
+    _probe(nearest, fix, named=path)
+
+
+def _probe(folder: Path, fix: str | None, named: Path | None = None) -> None:
+    """A file written in `folder` and removed; a failure is a ZebraError naming `named` (default: `folder`)."""
     probe = folder / f".zebra-probe-{os.getpid()}"
     try:
         probe.write_bytes(b"")
     except OSError as e:
-        raise write_error(folder, e, fix=fix) from None
+        raise write_error(named or folder, e, fix=fix) from None
     finally:
         with contextlib.suppress(OSError):
             probe.unlink()
 
 
-def check_output_folder(
+@contextlib.contextmanager
+def output_folder(
     output: str | Path,
     inputs: dict[str, str | Path | None] | Iterable[tuple[str, str | Path | None]],
     *,
     flag: str = "--output",
     harm: str = "writing it would destroy what is read",
     fix: str | None = None,
-) -> None:
-    """Before long work: `output` is a folder apart from `inputs` (`check_output_apart`) that takes a file
-    (`check_writable`, which creates it), so the work's result is never lost to a bad output.
+) -> Iterator[Path]:
+    """Before long work, for its whole length: `output` is a folder apart from `inputs` (`check_output_apart`)
+    that takes a file (`check_writable`, which creates it), so the work's result is never lost to a bad output;
+    when the work fails (an error, an interrupt), the folders made here are removed again if still empty, so a
+    failed run leaves no empty results folder behind.
 
     Raises:
         ZebraError: an overlap, a file in the way, a place that cannot be written.
     """
+    output = Path(output)
     check_output_apart(output, inputs, flag=flag, harm=harm)
+    made = [p for p in (output, *output.parents) if not p.exists()]  # deepest first
     check_writable(output, fix=fix or f"choose another {flag}")
+    try:
+        yield output
+    except BaseException:
+        for folder in made:
+            with contextlib.suppress(OSError):  # no longer empty (a result written), or gone
+                folder.rmdir()
+        raise
 
 
 @contextlib.contextmanager

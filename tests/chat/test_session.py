@@ -281,3 +281,32 @@ def test_an_export_written_with_a_gpu_backend_loads_on_the_cpu(random_export, tm
     assert model.config.kernel_backend == "auto"
     ids = tokenizer("The zebra")["input_ids"]
     assert greedy(model, ids, 8, set()) == greedy(reference, ids, 8, set())
+
+
+def test_a_turn_whose_logits_overflow_is_dropped_and_the_conversation_kept(loaded):
+    """Logits that turn NaN in one turn (an overflow) raise NonFiniteLogits; the session is then the conversation
+    before that turn, and the next turn continues it as if the failed one had never been sent."""
+    from zebra.generation.finite import NonFiniteLogits
+
+    model, tokenizer = loaded
+    settings = ChatSettings(temperature=0.0, max_new_tokens=6)
+    session = ChatSession(Engine(model), tokenizer, settings)
+    run_turn(session, "The zebra")
+    before = [dict(m) for m in session.transcript.messages]
+    overflow = {"on": True}
+
+    def poison(module, args, output):  # the turn's first forward only: the rebuild's is as it was
+        if overflow.pop("on", False):
+            output.logits.fill_(float("nan"))
+
+    handle = model.register_forward_hook(poison)
+    try:
+        with pytest.raises(NonFiniteLogits, match="NaN or infinite"):
+            run_turn(session, "It ran")
+        assert session.transcript.messages == before and session.kept
+        kept, _ = run_turn(session, "It ran")
+    finally:
+        handle.remove()
+    fresh = ChatSession(Engine(model), tokenizer, ChatSettings(temperature=0.0, max_new_tokens=6))
+    run_turn(fresh, "The zebra")
+    assert kept == run_turn(fresh, "It ran")[0] and session.transcript.messages == fresh.transcript.messages

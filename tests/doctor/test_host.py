@@ -81,6 +81,16 @@ def test_kernel_cache_warns_about_a_cache_a_reboot_empties_or_autotuning_left_of
     assert check.status == "warn" and "TRITON_CACHE_AUTOTUNING=0" in check.detail
 
 
+def test_kernel_cache_in_a_file_is_a_warning_not_ok(tmp_path):
+    """ZEBRA_KERNEL_CACHE under a file: every command refuses it, so doctor may not call it ok (it did: the file
+    itself is writable)."""
+    from zebra.doctor.host import check_kernel_cache
+
+    (tmp_path / "cache").write_text("a file")
+    check = check_kernel_cache({"ZEBRA_KERNEL_CACHE": str(tmp_path / "cache")})
+    assert check.status == "warn" and f"{tmp_path / 'cache'} is a file" in check.detail
+
+
 def test_kernel_cache_does_not_take_torchs_own_folders_for_yours(tmp_path, monkeypatch):
     """Once something here compiled, os.environ holds inductor's default folder (/tmp/torchinductor_USER) and, after
     a Triton kernel on a GPU, its Triton cache under it: torch chose those, and a zebra run replaces them."""

@@ -17,6 +17,7 @@ from typing import TextIO
 from zebra.chat import MAX_NEW_TOKENS
 from zebra.chat.session import ChatSession
 from zebra.generation import CacheFullError
+from zebra.generation.finite import NonFiniteLogits
 
 REPLACEMENT = "\ufffd"  # what a byte that is not UTF-8 reads as
 
@@ -137,6 +138,10 @@ class Repl:
                     f"\n[the context is full ({self.session.context_tokens} tokens); conversation reset]"
                 )
                 self.session.reset()
+                return
+            except NonFiniteLogits as e:  # the session lives on: the turn is dropped, not the conversation
+                kept = "the conversation is as before it" if self.session.kept else "conversation reset"
+                self._say(f"\n[error: {e.message}; hint: {e.fix}; {kept}]")
                 return
             stopped = stop.is_set()
         self.stream.write("\n")

@@ -14,12 +14,14 @@ past the context. A model of recurrent layers only has no such bound.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from zebra.generation import Engine, SamplingParams, TextStream
+from zebra.generation.finite import NonFiniteLogits
 from zebra.generation.text import past_context_note
 
 
@@ -80,6 +82,7 @@ class ChatSession:
         self.templated = bool(getattr(tokenizer, "chat_template", None))
         self.stop_ids = _stop_ids(tokenizer)
         self.last = TurnStats()
+        self.kept = True  # after a turn whose logits were not finite: the conversation before it was kept
         self.reset()
 
     def reset(self) -> None:
@@ -108,7 +111,21 @@ class ChatSession:
 
         `on_note` is told, before the reply, when the conversation is reset because this message does not fit the
         model's context, and when the message is past the context by itself.
+
+        Raises:
+            NonFiniteLogits: the model's logits were NaN or infinite during this turn; the conversation is as it
+                was before it (`kept`), or reset when that too gives such logits.
         """
+        before = copy.deepcopy(self.transcript)
+        try:
+            yield from self._turn(user_text, should_stop, on_note)
+        except NonFiniteLogits:
+            self.kept = self._rebuild(before)
+            raise
+
+    def _turn(
+        self, user_text: str, should_stop: Callable[[], bool] | None, on_note: Callable[[str], None] | None
+    ) -> Iterator[str]:
         stats = TurnStats()
         new_ids = self._fitting_turn_ids(user_text, stats, on_note or (lambda _note: None))
         s = self.settings
@@ -148,6 +165,22 @@ class ChatSession:
         stats.cache_bytes = self.engine.cache_bytes(self.state)
         stats.context_full = self.engine.context is not None and self.context_tokens >= self.engine.context
         self.last = stats
+
+    def _rebuild(self, before: _Transcript) -> bool:
+        """A fresh cache holding the conversation `before` a failed turn (re-encoded, as when a template rewrites
+        earlier text); False when its logits are not finite either: then the conversation is reset."""
+        import torch
+
+        self.state = self.engine.new_state(batch=1)
+        self.transcript = before
+        ids = self._encode(before.text, first=True) + before.pending
+        if not ids:
+            return True
+        logits = self.engine.prefill(self.state, torch.tensor([ids], dtype=torch.long))  # [1, V]
+        if bool(torch.isfinite(logits).all()):
+            return True
+        self.reset()
+        return False
 
     def _fitting_turn_ids(
         self, user_text: str, stats: TurnStats, on_note: Callable[[str], None]

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from zebra.atomic import check_output_folder
+from zebra.atomic import output_folder
 from zebra.cli._options import DeviceOpt, JsonOpt, examples, tokenizer_option
 from zebra.cli._output import out
 from zebra.model_folder import model_path
@@ -62,37 +62,32 @@ def eval_command(
 ) -> None:
     """Evaluate MODEL on lm-eval-harness tasks and print one row per task and metric."""
     model_path(model)  # told before the model library is imported
-    if output:  # checked before the evaluation (and lm-eval's import): its results must have somewhere to go
-        yamls = [t for t in tasks.split(",") if t.strip().endswith((".yaml", ".yml"))]
-        read = [
-            ("the model", model),
-            *(("--include-path", p) for p in include_path or []),
-            *(("--tasks", t) for t in yamls),
-        ]
-        check_output_folder(output, read, harm="results.json would be written among the files evaluated",
-                            fix="choose another --output (a folder for results.json)")  # fmt: skip
-    from zebra.eval import (
-        EvalRequest,
-        expand_tasks,
-        metric_rows,
-        run_eval,
-        write_results,
-    )
+    req_args = dict(num_fewshot=num_fewshot, batch_size=batch_size, limit=limit, device=device, dtype=dtype,
+                    include_path=include_path or [], tokenizer=tokenizer, seed=seed)  # fmt: skip
+    if not output:
+        return _show(*_evaluate(model, tasks, req_args, None), json_)
+    yamls = [t for t in tasks.split(",") if t.strip().endswith((".yaml", ".yml"))]
+    read = [("the model", model), *(("--include-path", p) for p in include_path or []),
+            *(("--tasks", t) for t in yamls)]  # fmt: skip
+    # checked before the evaluation (and lm-eval's import): its results must have somewhere to go; a failed
+    # evaluation leaves no empty folder behind
+    with output_folder(output, read, harm="results.json would be written among the files evaluated",
+                       fix="choose another --output (a folder for results.json)"):  # fmt: skip
+        results, written = _evaluate(model, tasks, req_args, output)
+    _show(results, written, json_)
 
-    req = EvalRequest(
-        model=model,
-        tasks=expand_tasks(tasks),
-        num_fewshot=num_fewshot,
-        batch_size=batch_size,
-        limit=limit,
-        device=device,
-        dtype=dtype,
-        include_path=include_path or [],
-        tokenizer=tokenizer,
-        seed=seed,
-    )
-    results = run_eval(req, on_note=out.note)
-    written = write_results(results, output) if output else None
+
+def _evaluate(model: str, tasks: str, req_args: dict, output: Path | None) -> tuple[dict, Path | None]:
+    """lm-eval's results for MODEL, and where they were written (OUTPUT/results.json; None without OUTPUT)."""
+    from zebra.eval import EvalRequest, expand_tasks, run_eval, write_results
+
+    results = run_eval(EvalRequest(model=model, tasks=expand_tasks(tasks), **req_args), on_note=out.note)
+    return results, write_results(results, output) if output else None
+
+
+def _show(results: dict, written: Path | None, json_: bool) -> None:
+    from zebra.eval import metric_rows
+
     rows = metric_rows(results)
     if json_:
         out.json({"rows": rows, "results_file": str(written) if written else None})

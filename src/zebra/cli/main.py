@@ -24,6 +24,7 @@ from zebra.cli import upcycle as upcycle_cli
 from zebra.cli._help import print_group_help
 from zebra.cli._output import StdoutFailed, flush_stdout, leave_on_broken_pipe, out, stdout_reader_gone
 from zebra.cli._quiet import quiet_library_noise
+from zebra.cli._usage import USAGE_EXIT, UsageError, is_usage_error, show_usage_error
 from zebra.errors import ZebraError
 
 
@@ -33,6 +34,15 @@ class _ZebraGroup(TyperGroup):
 
     def format_help(self, ctx, formatter) -> None:
         print_group_help(self, ctx)
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except UsageError as e:  # the root's own options: `zebra --bogus`
+            if not is_usage_error(e):
+                raise
+            show_usage_error(e)
+            raise typer.Exit(USAGE_EXIT) from None
 
     def invoke(self, ctx):
         try:
@@ -44,6 +54,11 @@ class _ZebraGroup(TyperGroup):
             if e.fix:
                 out.hint(e.fix)
             raise typer.Exit(e.exit_code) from None
+        except UsageError as e:  # a flag's type or range, an unknown option: two lines, not a box
+            if not is_usage_error(e):
+                raise
+            show_usage_error(e)
+            raise typer.Exit(USAGE_EXIT) from None
         except KeyboardInterrupt:
             out.error("interrupted")
             raise typer.Exit(130) from None

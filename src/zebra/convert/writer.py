@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from zebra.atomic import fsync_dir, fsync_tree, make_folder, sigterm_deferred
+from zebra.atomic import fsync_dir, fsync_tree, make_folder, sigterm_deferred, write_error
 from zebra.data.tokenizers import load_tokenizer
 from zebra.errors import ZebraError
 from zebra.model_folder import check_output, check_replaceable
@@ -207,7 +207,10 @@ def output_dir(path: Path, *, force: bool, flag: str = "--output") -> Iterator[P
     make_folder(path.parent, fix=f"move that file away, or choose another {flag}")
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    try:
+        tmp.mkdir()
+    except OSError as e:  # a read-only or special place (/sys), no permission, a full disk
+        raise write_error(path, e, fix=f"choose another {flag}") from None
     try:
         yield tmp
         fsync_tree(tmp)

@@ -21,6 +21,7 @@ from zebra.data.tokenizers import load_tokenizer
 from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError
 from zebra.eval.tasks import load_tasks, task_manager, template_error
+from zebra.generation.finite import check_logits_on_forward
 from zebra.generation.loading import (
     check_finite_weights,
     machine_kernels,
@@ -97,6 +98,7 @@ def run_eval(req: EvalRequest, on_note: Callable[[str], None] | None = None) -> 
             **machine_kernels(model_dir),
         )
         check_finite_weights(lm.model, model_dir.path)
+        check_logits_on_forward(lm.model)  # finite weights can still overflow: one line, not acc 0.5
         results = _evaluate(lm, tasks, manager, req)
     results.pop("samples", None)
     results["zebra"] = {

@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 import torch
 
 from zebra.generation.decode_step import DecodeRunner
+from zebra.generation.finite import nonfinite_logits
 from zebra.generation.state import DecodeState
 from zebra.generation.token_sampling import SamplingParams, TokenChooser, row_budgets
 from zebra.host_copy import HostCopy
@@ -112,7 +113,7 @@ class DecodeLoop:
                     ahead
                 ):  # step i goes before token i is read; the feed flag voids it if token i ends the stream
                     self._feed()
-                column = self.rows.take(i, self.host.read())
+                column = self.rows.take(i, self._read(i))
                 fed = ahead and not self.rows.all_done()
                 if ahead and not fed:  # the chooser stopped every row: that step did not enter the cache
                     self.runner.retract(state)
@@ -139,7 +140,16 @@ class DecodeLoop:
         if i < width:
             column = torch.where(chooser.emitting, chooser.tokens[:, 0], self.forced_tokens[:, i])
             chooser.tokens[:, 0].copy_(column)
-        self.host.start(chooser.tokens[:, 0])
+        self.host.start(chooser.report())
+
+    def _read(self, i: int) -> list[int]:
+        """Token column i on the host; NonFiniteLogits when a row's logits were not finite (-1)."""
+        tokens = self.host.read()
+        if min(tokens) < 0:
+            raise nonfinite_logits(
+                self.runner.model, "after the prompt" if i == 0 else f"at decode step {i + 1}"
+            )
+        return tokens
 
     def _feed(self) -> None:
         self.state.check_room(1)

@@ -216,7 +216,7 @@ def _load(
     # SafetensorError: a truncated or corrupt shard; RuntimeError: weights of other shapes than config.json's
     except (OSError, ValueError, RuntimeError, SafetensorError) as e:
         raise ZebraError(
-            f"MODEL {model_dir.path}: cannot load ({_load_problem(e)})",
+            f"MODEL {model_dir.path}: cannot load ({_load_problem(e, model_dir.path)})",
             fix="check that the folder holds config.json and model.safetensors (re-export with zebra convert)",
         ) from None
     check_finite_weights(lm, model_dir.path)
@@ -247,11 +247,26 @@ def _load_report_held() -> Iterator[None]:
         logger.handle(record)
 
 
-def _load_problem(error: BaseException) -> str:
-    """transformers' load error in one line: weights of other shapes than the config's say so."""
+def _load_problem(error: BaseException, folder: Path) -> str:
+    """transformers' load error in one line: weights of other shapes than the config's say so; a weights file
+    that safetensors cannot read is named."""
     if isinstance(error, RuntimeError) and "mismatch" in str(error):
         return "its weights do not fit its config.json: tensors of other shapes"
-    return first_line(error)
+    broken = _unreadable_weights(folder) if type(error).__name__ == "SafetensorError" else None
+    return f"{broken}: {first_line(error)}" if broken else first_line(error)
+
+
+def _unreadable_weights(folder: Path) -> Path | None:
+    """The first `*.safetensors` file of `folder` that safetensors cannot open (cut short, not safetensors)."""
+    from safetensors import safe_open
+
+    for file in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(file), framework="pt"):
+                pass
+        except Exception:  # SafetensorError, or an OSError reading it: this is the file
+            return file
+    return None
 
 
 def check_finite_weights(model: Any, where: str | Path) -> None:

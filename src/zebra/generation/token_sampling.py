@@ -140,6 +140,8 @@ class TokenChooser:
         emitting `[B]` bool     rows whose token this step is output (False while a row still feeds its prompt)
         remaining `[B]` int64   tokens each row may still output (its budget at `start`)
         stopped `[B]` bool      rows that output a stop id or their last allowed token
+        finite `[B]` bool       rows whose logits were finite (False: NaN or infinities, a broken model)
+        reported `[B]` int64    the tokens as the host reads them: -1 where the logits were not finite
         running `[]` bool       any row not stopped (a cache's feed flag: a step after every row stopped must
                                 leave the cache as it was)
     plus the sampling settings as tensors (temperature, top-k, top-p) and `stop_ids` `[S]` (padded with -1).
@@ -166,6 +168,8 @@ class TokenChooser:
         self.emitting = torch.ones(batch, dtype=torch.bool, device=device)
         self.remaining = torch.zeros(batch, dtype=torch.long, device=device)
         self.stopped = torch.zeros(batch, dtype=torch.bool, device=device)
+        self.finite = torch.ones(batch, dtype=torch.bool, device=device)
+        self.reported = torch.zeros(batch, dtype=torch.long, device=device)
         self.running = running if running is not None else torch.ones((), dtype=torch.bool, device=device)
         self.stop_ids = torch.full((stop_slots,), -1, dtype=torch.long, device=device)
         self.temperature = torch.ones((), dtype=torch.float32, device=device)
@@ -198,7 +202,8 @@ class TokenChooser:
         self.kind, self.generator = params.kind, generator
 
     def choose(self, logits: torch.Tensor) -> None:
-        """Sample from `logits` `[B, V]` into `tokens` and update `remaining`, `stopped` and `running`."""
+        """Sample from `logits` `[B, V]` into `tokens` and update `remaining`, `stopped`, `running` and `finite`."""
+        torch.all(torch.isfinite(logits), dim=-1, out=self.finite)
         nxt = draw(
             logits,
             self.kind,
@@ -217,3 +222,8 @@ class TokenChooser:
             running=self.running,
             stop_ids=self.stop_ids,
         )
+
+    def report(self) -> torch.Tensor:
+        """`reported` `[B]`: `tokens` as they are now (prompt tokens forced in included), -1 in the rows whose
+        logits were not finite, for the host to read (`DecodeLoop`)."""
+        return self.reported.copy_(self.tokens[:, 0]).masked_fill_(~self.finite, -1)

@@ -253,12 +253,10 @@ class Checkpointer:
             reason, meta = self._try_load(path, state)
             if reason is None:
                 return path, meta
-            failures.append(f"{path.name}: {reason}")
+            failures.append(f"{path}: {reason}")
             nxt = candidates[len(failures)] if len(failures) < len(candidates) else None
-            warn(
-                f"checkpoint {path} could not be loaded ({reason}); "
-                + (f"falling back to {nxt.name}" if nxt else "no older checkpoint left")
-            )
+            if nxt is not None:  # the last one is told by the error alone
+                warn(f"checkpoint {path} could not be loaded ({reason}); falling back to {nxt.name}")
         if failures:
             raise ZebraError(
                 "no checkpoint could be loaded: " + "; ".join(failures),

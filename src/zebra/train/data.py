@@ -146,6 +146,12 @@ def build_datasets(
         try:
             train, valid, _ = BlendedMegatronDatasetBuilder(cls, sizes, lambda: True, config).build()
         except (AssertionError, ValueError, IndexError) as e:
+            # a save of megatron's index cut short by a kill or a full disk
+            if (broken := broken_index_cache(cache_dir)) is not None:
+                raise ZebraError(
+                    f"{broken}: megatron's cached index is cut short or broken ({e or type(e).__name__})",
+                    fix=f"delete {cache_dir} (megatron builds it again from the data)",
+                ) from None
             raise ZebraError(
                 f"megatron could not build the dataset from {recipe.data.paths}: {e or type(e).__name__}",
                 fix="check data.split and that each prefix holds enough tokens for one sequence",
@@ -153,6 +159,18 @@ def build_datasets(
     if valid is not None and (valid_samples == 0 or len(valid) == 0):
         valid = None
     return train, valid
+
+
+def broken_index_cache(cache_dir: str | Path) -> Path | None:
+    """The first of megatron's cached index arrays (`*.npy`) in `cache_dir` that numpy cannot map, or None."""
+    import numpy as np
+
+    for path in sorted(Path(cache_dir).glob("*.npy")):
+        try:
+            np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError, EOFError):
+            return path
+    return None
 
 
 def split_bounds(split: str) -> list[tuple[float, float] | None]:

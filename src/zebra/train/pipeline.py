@@ -272,15 +272,17 @@ RUNNERS: dict[str, Callable[[PipelineOptions, Stage, PipelineView, int], dict[st
 def check_options(o: PipelineOptions) -> None:
     """Every one-line refusal that can be known before the first stage: an output that overlaps what is read, the
     teacher, the data's tokenizer, the MLA count, the token budget."""
-    from zebra.atomic import check_output_apart
+    from zebra.atomic import check_creatable, check_output_apart
     from zebra.mixers import recurrent_names
     from zebra.upcycle import open_teacher
+    from zebra.upcycle.student import MIXER_ALIASES
 
     # --data is a prepared folder or a Megatron prefix (its .bin beside it)
     check_output_apart(
         o.output, {"the teacher": o.teacher, "--data": o.data, "--data's shard": f"{o.data}.bin"}
     )
-    if o.mixer not in recurrent_names():
+    check_creatable(o.output, fix="choose another --output")  # before hours of distillation
+    if MIXER_ALIASES.get(o.mixer, o.mixer) not in recurrent_names():  # `mamba`, the default, is mamba2
         raise ZebraError(f"--mixer {o.mixer}: unknown", fix=f"use one of {', '.join(recurrent_names())}")
     teacher = open_teacher(o.teacher)  # a missing or unsupported teacher: its own one-line error
     try:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zebra.atomic import check_output_apart
+from zebra.atomic import check_creatable, check_output_apart
 from zebra.errors import ZebraError
 from zebra.model_folder import check_output
 from zebra.upcycle.calibration import Calibration, attention_input_moments
@@ -66,6 +66,7 @@ def upcycle(
         output, upcycle_inputs(teacher, options, tokenizer, calibration.data if calibration else None)
     )
     check_output(output, force=force)
+    check_creatable(output, fix="choose another --output")  # before the minutes of upcycling it would lose
     opened = open_teacher(teacher, tokenizer=tokenizer)
     try:
         return upcycle_teacher(opened, output, options, dtype=dtype, force=force, seed=seed,
