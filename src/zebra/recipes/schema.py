@@ -9,10 +9,10 @@ A recipe YAML has these top-level keys: `name`, `description`, `extends`, and th
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, make_dataclass
 from typing import Any
 
-from zebra.mixers import MIXERS, recurrent_names
+from zebra.mixers import MIXERS, MixerSpec, recurrent_names
 
 # Upper bounds of the counts and sizes a recipe takes: far above any real model or run, low enough that a typo
 # (an extra zero or ten) is refused when the recipe loads (`recipes show`, `train --dry-run`) instead of a
@@ -77,37 +77,14 @@ class MLASpec:
     )
 
 
-@dataclass(kw_only=True)
-class GDNSpec:
-    """Gated DeltaNet, FLA parameterisation (grouped value heads allowed)."""
-
-    num_heads: int = spec(8, doc="query/key heads", min=1, max=HEADS)
-    head_dim: int = spec(64, doc="query/key channels per head", min=1, max=HEAD_DIM)
-    num_v_heads: int = spec(16, doc="value heads (a multiple of num_heads)", min=1, max=HEADS)
-    head_v_dim: int = spec(64, doc="value channels per head", min=1, max=HEAD_DIM)
-    conv_size: int = spec(4, doc="short causal convolution width", min=2, max=8)
-    allow_neg_eigval: bool = spec(False, doc="beta in (0, 2) instead of (0, 1)")
-
-
-@dataclass(kw_only=True)
-class KDASpec:
-    """Kimi Delta Attention, FLA parameterisation (per-channel decay)."""
-
-    num_heads: int = spec(16, doc="heads", min=1, max=HEADS)
-    head_dim: int = spec(32, doc="query/key channels per head", min=1, max=HEAD_DIM)
-    head_v_dim: int = spec(64, doc="value channels per head", min=1, max=HEAD_DIM)
-    conv_size: int = spec(4, doc="short causal convolution width", min=2, max=8)
-
-
-@dataclass(kw_only=True)
-class MambaSpec:
-    """Mamba2, Megatron MambaMixer parameterisation."""
-
-    state_dim: int = spec(64, doc="SSM state size N", min=1, max=HEAD_DIM)
-    head_dim: int = spec(64, doc="channels per head P", min=1, max=HEAD_DIM)
-    num_groups: int = spec(8, doc="B/C groups", min=1, max=HEADS)
-    expand: int = spec(1, doc="inner width = expand * hidden_size", min=1, max=4)
-    conv_size: int = spec(4, doc="short causal convolution width", min=2, max=8)
+def mixer_section(mixer: MixerSpec) -> type:
+    """The recipe section `model.<section>` of a mixer, made from its `fields` (names, defaults, docs, ranges:
+    declared once, in the mixer's module)."""
+    return make_dataclass(
+        f"{mixer.name.capitalize()}Spec",
+        [(f.name, type(f.default), spec(f.default, doc=f.doc, min=f.min, max=f.max)) for f in mixer.fields],
+        kw_only=True,
+    )
 
 
 @dataclass(kw_only=True)
@@ -121,7 +98,9 @@ class TeacherSpec:
 
 
 @dataclass(kw_only=True)
-class ModelSpec:
+class _ModelFields:
+    """The model section's own fields; `ModelSpec` adds one section per mixer with fields (`mixer_section`)."""
+
     vocab_size: int = spec(128256, doc="vocabulary size (must cover the tokenizer)", min=2, max=VOCAB)
     hidden_size: int = spec(2048, doc="model width D", min=8, max=WIDTH)
     intermediate_size: int = spec(8192, doc="SwiGLU inner width", min=8, max=WIDTH * 16)
@@ -145,10 +124,6 @@ class ModelSpec:
         choices=("auto", "torch", "fla", "mamba_ssm"),
     )
     mla: MLASpec = spec(doc="Multi-Latent Attention dimensions", factory=MLASpec)
-    gdn: GDNSpec = spec(doc="Gated DeltaNet dimensions", factory=GDNSpec)
-    kda: KDASpec = spec(doc="Kimi Delta Attention dimensions", factory=KDASpec)
-    mamba: MambaSpec = spec(doc="Mamba2 dimensions", factory=MambaSpec)
-    teacher: TeacherSpec = spec(doc="Llama teacher (KV-cache comparison only)", factory=TeacherSpec)
 
     def flat(self) -> dict[str, Any]:
         """The keyword arguments of `zebra.models.ZebraConfig` (flat, HF style)."""
@@ -221,6 +196,21 @@ class ModelSpec:
             original = int(scaling["original_max_position_embeddings"])
             out.append(f"model.mla.original_max_position_embeddings={original}")
         return out
+
+
+ModelSpec = make_dataclass(
+    "ModelSpec",
+    [
+        (m.section, (section := mixer_section(m)), spec(doc=m.section_doc, factory=section))
+        for m in MIXERS.values()
+        if m.section and m.fields
+    ]
+    + [("teacher", TeacherSpec, spec(doc="Llama teacher (KV-cache comparison only)", factory=TeacherSpec))],
+    bases=(_ModelFields,),
+    kw_only=True,
+)
+ModelSpec.__doc__ = "The `model` section: sizes, the layer pattern, and one section per mixer."
+ModelSpec.__module__ = __name__
 
 
 # ModelSpec field -> ZebraConfig key where the names differ (the rest are equal); see `flat`

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
@@ -83,15 +81,6 @@ class GatedDeltaNet(DeltaRuleMixer):
         self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
         self.o_proj._is_residual_out = True
         self.reset_parameters()
-
-    @classmethod
-    def from_config(cls, config: Any, layer_idx: int) -> GatedDeltaNet:
-        """The `G` sublayer `layer_idx` of a `ZebraConfig` (keys `gdn_*`)."""
-        return cls(
-            config.hidden_size, config.gdn_num_heads, config.gdn_head_dim, config.gdn_num_v_heads,
-            config.gdn_head_v_dim, conv_size=config.gdn_conv_size, allow_neg_eigval=config.gdn_allow_neg_eigval,
-            norm_eps=config.rms_norm_eps, layer_idx=layer_idx, backend=config.kernel_backend,
-        )  # fmt: skip
 
     def raw_decay(self, projected: dict[str, torch.Tensor]) -> torch.Tensor:
         return projected["a_proj"]  # [B, T, HV]

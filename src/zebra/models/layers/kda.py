@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
@@ -85,15 +83,6 @@ class KimiDeltaAttention(DeltaRuleMixer):
         self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
         self.o_proj._is_residual_out = True
         self.reset_parameters()
-
-    @classmethod
-    def from_config(cls, config: Any, layer_idx: int) -> KimiDeltaAttention:
-        """The `K` sublayer `layer_idx` of a `ZebraConfig` (keys `kda_*`)."""
-        return cls(
-            config.hidden_size, config.kda_num_heads, config.kda_head_dim, config.kda_head_v_dim,
-            conv_size=config.kda_conv_size, norm_eps=config.rms_norm_eps, layer_idx=layer_idx,
-            backend=config.kernel_backend,
-        )  # fmt: skip
 
     def raw_decay(self, projected: dict[str, torch.Tensor]) -> torch.Tensor:
         low_rank = projected["f_proj.0"]  # [B, T, V]
