@@ -28,6 +28,7 @@ from zebra.mixers.spec import (
 from zebra.mixers.mamba2 import MAMBA2, mamba_num_heads
 from zebra.mixers.gdn import GDN
 from zebra.mixers.kda import KDA
+from zebra.mixers.gla import GLA
 from zebra.mixers.mla import MLA
 from zebra.mixers.mlp import SWIGLU
 # isort: on
@@ -35,6 +36,7 @@ from zebra.mixers.mlp import SWIGLU
 __all__ = [
     "ATTENTION",
     "GDN",
+    "GLA",
     "KDA",
     "MAMBA2",
     "MIXERS",
