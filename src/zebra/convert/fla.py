@@ -65,7 +65,6 @@ _COMMON_DEFAULTS = {
     "initializer_range": 0.02,
     "vocab_size": 32000,
     "conv_size": 4,
-    "num_v_heads": None,
     "allow_neg_eigval": False,
     "bos_token_id": 1,
     "eos_token_id": 2,

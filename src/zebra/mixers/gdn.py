@@ -119,6 +119,7 @@ GDN = register_mixer(
             config_class="GatedDeltaNetConfig",
             layer_class="GatedDeltaNet",
             defaults={
+                "num_v_heads": None,
                 "head_dim": 256,
                 "num_heads": 6,
                 "expand_v": 2.0,

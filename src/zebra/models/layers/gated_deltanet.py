@@ -61,7 +61,7 @@ class GatedDeltaNet(DeltaRuleMixer):
         if num_v_heads % num_heads:
             raise ValueError(f"num_v_heads={num_v_heads} must be a multiple of num_heads={num_heads}")
         self.num_heads, self.head_dim = num_heads, head_dim
-        self.num_v_heads, self.head_v_dim = num_v_heads, head_v_dim
+        self.value_heads, self.head_v_dim = num_v_heads, head_v_dim
         self.allow_neg_eigval = allow_neg_eigval
         self.key_dim, self.value_dim = num_heads * head_dim, num_v_heads * head_v_dim
         self.q_proj = nn.Linear(hidden_size, self.key_dim, bias=False)

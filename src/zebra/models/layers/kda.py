@@ -14,7 +14,7 @@ class KimiDeltaAttention(DeltaRuleMixer):
     """Kimi Delta Attention mixer: a delta rule with a per-channel decay.
 
     Reference: `Kimi Linear: An Expressive, Efficient Attention Architecture <https://arxiv.org/abs/2510.26692>`_;
-    the forward math is FLA 0.6.0's `fla.layers.KimiDeltaAttention` (use_short_conv=True, num_v_heads = num_heads).
+    the forward math is FLA 0.6.0's `fla.layers.KimiDeltaAttention` (use_short_conv=True, one head count for q/k and v).
 
     Per token (H heads, K key channels, V value channels):
         q, k, v = SiLU(causal depthwise conv(q_proj x, k_proj x, v_proj x))        (conv width W, no bias)
@@ -57,7 +57,7 @@ class KimiDeltaAttention(DeltaRuleMixer):
     ):
         super().__init__(layer_idx, backend)
         self.num_heads, self.head_dim, self.head_v_dim = num_heads, head_dim, head_v_dim
-        self.num_v_heads = num_heads  # one head count: each head has its own q/k and v
+        self.value_heads = num_heads  # one head count: each head has its own q/k and v
         self.allow_neg_eigval = allow_neg_eigval
         self.key_dim, self.value_dim = num_heads * head_dim, num_heads * head_v_dim
         self.q_proj = nn.Linear(hidden_size, self.key_dim, bias=False)
