@@ -130,7 +130,9 @@ def test_bad_mla_layer_lists_are_refused():
     assert e.value.fix == "use one of mamba, gdn, kda"
 
 
-@pytest.mark.parametrize(("flag", "char"), [("mamba", "M"), ("mamba2", "M"), ("gdn", "G"), ("kda", "K"), ("gla", "L")])
+@pytest.mark.parametrize(
+    ("flag", "char"), [("mamba", "M"), ("mamba2", "M"), ("gdn", "G"), ("kda", "K"), ("gla", "L")]
+)
 def test_the_mixer_flag_takes_the_registry_names_and_their_pattern_characters(flag, char):
     from zebra.mixers import MIXERS
 
