@@ -91,3 +91,35 @@ def test_bad_shapes_raise_clear_errors():
         gated_linear_attention(q, k, v, g[..., :2], backend="torch")
     with pytest.raises(ValueError, match="initial_state"):
         gated_linear_attention(q, k, v, g, initial_state=torch.zeros(2, 3, 4, 4), backend="torch")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU")
+@pytest.mark.parametrize("mode", ["chunk", "recurrent"])
+def test_fla_backend_matches_the_float64_definition_on_gpu(mode):
+    """FLA's chunk_gla / fused_recurrent_gla against the torch form in float64 on the same bf16-rounded inputs:
+    outputs, final states and (chunk) gradients, over packed sequences with initial states."""
+    B, T, H, K, V = 1, 300, 4, 64, 128
+    q, k, v, g = (x.cuda() for x in inputs(B=B, T=T, H=H, K=K, V=V, dtype=torch.float32))
+    h0 = torch.randn(3, H, K, V, device="cuda")
+    cu = torch.tensor([0, 100, 171, 300], device="cuda")
+    low = [x.to(torch.bfloat16) for x in (q, k, v)] + [g]  # as the layer passes them: the decay in float32
+    grad = mode == "chunk"
+    fla_in = [x.clone().requires_grad_(grad) for x in low]
+    ref_in = [x.detach().double().requires_grad_(grad) for x in low]
+    kwargs = dict(output_final_state=True, cu_seqlens=cu, mode=mode)
+    with torch.set_grad_enabled(grad):
+        o, s = gated_linear_attention(*fla_in, initial_state=h0, backend="fla", **kwargs)
+        ro, rs = gated_linear_attention(*ref_in, initial_state=h0.double(), backend="torch", **kwargs)
+    assert o.dtype == torch.bfloat16 and s.dtype == torch.float32
+
+    def rel(a, b):
+        return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+    assert rel(o, ro) < 2e-2 and rel(s, rs) < 2e-2
+    if grad:
+        cotangent = torch.randn_like(ro)
+        (o.double() * cotangent).sum().backward()
+        (ro * cotangent).sum().backward()
+        for name, a, b in zip("qkvg", fla_in, ref_in, strict=True):
+            assert rel(a.grad, b.grad) < 2e-2, name
