@@ -9,7 +9,7 @@ A recipe YAML has these top-level keys: `name`, `description`, `extends`, and th
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields, is_dataclass, make_dataclass
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, make_dataclass
 from typing import Any
 
 from zebra.mixers import MIXERS, MixerSpec, recurrent_names
@@ -126,39 +126,16 @@ class _ModelFields:
     mla: MLASpec = spec(doc="Multi-Latent Attention dimensions", factory=MLASpec)
 
     def flat(self) -> dict[str, Any]:
-        """The keyword arguments of `zebra.models.ZebraConfig` (flat, HF style)."""
-        m = self.mla
-        out: dict[str, Any] = dict(
-            vocab_size=self.vocab_size,
-            hidden_size=self.hidden_size,
-            intermediate_size=self.intermediate_size,
-            num_hidden_layers=self.num_layers,
-            recurrent_type=self.recurrent_type,
-            hybrid_attention_ratio=self.hybrid_attention_ratio,
-            layer_pattern=self.pattern,
-            rms_norm_eps=self.norm_eps,
-            tie_word_embeddings=self.tie_embeddings,
-            initializer_range=self.init_std,
-            max_position_embeddings=self.max_position_embeddings,
-            kernel_backend=self.kernel_backend,
-            num_attention_heads=m.num_heads,
-            q_lora_rank=m.q_lora_rank,
-            kv_lora_rank=m.kv_lora_rank,
-            qk_nope_head_dim=m.qk_nope_head_dim,
-            qk_rope_head_dim=m.qk_rope_head_dim,
-            v_head_dim=m.v_head_dim,
-            mla_latent_norm=m.latent_norm,
-            rope_theta=m.rope_theta,
-            rope_scaling={
-                "type": "yarn",
-                "factor": m.rope_scaling_factor,
-                "original_max_position_embeddings": m.original_max_position_embeddings,
-            },
-        )
-        for mixer in MIXERS.values():  # each mixer's prefixed keys: its recipe section, else its defaults
-            if mixer.config_defaults:
-                values = asdict(getattr(self, mixer.section)) if mixer.section else mixer.config_defaults
-                out.update({mixer.config_key(k): v for k, v in values.items()})
+        """The keyword arguments of `zebra.models.ZebraConfig` (flat, HF style), named by `config_paths`."""
+        out = {key: _at(self, path) for path, key in config_paths(type(self)).items()}
+        out["rope_scaling"] = {
+            "type": "yarn",
+            "factor": self.mla.rope_scaling_factor,
+            "original_max_position_embeddings": self.mla.original_max_position_embeddings,
+        }
+        for mixer in MIXERS.values():  # a mixer without a recipe section: its defaults
+            if mixer.config_defaults and not (mixer.section and mixer.fields):
+                out.update(mixer.config_kwargs())
         return out
 
     def to_config(self, **overrides: Any):
@@ -171,21 +148,9 @@ class _ModelFields:
     def overrides_from_config(cls, config: Mapping[str, Any]) -> list[str]:
         """`model.*=value` overrides that give a recipe the shapes of a ZebraConfig dict (an export's
         config.json): the inverse of `flat`, over the keys `flat` fills. Keys the config lacks are left out."""
-        default = cls()
-        paths = {}  # flat key -> recipe path
-        for f in fields(cls):
-            value = getattr(default, f.name)
-            if is_dataclass(value):
-                section = next((m for m in MIXERS.values() if m.section == f.name), None)
-                for sub in fields(value):
-                    key = section.config_key(sub.name) if section and section.config_defaults else None
-                    paths[key or _MLA_KEYS.get(sub.name, sub.name)] = f"{f.name}.{sub.name}"
-            else:
-                paths[_MODEL_KEYS.get(f.name, f.name)] = f.name
-        flat = default.flat()
         out = []
-        for key, path in paths.items():
-            if key in flat and key in config:
+        for path, key in config_paths(cls).items():
+            if key in config:
                 value = config[key]
                 text = "null" if value is None else str(value).lower() if isinstance(value, bool) else value
                 out.append(f"model.{path}={text}")
@@ -213,15 +178,44 @@ ModelSpec.__doc__ = "The `model` section: sizes, the layer pattern, and one sect
 ModelSpec.__module__ = __name__
 
 
-# ModelSpec field -> ZebraConfig key where the names differ (the rest are equal); see `flat`
-_MODEL_KEYS = {
+# The one map between the recipe's and the model config's names: recipe path (`model.<path>`) -> ZebraConfig key,
+# where they differ. Every other field of `model` and `model.mla` is its ZebraConfig key, and a mixer section's
+# field is `<config_prefix>_<field>` (its spec); `flat` and `overrides_from_config` both read `config_paths`.
+CONFIG_KEYS = {
     "num_layers": "num_hidden_layers",
     "pattern": "layer_pattern",
     "norm_eps": "rms_norm_eps",
     "tie_embeddings": "tie_word_embeddings",
     "init_std": "initializer_range",
+    "mla.num_heads": "num_attention_heads",
+    "mla.latent_norm": "mla_latent_norm",
 }
-_MLA_KEYS = {"num_heads": "num_attention_heads", "latent_norm": "mla_latent_norm"}
+# Recipe fields that are no ZebraConfig key of their own: the YaRN pair (together `rope_scaling`) and the teacher.
+_NOT_CONFIG_KEYS = ("mla.rope_scaling_factor", "mla.original_max_position_embeddings", "teacher")
+
+
+def config_paths(cls: type = ModelSpec) -> dict[str, str]:
+    """`{recipe path under model: ZebraConfig key}` of every model field that is one ZebraConfig key."""
+    paths = {}
+    for f in fields(cls):
+        if f.name in _NOT_CONFIG_KEYS:
+            continue
+        if not is_dataclass(f.default_factory if f.default_factory is not MISSING else None):
+            paths[f.name] = CONFIG_KEYS.get(f.name, f.name)
+            continue
+        mixer = next((m for m in MIXERS.values() if m.section == f.name and m.fields), None)
+        for sub in fields(f.default_factory):
+            path = f"{f.name}.{sub.name}"
+            if path not in _NOT_CONFIG_KEYS:
+                paths[path] = mixer.config_key(sub.name) if mixer else CONFIG_KEYS.get(path, sub.name)
+    return paths
+
+
+def _at(section: Any, path: str) -> Any:
+    """The value at a dotted path (`mla.num_heads`) under a section."""
+    for name in path.split("."):
+        section = getattr(section, name)
+    return section
 
 
 @dataclass(kw_only=True)
