@@ -127,7 +127,7 @@ def test_bad_mla_layer_lists_are_refused():
         plan_student(llama(), StudentOptions(mla=2, mla_layers=(0, 1)))
     with pytest.raises(ZebraError, match="--mixer lstm: unknown") as e:
         plan_student(llama(), StudentOptions(mixer="lstm"))
-    assert e.value.fix == "use one of mamba, gdn, kda"
+    assert e.value.fix == "use one of mamba, gdn, kda, gla"
 
 
 @pytest.mark.parametrize(
