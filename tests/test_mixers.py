@@ -178,7 +178,7 @@ def test_toy_mixer_is_in_the_model_card(toy):
 def test_an_unregistered_character_is_refused_everywhere():
     from zebra.models import ZebraConfig
 
-    with pytest.raises(ValueError, match=r"unknown characters \['T'\] \(allowed: M G K \* -\)"):
+    with pytest.raises(ValueError, match=r"unknown characters \['T'\] \(allowed: M G K L \* -\)"):
         arch.validate_pattern("T-*-")
     with pytest.raises(ValueError, match="ZebraConfig: layer pattern 'T-'"):
         ZebraConfig(layer_pattern="T-", num_hidden_layers=2)
@@ -195,7 +195,7 @@ def test_register_refuses_a_taken_character_or_name(toy):
         register_mixer(dataclasses.replace(TOY_SPEC, char="UV", name="other"))
     with pytest.raises(ValueError, match="state 'kv'"):
         register_mixer(dataclasses.replace(TOY_SPEC, char="U", name="other", state="kv"))
-    assert set(MIXERS) == {"M", "G", "K", "*", "-", TOY}
+    assert set(MIXERS) == {"M", "G", "K", "L", "*", "-", TOY}
 
 
 def test_a_registered_recurrent_mixer_can_be_placed_by_the_ratio(toy):

@@ -9,6 +9,14 @@ warnings.filterwarnings("ignore", message=".*CPU.*")  # FLA warns that its kerne
 SHAPES = {  # name -> recipe overrides on top of `tiny` (hidden 64, byte vocab 272)
     "gdn": ["model.pattern=null", "model.num_layers=4", "model.recurrent_type=gdn"],
     "kda": ["model.pattern=null", "model.num_layers=4", "model.recurrent_type=kda"],
+    "gla": [
+        "model.pattern=null",
+        "model.num_layers=4",
+        "model.recurrent_type=gla",
+        "model.gla.num_heads=2",
+        "model.gla.head_dim=16",
+        "model.gla.head_v_dim=32",
+    ],
     "mamba-mla": [
         "model.pattern=null",
         "model.num_layers=8",

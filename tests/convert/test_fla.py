@@ -1,4 +1,4 @@
-"""Zebra <-> FLA (GatedDeltaNetForCausalLM, KDAForCausalLM): real FLA classes, exact round trips."""
+"""Zebra <-> FLA (GatedDeltaNetForCausalLM, KDAForCausalLM, GLAForCausalLM): real FLA classes, exact round trips."""
 
 from __future__ import annotations
 
@@ -23,7 +23,12 @@ def _export(tmp_path, kind, tie=True):
 
 
 @pytest.mark.parametrize(
-    ("kind", "cls", "tie"), [("gdn", "GatedDeltaNetForCausalLM", True), ("kda", "KDAForCausalLM", False)]
+    ("kind", "cls", "tie"),
+    [
+        ("gdn", "GatedDeltaNetForCausalLM", True),
+        ("kda", "KDAForCausalLM", False),
+        ("gla", "GLAForCausalLM", True),
+    ],
 )
 def test_fla_export_loads_into_fla_classes_with_no_missing_keys(tmp_path, kind, cls, tie):
     import fla  # noqa: F401  (registers FLA's model types)
@@ -51,7 +56,7 @@ def test_fla_export_loads_into_fla_classes_with_no_missing_keys(tmp_path, kind, 
     assert (out / "tokenizer.json").is_file()
 
 
-@pytest.mark.parametrize("kind", ["gdn", "kda"])
+@pytest.mark.parametrize("kind", ["gdn", "kda", "gla"])
 def test_zebra_fla_zebra_round_trip_is_bitwise(tmp_path, kind):
     model, src = _export(tmp_path, kind)
     fla_dir = convert(src, "fla", tmp_path / "fla").output

@@ -1,5 +1,5 @@
-"""On a GPU: FLA's GatedDeltaNetForCausalLM / KDAForCausalLM and ZebraForCausalLM give the same logits on the
-same weights (FLA's Triton kernels on both sides), at the 1b-gdn-pure / 1b-kda-pure layer shapes.
+"""On a GPU: FLA's GatedDeltaNetForCausalLM / KDAForCausalLM / GLAForCausalLM and ZebraForCausalLM give the same logits on the
+same weights (FLA's Triton kernels on both sides), at the 1b-gdn-pure / 1b-kda-pure / 1b-gla-pure layer shapes.
 
 Figures go to $ZEBRA_GPU_REPORT (when set) as JSON lines of section "convert_fla_parity".
 """
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gpu
 TOLERANCE = {torch.float32: (2e-3, 0.9999), torch.bfloat16: (5e-2, 0.999)}  # (max rel to max |logit|, cosine)
 
 
-@pytest.mark.parametrize("recipe_name", ["1b-gdn-pure", "1b-kda-pure"])
+@pytest.mark.parametrize("recipe_name", ["1b-gdn-pure", "1b-kda-pure", "1b-gla-pure"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_fla_and_zebra_logits_match_on_gpu(tmp_path, recipe_name, dtype):
     import fla  # noqa: F401

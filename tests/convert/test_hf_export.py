@@ -72,8 +72,9 @@ def test_dtype_cast_and_bf16_round_trip(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_export_loads_with_trust_remote_code_without_zebra(tmp_path):
-    recipe, model = build_model("hybrid")
+@pytest.mark.parametrize("kind", ["hybrid", "gla"])
+def test_export_loads_with_trust_remote_code_without_zebra(tmp_path, kind):
+    recipe, model = build_model(kind)
     out = export_hf(model.state_dict(), recipe, tmp_path / "export")
     ids = tokens()
     torch.save({"ids": ids, "logits": logits(model, ids)}, tmp_path / "expected.pt")

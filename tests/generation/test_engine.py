@@ -12,7 +12,7 @@ PROMPTS = [[5, 17, 99, 3, 250, 42, 7], [8, 120, 64], [33, 1, 200, 77, 150]]
 
 
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
-@pytest.mark.parametrize("recipe", ["tiny-gdn", "tiny-kda", "tiny-mamba", "tiny"])
+@pytest.mark.parametrize("recipe", ["tiny-gdn", "tiny-kda", "tiny-gla", "tiny-mamba", "tiny"])
 def test_cached_greedy_equals_full_forwards(recipe, cache):
     model = tiny_model(recipe)
     engine = Engine(model, cache=cache)

@@ -36,7 +36,7 @@ class ForwardCounter:
         self.calls += 1
 
 
-@pytest.mark.parametrize("recipe", ["tiny", "tiny-gdn", "tiny-kda", "tiny-mamba"])
+@pytest.mark.parametrize("recipe", ["tiny", "tiny-gdn", "tiny-kda", "tiny-gla", "tiny-mamba"])
 def test_cuda_graph_decode_equals_eager_decode(recipe):
     model = cuda_model(recipe, torch.float32)
     graph = Engine(model, cache="static", cuda_graph=True)

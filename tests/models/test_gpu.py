@@ -71,13 +71,14 @@ def test_tiny_hybrid_fla_and_torch_backends_agree():
     assert relative_error(decoded["fla"], full["fla"]) < 5e-3
 
 
+@pytest.mark.parametrize("recipe", ["tiny", "tiny-gla"])
 @pytest.mark.parametrize("backend", ["torch", "fla"])
 @torch.no_grad()
-def test_static_cache_decode_step_replays_from_a_cuda_graph(backend):
+def test_static_cache_decode_step_replays_from_a_cuda_graph(backend, recipe):
     if backend == "fla":
         needs_fla()
     torch.manual_seed(0)
-    model = ZebraForCausalLM(tiny_config("tiny", kernel_backend=backend, initializer_range=0.1)).cuda().eval()
+    model = ZebraForCausalLM(tiny_config(recipe, kernel_backend=backend, initializer_range=0.1)).cuda().eval()
     B, prompt, steps = 2, 12, 6
     ids = torch.randint(0, 272, (B, prompt + steps), device="cuda")
     eager = ZebraCache(

@@ -1,9 +1,10 @@
-"""GDN and KDA mixers against FLA's own layer classes (`fla.layers.GatedDeltaNet`, `fla.layers.KimiDeltaAttention`).
+"""GDN, KDA and GLA mixers against FLA's own layer classes (`fla.layers.GatedDeltaNet`,
+`fla.layers.KimiDeltaAttention`, `fla.layers.GatedLinearAttention`).
 
 What is compared, honestly: FLA's layer code runs unchanged (its projections, rearranges, gate/beta flags,
 padding by unpadding to `cu_seqlens`, output norm wiring), but its Triton kernels cannot run on CPU, so they are
 replaced for the test by FLA's torch references where FLA has them (`naive_recurrent_gated_delta_rule`,
-`naive_recurrent_kda`, `naive_gdn_gate`, `naive_kda_gate`, `rms_norm_ref`) glued by a small test-local shim that
+`naive_recurrent_kda`, `naive_recurrent_gla`, `naive_gdn_gate`, `naive_kda_gate`, `rms_norm_ref`) glued by a small test-local shim that
 applies the in-kernel flags exactly as FLA's docstrings define them (q/k L2 norm x / sqrt(sum x^2 + 1e-6),
 sigmoid beta, x2 with allow_neg_eigval, the gate from A_log/dt_bias) plus a plain depthwise causal conv for
 `ShortConvolution`. FLA's state dicts load into our mixers with strict=True (same names and shapes).
@@ -19,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from zebra.models.layers.gated_deltanet import GatedDeltaNet
+from zebra.models.layers.gla import GatedLinearAttention
 from zebra.models.layers.kda import KimiDeltaAttention
 
 D, T, B = 64, 20, 3
@@ -99,10 +101,24 @@ def kda_ref(
     return per_sequence(naive, q, k, v, g, beta, cu_seqlens), None
 
 
+def gla_ref(q, k, v, g=None, gk=None, *, initial_state=None, cu_seqlens=None, state_v_first=False, **unused):
+    """FLA's `chunk_gla(q, k, v, g)` / `fused_recurrent_gla(q, k, v, gk=...)` by its naive form."""
+    from fla.ops.gla.naive import naive_recurrent_gla
+
+    assert initial_state is None
+    g = g if g is not None else gk
+
+    def naive(q, k, v, g, _beta):
+        return naive_recurrent_gla(q, k, v, g)[0]
+
+    return per_sequence(naive, q, k, v, g, g, cu_seqlens), None
+
+
 @pytest.fixture
 def fla_on_cpu(monkeypatch):
     """Run FLA's layer classes on CPU: Triton ops -> torch references (see the module docstring)."""
     import fla.layers.gated_deltanet as fla_gdn
+    import fla.layers.gla as fla_gla
     import fla.layers.kda as fla_kda
     from fla.modules import FusedRMSNormGated, ShortConvolution
     from fla.modules.norm.layernorm_gated import rms_norm_ref
@@ -128,6 +144,8 @@ def fla_on_cpu(monkeypatch):
         monkeypatch.setattr(fla_gdn, name, gated_delta_rule_ref)
     for name in ("chunk_kda", "fused_recurrent_kda"):
         monkeypatch.setattr(fla_kda, name, kda_ref)
+    for name in ("chunk_gla", "fused_recurrent_gla"):
+        monkeypatch.setattr(fla_gla, name, gla_ref)
 
 
 def randomize(module: torch.nn.Module, seed: int) -> None:
@@ -184,4 +202,21 @@ def test_kimi_delta_attention_equals_fla_layer(fla_on_cpu, train):
         hidden_size=D, expand_v=1, head_dim=16, num_heads=4, conv_size=4, norm_eps=1e-6
     )
     ours = KimiDeltaAttention(D, 4, 16, 16, conv_size=4, backend="torch")
+    compare(fla_layer, ours, train)
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_gated_linear_attention_equals_fla_layer(fla_on_cpu, train):
+    from fla.layers import GatedLinearAttention as FLAGatedLinearAttention
+
+    fla_layer = FLAGatedLinearAttention(
+        hidden_size=D,
+        expand_k=0.5,
+        expand_v=1.0,
+        num_heads=2,
+        use_short_conv=True,
+        conv_size=4,
+        norm_eps=1e-6,
+    )
+    ours = GatedLinearAttention(D, 2, 16, 32, conv_size=4, backend="torch")
     compare(fla_layer, ours, train)

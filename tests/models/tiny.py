@@ -6,7 +6,7 @@ import torch
 
 from zebra.recipes import load_recipe
 
-TINY_RECIPES = ("tiny", "tiny-gdn", "tiny-kda", "tiny-mamba")
+TINY_RECIPES = ("tiny", "tiny-gdn", "tiny-kda", "tiny-gla", "tiny-mamba")
 
 
 def tiny_config(name: str = "tiny", **overrides):

@@ -8,7 +8,7 @@ from zebra import arch
 from zebra.recipes import builtin_dir, list_recipes, load_recipe
 
 GUIDE = ("1b-mamba-mla", "1b-kda-mla", "1b-kda-pure", "1b-gdn", "1b-gdn-pure", "3b-mamba-mla", "8b-mamba-mla")
-TINY = ("tiny", "tiny-gdn", "tiny-kda", "tiny-mamba", "tiny-kimi")
+TINY = ("tiny", "tiny-gdn", "tiny-kda", "tiny-gla", "tiny-mamba", "tiny-kimi")
 
 
 def test_the_guides_seven_and_the_tiny_recipes_ship():
@@ -32,9 +32,11 @@ def test_builtin_loads_and_names_itself(name):
         ("tiny", {"*", "M", "G", "K"}),
         ("tiny-gdn", {"G"}),
         ("tiny-kda", {"K"}),
+        ("tiny-gla", {"L"}),
         ("tiny-mamba", {"M"}),
         ("1b-gdn-pure", {"G"}),
         ("1b-kda-pure", {"K"}),
+        ("1b-gla-pure", {"L"}),
         ("1b-mamba-mla", {"M", "*"}),
         ("1b-kda-mla", {"K", "*"}),
         ("tiny-kimi", {"K", "*"}),

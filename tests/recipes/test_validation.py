@@ -79,7 +79,7 @@ def test_non_utf8_file(write, tmp_path):
         ),
         (
             "model: {recurrent_type: mamba}\n",
-            "model.recurrent_type: got 'mamba' (expected one of mamba2, gdn, kda; did you mean 'mamba2'?)",
+            "model.recurrent_type: got 'mamba' (expected one of mamba2, gdn, kda, gla; did you mean 'mamba2'?)",
         ),
         ("train: {lr: 1.5}\n", "train.lr: 1.5 is above the maximum (expected <= 1.0)"),
         ("train: {warmup_steps: -1}\n", "train.warmup_steps: -1 is below the minimum (expected >= 0)"),

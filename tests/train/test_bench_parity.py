@@ -67,7 +67,7 @@ def test_parity_arguments_and_errors_are_one_line(cli, fla_folder, tmp_path):
     assert usage.exit_code == 2 and "--data" in usage.output
 
 
-@pytest.mark.parametrize("recipe_name", ["tiny-gdn", "tiny-kda"])
+@pytest.mark.parametrize("recipe_name", ["tiny-gdn", "tiny-kda", "tiny-gla"])
 def test_fla_starts_from_zebras_initial_weights(recipe_name, tmp_path):
     from safetensors.torch import load_file
 

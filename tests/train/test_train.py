@@ -11,7 +11,7 @@ import pytest
 from .helpers import losses, sets
 
 
-@pytest.mark.parametrize("recipe", ["tiny-gdn", "tiny-kda", "tiny-mamba", "tiny"])
+@pytest.mark.parametrize("recipe", ["tiny-gdn", "tiny-kda", "tiny-gla", "tiny-mamba", "tiny"])
 def test_loss_falls_for_each_mixer_kind(cli, tmp_path, recipe):
     result = cli(
         "train", recipe, "--data", "@sample", "--max-steps", "16", "--output", str(tmp_path), *sets()

@@ -9,10 +9,11 @@ import math
 import pytest
 import torch
 
+from zebra.mixers import recurrent_spec, resolve
 from zebra.upcycle import StudentOptions
 from zebra.upcycle.calibrate import CalibrateOptions
 from zebra.upcycle.fit import FitOptions, relative_error
-from zebra.upcycle.gates import beta_from_entropy, fit_value_scale, init_gates
+from zebra.upcycle.gates import beta_from_entropy, fit_value_scale
 from zebra.upcycle.run import upcycle
 from zebra.upcycle.teacher_records import attention_statistics, record_attention
 
@@ -35,7 +36,7 @@ def test_attention_statistics_of_known_maps():
 
 @pytest.mark.parametrize("kind", ["mamba2", "gdn", "kda"])
 def test_gates_give_each_head_the_half_life_of_its_attention_distance(tmp_path, kind):
-    """After `init_gates`, each head's decay per token is g = ln 2 / distance: the state halves in `distance`
+    """After the mixer's gate init (its upcycle adapter's `gates`), each head's decay per token is g = ln 2 / distance: the state halves in `distance`
     tokens; for the delta rules, beta at the mean input is 0.3 + 0.4 c (c = 1 for the sharpest head)."""
     from zebra.models.modeling_zebra import ZebraSublayer
     from zebra.upcycle.student import mixer_shapes
@@ -51,7 +52,7 @@ def test_gates_give_each_head_the_half_life_of_its_attention_distance(tmp_path, 
     mixer = ZebraSublayer(config, 0).mixer
     distance, entropy = torch.tensor([0.2, 3.0, 10.0, 1000.0]), torch.tensor([0.5, 1.0, 2.0, 3.0])
     mean_input = torch.randn(64)
-    init_gates(mixer, kind, distance, entropy, mean_input)
+    resolve(recurrent_spec(kind).upcycle.gates)(mixer, distance, entropy, mean_input)
 
     x = mean_input.view(1, 1, 64)
     if kind == "mamba2":
@@ -83,7 +84,7 @@ def test_value_scale_is_the_least_squares_scale_per_head():
     torch.testing.assert_close(mixer.o_proj(heads.flatten(1)), target, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("mixer", ["mamba", "gdn", "kda"])
+@pytest.mark.parametrize("mixer", ["mamba", "gdn", "kda", "gla"])
 def test_calibration_lowers_every_layers_error_and_the_export_holds_the_fitted_mixers(tmp_path, mixer):
     from zebra.models import ZebraForCausalLM
     from zebra.upcycle import open_teacher
@@ -103,7 +104,9 @@ def test_calibration_lowers_every_layers_error_and_the_export_holds_the_fitted_m
     for f in fits:
         assert f["error_fit"] < f["error_upcycled"], f
         assert f["error_fit"] <= f["error_init"] + 1e-9, f
-    assert fits[0]["gates"]["decay"] and len(fits[1]["gates"]["value_scale"]) == 4
+    has_gate_init = recurrent_spec({"mamba": "mamba2"}.get(mixer, mixer)).upcycle.gates is not None
+    assert bool(fits[0]["gates"].get("decay")) == has_gate_init  # GLA's gates keep their initialisation
+    assert len(fits[1]["gates"]["value_scale"]) == 4
     hows = {t.name: t.how for t in report.tensors}
     assert (
         hows[

@@ -127,10 +127,12 @@ def test_bad_mla_layer_lists_are_refused():
         plan_student(llama(), StudentOptions(mla=2, mla_layers=(0, 1)))
     with pytest.raises(ZebraError, match="--mixer lstm: unknown") as e:
         plan_student(llama(), StudentOptions(mixer="lstm"))
-    assert e.value.fix == "use one of mamba, gdn, kda"
+    assert e.value.fix == "use one of mamba, gdn, kda, gla"
 
 
-@pytest.mark.parametrize(("flag", "char"), [("mamba", "M"), ("mamba2", "M"), ("gdn", "G"), ("kda", "K")])
+@pytest.mark.parametrize(
+    ("flag", "char"), [("mamba", "M"), ("mamba2", "M"), ("gdn", "G"), ("kda", "K"), ("gla", "L")]
+)
 def test_the_mixer_flag_takes_the_registry_names_and_their_pattern_characters(flag, char):
     from zebra.mixers import MIXERS
 

@@ -12,8 +12,9 @@ What is measured, per batch size B (random prompt ids, greedy, no stop token, on
   model dtype, states in float32) times B. A static cache is allocated for P + N tokens up front.
 - HF: `model.generate(max_new_tokens=N, min_new_tokens=N)` on the same model, each token time-stamped by a
   streamer: prefill = prompt to first new token, decode ms/token = first to last new token / (N - 1).
-- FLA (zebra models of one GDN or KDA mixer, on a GPU): the model's weights written by `zebra convert --to fla`,
-  loaded with FLA's own class (GatedDeltaNetForCausalLM / KDAForCausalLM), timed with HF `generate` as above.
+- FLA (zebra models of one mixer with an FLA adapter, `MixerSpec.fla`: GDN, KDA, GLA; on a GPU): the model's
+  weights written by `zebra convert --to fla`, loaded with FLA's own class (GatedDeltaNetForCausalLM /
+  KDAForCausalLM / GLAForCausalLM), timed with HF `generate` as above.
   Hybrids and other models get a note instead (FLA has no class for them).
 - roofline: bytes one decode step must read (every weight once; the lm_head read, the embedding table not, when
   untied) plus the cache (states read and written, latents read at the mean context length), divided by the

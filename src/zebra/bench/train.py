@@ -18,7 +18,7 @@ it: the recipe's precision (bf16 autocast, fp32 master weights), AdamW with the 
 The recipe's training levers apply to the zebra row (`train.compile` / `compile_sublayers`, `fuse_projections`,
 `optimizer_graph`, `fp8`, `activation_checkpointing`: toggle them with `--set train.X=...`); the report lists them.
 The comparison model keeps its levers off, except activation checkpointing, which it then applies too.
-`--against fla` runs FLA's own GatedDeltaNetForCausalLM / KDAForCausalLM built at the recipe's shapes
+`--against fla` runs FLA's own model class of the recipe's mixer (`MixerSpec.fla`) built at the recipe's shapes
 (`zebra.convert.fla.fla_config`); `--against llama` runs transformers' LlamaForCausalLM at Llama-3.2-1B's shape
 (SDPA attention, random weights; the dense baseline of the hybrids). Both with the same step code and data, in the
 same process, with the levers off (each model in its plain form) and their own FLOPs per token (6 N + causal
@@ -50,8 +50,9 @@ import torch
 
 from zebra import arch
 from zebra.caches import use_kernel_cache
-from zebra.convert.fla import fla_config
+from zebra.convert.fla import fla_config, fla_mixers
 from zebra.errors import ZebraError
+from zebra.mixers import MIXERS, MLP
 from zebra.recipes import load_recipe
 from zebra.train.dist import DistEnv
 from zebra.train.metrics import device_peak_flops, process_seconds
@@ -157,11 +158,12 @@ def check_fla_comparable(recipe, device=None, *, flag: str = "--against fla") ->
     `device`, no kernels there."""
     pattern = arch.resolve_pattern(arch.as_config(recipe.model.flat()))
     mixers = set(pattern[0::2])
-    if len(mixers) != 1 or mixers & {"M", "*"} or set(pattern[1::2]) != {"-"}:
+    if len(mixers) != 1 or MIXERS[next(iter(mixers))].fla is None or set(pattern[1::2]) != {MLP}:
+        labels = " / ".join(m.label for m in fla_mixers().values())
         raise ZebraError(
-            f"{flag}: recipe {recipe.name} has pattern {pattern[:16]}...; FLA has classes for pure GDN "
-            "and pure KDA models only",
-            fix="use a pure recipe (1b-gdn-pure, 1b-kda-pure, tiny-gdn, tiny-kda)",
+            f"{flag}: recipe {recipe.name} has pattern {pattern[:16]}...; FLA has classes for pure {labels} "
+            "models only",
+            fix=f"use a pure recipe ({', '.join(f'tiny-{m.name}' for m in fla_mixers().values())}, 1b-gdn-pure, ...)",
         )
     if device is not None and device.type != "cuda":
         raise ZebraError(
@@ -172,19 +174,19 @@ def check_fla_comparable(recipe, device=None, *, flag: str = "--against fla") ->
 
 
 def fla_model(recipe, device):
-    """FLA's own model class at the recipe's shapes (pure GDN or pure KDA only), on `device`, fp32 weights.
+    """FLA's own model class at the recipe's shapes (a pure model of a mixer with an FLA adapter), on `device`,
+    fp32 weights.
 
     Built on any device (its forward needs FLA's GPU kernels: check the device with `check_fla_comparable`)."""
     pattern = check_fla_comparable(recipe)
-    from fla.models import GatedDeltaNetConfig, GatedDeltaNetForCausalLM, KDAConfig, KDAForCausalLM
+    import fla.models
 
+    adapter = MIXERS[pattern[0]].fla
     cfg = fla_config(recipe.model.to_config(), pattern)
     cfg.pop("architectures")
-    cls_config, cls_model = (
-        (GatedDeltaNetConfig, GatedDeltaNetForCausalLM)
-        if cfg.pop("model_type") == "gated_deltanet"
-        else (KDAConfig, KDAForCausalLM)
-    )
+    cfg.pop("model_type")
+    cls_config = getattr(fla.models, adapter.config_class)
+    cls_model = getattr(fla.models, adapter.architecture)
     torch.manual_seed(recipe.train.seed)
     with torch.device(device):
         return cls_model(cls_config(**cfg)).train()
@@ -385,7 +387,7 @@ def _against_row(cfg: TrainBenchConfig, recipe, device, peaks: Peaks) -> TrainBe
     if cfg.against == "fla":
         build_model, name = (
             (lambda: fla_model(recipe, device)),
-            "fla (GatedDeltaNetForCausalLM / KDAForCausalLM)",
+            f"fla ({MIXERS[arch.resolve_pattern(arch.as_config(recipe.model.flat()))[0]].fla.architecture})",
         )
         same_shapes = arch.train_flops_per_token(arch.as_config(recipe.model.flat()), cfg.seq_len)
         flops_of = lambda _model: same_shapes  # noqa: E731

@@ -29,7 +29,11 @@ def upcycle_command(
         typer.Argument(help="HF model folder or hub id, a .gguf file, or a dense Megatron checkpoint."),
     ] = None,
     mixer: Annotated[
-        str | None, typer.Option("--mixer", help="Recurrent mixer: mamba (default), gdn or kda.")
+        str | None,
+        typer.Option(
+            "--mixer",
+            help="Recurrent mixer (default mamba): a mixer that attention copies into (docs/upcycle.md).",
+        ),
     ] = None,
     mla: Annotated[
         int | None,

@@ -1,17 +1,17 @@
-"""FLA whole-model format: `GatedDeltaNetForCausalLM` (`gated_deltanet`) and `KDAForCausalLM` (`kda`).
+"""FLA whole-model format: the causal-LM class of each mixer with an FLA adapter (`MixerSpec.fla`:
+`GatedDeltaNetForCausalLM`, `KDAForCausalLM`, `GLAForCausalLM`).
 
 One FLA layer is two Zebra sublayers: layer i's `attn_norm` + `attn.*` are sublayer 2i (the mixer), its
 `mlp_norm` + `mlp.*` are sublayer 2i+1 (the SwiGLU MLP). The mixers use FLA's own parameterisation in both
 libraries, so every tensor converts by renaming alone (`FLA_TO_ZEBRA`). Config fields are FLA 0.6.0's
-(fla/models/{gated_deltanet,kda}/configuration_*.py); fields absent from a config.json take FLA's defaults.
+(fla/models/*/configuration_*.py); fields absent from a config.json take FLA's defaults; each mixer's own fields
+are translated by its adapter.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from zebra.convert.writer import (
 )
 from zebra.device import resolve_dtype
 from zebra.errors import ZebraError
+from zebra.mixers import MIXERS, MLP, MixerSpec
 
 FLA_TO_ZEBRA = KeyMap(
     {
@@ -45,7 +46,7 @@ FLA_TO_ZEBRA = KeyMap(
 )
 ZEBRA_TO_FLA = FLA_TO_ZEBRA.inverse()
 
-# Settings every FLA config must have for the model to be a plain GDN/KDA + SwiGLU stack (FLA 0.6.0 defaults
+# Settings every FLA config must have for the model to be a plain mixer + SwiGLU stack (FLA 0.6.0 defaults
 # shown); anything else has no Zebra equivalent.
 _REQUIRED = {
     "use_short_conv": True,
@@ -64,31 +65,11 @@ _COMMON_DEFAULTS = {
     "initializer_range": 0.02,
     "vocab_size": 32000,
     "conv_size": 4,
-    "num_v_heads": None,
     "allow_neg_eigval": False,
     "bos_token_id": 1,
     "eos_token_id": 2,
     "pad_token_id": None,
 }
-
-
-@dataclass(frozen=True)
-class FLAFamily:
-    """One FLA model type: its class, Zebra mixer letter and config translation both ways."""
-
-    model_type: str
-    architecture: str
-    mixer: str  # the Zebra pattern letter
-    defaults: dict[str, Any]
-    to_zebra: Callable[[dict[str, Any]], dict[str, Any]]
-    from_zebra: Callable[[Any], dict[str, Any]]
-
-
-def _value_dim(cfg: dict[str, Any], source: str) -> int:
-    head_v = cfg["head_dim"] * cfg["expand_v"]
-    if not math.isclose(head_v, round(head_v)):
-        raise ZebraError(f"{source}: head_dim * expand_v = {head_v} is not an integer", fix="fix config.json")
-    return round(head_v)
 
 
 def _ffn(cfg: dict[str, Any]) -> int:
@@ -99,115 +80,27 @@ def _ffn(cfg: dict[str, Any]) -> int:
     return 256 * ((n + 255) // 256)
 
 
-def _gdn_to_zebra(cfg: dict[str, Any]) -> dict[str, Any]:
-    src = cfg["_source"]
-    if not cfg.get("use_gate", True):
-        raise ZebraError(
-            f"{src}: use_gate=false (GDN without output gate) has no Zebra equivalent",
-            fix="Zebra's GDN always gates its output: keep using this model with FLA itself",
-        )
-    if cfg.get("output_gate_activation", "swish") not in ("swish", "silu"):
-        raise ZebraError(
-            f"{src}: output_gate_activation={cfg['output_gate_activation']!r} has no Zebra equivalent (swish only)",
-            fix="convert a GDN model with the default swish output gate",
-        )
-    return {
-        "recurrent_type": "gdn",
-        "gdn_num_heads": cfg["num_heads"],
-        "gdn_head_dim": cfg["head_dim"],
-        "gdn_num_v_heads": cfg.get("num_v_heads") or cfg["num_heads"],
-        "gdn_head_v_dim": _value_dim(cfg, src),
-        "gdn_conv_size": cfg["conv_size"],
-        "gdn_allow_neg_eigval": bool(cfg.get("allow_neg_eigval", False)),
-    }
+def fla_mixers() -> dict[str, MixerSpec]:
+    """{FLA model_type: the mixer} of the registered mixers with an FLA adapter (`MixerSpec.fla`)."""
+    return {m.fla.model_type: m for m in MIXERS.values() if m.fla is not None}
 
 
-def _kda_to_zebra(cfg: dict[str, Any]) -> dict[str, Any]:
-    src = cfg["_source"]
-    if cfg.get("num_v_heads") not in (None, cfg["num_heads"]):
-        raise ZebraError(
-            f"{src}: num_v_heads={cfg['num_v_heads']} != num_heads={cfg['num_heads']}; Zebra's KDA has one head count",
-            fix="convert a KDA model without grouped value heads",
-        )
-    for flag in ("allow_neg_eigval", "safe_gate"):
-        if cfg.get(flag):
-            raise ZebraError(
-                f"{src}: {flag}=true has no Zebra equivalent",
-                fix=f"Zebra's KDA has no {flag}: keep using this model with FLA itself",
-            )
-    return {
-        "recurrent_type": "kda",
-        "kda_num_heads": cfg["num_heads"],
-        "kda_head_dim": cfg["head_dim"],
-        "kda_head_v_dim": _value_dim(cfg, src),
-        "kda_conv_size": cfg["conv_size"],
-    }
-
-
-def _gdn_from_zebra(z: Any) -> dict[str, Any]:
-    return {
-        "head_dim": z.gdn_head_dim,
-        "num_heads": z.gdn_num_heads,
-        "num_v_heads": z.gdn_num_v_heads,
-        "expand_v": z.gdn_head_v_dim / z.gdn_head_dim,
-        "conv_size": z.gdn_conv_size,
-        "use_gate": True,
-        "allow_neg_eigval": bool(getattr(z, "gdn_allow_neg_eigval", False)),
-        "output_gate_activation": "swish",
-        "fuse_linear_cross_entropy": False,
-    }
-
-
-def _kda_from_zebra(z: Any) -> dict[str, Any]:
-    return {
-        "head_dim": z.kda_head_dim,
-        "num_heads": z.kda_num_heads,
-        "num_v_heads": None,
-        "expand_v": z.kda_head_v_dim / z.kda_head_dim,
-        "conv_size": z.kda_conv_size,
-        "allow_neg_eigval": False,
-        "safe_gate": False,
-        "lower_bound": None,
-    }
-
-
-FLA_FAMILIES: dict[str, FLAFamily] = {
-    "gated_deltanet": FLAFamily(
-        "gated_deltanet",
-        "GatedDeltaNetForCausalLM",
-        "G",
-        {"head_dim": 256, "num_heads": 6, "expand_v": 2.0, "num_hidden_layers": 21, "use_gate": True},
-        _gdn_to_zebra,
-        _gdn_from_zebra,
-    ),
-    "kda": FLAFamily(
-        "kda",
-        "KDAForCausalLM",
-        "K",
-        {"head_dim": 128, "num_heads": 16, "expand_v": 1.0, "num_hidden_layers": 24},
-        _kda_to_zebra,
-        _kda_from_zebra,
-    ),
-}
-FAMILY_OF_MIXER = {f.mixer: f for f in FLA_FAMILIES.values()}
-
-
-def read_fla_config(directory: Path) -> tuple[FLAFamily, dict[str, Any]]:
-    """The FLA family and Zebra config kwargs of an FLA checkpoint directory."""
+def read_fla_config(directory: Path) -> tuple[MixerSpec, dict[str, Any]]:
+    """The mixer and Zebra config kwargs of an FLA checkpoint directory."""
     path = Path(directory) / "config.json"
     cfg = json.loads(path.read_text())
-    family = FLA_FAMILIES.get(cfg.get("model_type"))
-    if family is None:
+    mixer = fla_mixers().get(cfg.get("model_type"))
+    if mixer is None:
         raise ZebraError(
             f"{path}: model_type {cfg.get('model_type')!r} is not an FLA type zebra converts",
-            fix=f"zebra converts FLA {', '.join(FLA_FAMILIES)} models",
+            fix=f"zebra converts FLA {', '.join(fla_mixers())} models",
         )
-    full = {**_COMMON_DEFAULTS, **family.defaults, **cfg, "_source": str(path)}
+    full = {**_COMMON_DEFAULTS, **mixer.fla.defaults, **cfg, "_source": str(path)}
     for key, want in _REQUIRED.items():
         if full.get(key, want) != want:
             raise ZebraError(
                 f"{path}: {key}={full[key]!r} has no Zebra equivalent (needs {want!r})",
-                fix="only plain GDN / KDA + SwiGLU FLA models convert",
+                fix=f"only plain {' / '.join(m.label for m in fla_mixers().values())} + SwiGLU FLA models convert",
             )
     n = int(full["num_hidden_layers"])
     zebra = {
@@ -216,7 +109,7 @@ def read_fla_config(directory: Path) -> tuple[FLAFamily, dict[str, Any]]:
         "intermediate_size": _ffn(full),
         "num_hidden_layers": 2 * n,
         "hybrid_attention_ratio": 0.0,
-        "layer_pattern": (family.mixer + "-") * n,
+        "layer_pattern": (mixer.char + MLP) * n,
         "rms_norm_eps": full["norm_eps"],
         "tie_word_embeddings": bool(full["tie_word_embeddings"]),
         "initializer_range": full["initializer_range"],
@@ -224,26 +117,27 @@ def read_fla_config(directory: Path) -> tuple[FLAFamily, dict[str, Any]]:
         "bos_token_id": full["bos_token_id"],
         "eos_token_id": full["eos_token_id"],
         "pad_token_id": full["pad_token_id"],
-        **family.to_zebra(full),
+        "recurrent_type": mixer.name,
+        **mixer.prefixed(mixer.fla.to_zebra(full)),
     }
-    return family, zebra
+    return mixer, zebra
 
 
 def fla_config(zebra_config: Any, pattern: str) -> dict[str, Any]:
-    """FLA's config.json for a pure GDN or pure KDA Zebra model (a one-line error for anything else)."""
+    """FLA's config.json for a pure model of one mixer with an FLA adapter (a one-line error for anything else)."""
     mixers = set(pattern[0::2])
     mlps = set(pattern[1::2])
-    family = FAMILY_OF_MIXER.get(next(iter(mixers))) if len(mixers) == 1 and mlps == {"-"} else None
-    if family is None or len(pattern) % 2:
+    mixer = MIXERS.get(next(iter(mixers))) if len(mixers) == 1 and mlps == {MLP} else None
+    if mixer is None or mixer.fla is None or len(pattern) % 2:
+        pure = " and ".join(f"pure {m.label} ({m.char}{MLP}{m.char}{MLP}...)" for m in fla_mixers().values())
         raise ZebraError(
-            f"--to fla: the model's pattern {pattern!r} is a hybrid; FLA has classes for pure GDN "
-            "(G-G-...) and pure KDA (K-K-...) only",
+            f"--to fla: the model's pattern {pattern!r} is a hybrid; FLA has classes for {pure} only",
             fix="convert it with --to hf (the Zebra export loads with trust_remote_code)",
         )
     z = zebra_config
     return {
-        "model_type": family.model_type,
-        "architectures": [family.architecture],
+        "model_type": mixer.fla.model_type,
+        "architectures": [mixer.fla.architecture],
         "attn_mode": "chunk",
         "hidden_size": z.hidden_size,
         "num_hidden_layers": len(pattern) // 2,
@@ -266,12 +160,12 @@ def fla_config(zebra_config: Any, pattern: str) -> dict[str, Any]:
         "bos_token_id": getattr(z, "bos_token_id", None),
         "eos_token_id": getattr(z, "eos_token_id", None),
         "pad_token_id": getattr(z, "pad_token_id", None),
-        **family.from_zebra(z),
+        **mixer.fla.from_zebra(z),
     }
 
 
 def fla_state_dict(state_dict: dict[str, Any]) -> dict[str, Any]:
-    """A pure GDN / KDA Zebra state dict under FLA's names (`ZEBRA_TO_FLA`, the renames `--to fla` writes);
+    """A pure GDN / KDA / GLA Zebra state dict under FLA's names (`ZEBRA_TO_FLA`, the renames `--to fla` writes);
     the tensors themselves are shared, not copied. FLA's class loads it with `load_state_dict(strict=True)`."""
     return {ZEBRA_TO_FLA.rename(key): tensor for key, tensor in state_dict.items()}
 
@@ -286,7 +180,7 @@ def export_fla(
     max_shard_size: int | str = DEFAULT_MAX_SHARD,
     on_progress: Callable[[float, float | None, str], None] | None = None,
 ) -> Path:
-    """Write `checkpoint` (a pure GDN or pure KDA model) as an FLA directory that FLA's classes load.
+    """Write `checkpoint` (a pure model of one mixer with an FLA adapter) as an FLA directory that FLA's classes load.
 
     Args:
         checkpoint: a `zebra.convert.formats.Checkpoint`.

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from zebra.checkpoint_dir import committed, is_complete, read_hold
-from zebra.convert.fla import FLA_FAMILIES, FLA_TO_ZEBRA, read_fla_config
+from zebra.convert.fla import FLA_TO_ZEBRA, fla_mixers, read_fla_config
 from zebra.convert.keymap import plan_keys
 from zebra.convert.megatron import is_torch_dist, is_torch_format, read_megatron, resolve_iteration_dir
 from zebra.convert.tensor_sources import (
@@ -99,18 +99,18 @@ def _open_export(path: Path) -> Checkpoint:
 
 
 def _is_fla(path: Path) -> bool:
-    return path.is_dir() and config_model_type(path) in FLA_FAMILIES
+    return path.is_dir() and config_model_type(path) in fla_mixers()
 
 
 def _open_fla(path: Path) -> Checkpoint:
-    family, kwargs = read_fla_config(path)
+    mixer, kwargs = read_fla_config(path)
     raw = _weights(path)
     pieces = plan_keys(
         FLA_TO_ZEBRA,
         raw.shapes(),
         {},
         origin=raw.origin,
-        fix=f"not a plain FLA {family.architecture} checkpoint",
+        fix=f"not a plain FLA {mixer.fla.architecture} checkpoint",
     )
     return Checkpoint(
         "fla",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -37,7 +38,7 @@ from zebra.convert.tensor_sources import (
     torch_load,
 )
 from zebra.errors import ZebraError
-from zebra.mixers import MIXERS
+from zebra.mixers import MIXERS, MixerSpec, recurrent_names
 
 _MODEL_PREFIXES = ("embedding.", "decoder.", "output_layer.")
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.*)$")
@@ -193,34 +194,14 @@ def layer_kinds(shapes: Shapes, origin: str) -> str:
     pattern = []
     for i in range(max(subkeys) + 1):
         names = subkeys.get(i, set())
-        kind = _layer_kind(names)
-        if kind is None:
+        mixer = next((m for m in MIXERS.values() if m.megatron and m.megatron.detect(names)), None)
+        if mixer is None:
             shown = ", ".join(sorted(names)[:4]) or "nothing"
             raise ZebraError(
                 f"{origin}: decoder.layers.{i} is an unknown kind of layer (holds {shown})", fix=_UNKNOWN_FIX
             )
-        pattern.append(_char(kind))
+        pattern.append(mixer.char)
     return "".join(pattern)
-
-
-def _layer_kind(names: set[str]) -> str | None:
-    """The mixer (its registry name) a Megatron layer is, from the tensors it holds; None when unknown."""
-    if "mixer.f_b_proj.weight" in names:
-        return "kda"
-    if "mixer.D" in names:
-        return "mamba2"
-    if "mixer.in_proj.weight" in names and "mixer.out_norm.weight" in names:
-        return "gdn"
-    if any(n.startswith("self_attention.") for n in names):
-        return "mla"
-    if any(n.startswith("mlp.") for n in names):
-        return "mlp"
-    return None
-
-
-def _char(kind: str) -> str:
-    """The pattern character of the mixer named `kind` (`zebra.mixers.MIXERS`)."""
-    return next(spec.char for spec in MIXERS.values() if spec.name == kind)
 
 
 def _arg(args: Any, name: str, origin: str, default: Any = ...) -> Any:
@@ -248,7 +229,8 @@ def _check_args_pattern(pattern: str, args: Any, origin: str) -> None:
         where = f"hybrid_override_pattern {override!r}"
     elif getattr(args, "hybrid_attention_ratio", None) is not None:
         ratio = float(args.hybrid_attention_ratio)
-        expected = _slots(pattern_from_ratio(int(_arg(args, "num_layers", origin)), ratio, "mamba2"))
+        num_layers = int(_arg(args, "num_layers", origin))
+        expected = _slots(pattern_from_ratio(num_layers, ratio, recurrent_names()[0]))
         where = f"hybrid_attention_ratio {ratio} over {args.num_layers} layers"
     else:
         return
@@ -269,24 +251,24 @@ def zebra_config_kwargs(args: Any, shapes: Shapes, pattern: str, origin: str) ->
         raise ZebraError(f"{origin}: layers mix {sorted(recurrent)} recurrent kinds", fix=_UNKNOWN_FIX)
     if recurrent:
         kw["recurrent_type"] = recurrent[0]
-    if "gdn" in kinds:
-        kw.update(_gdn_kwargs(args, origin))
-    if "kda" in kinds:
-        kw.update(_kda_kwargs(args, origin))
-    if "mamba2" in kinds:
-        kw.update(_mamba2_kwargs(args, shapes, pattern, kw["hidden_size"], origin))
-    if "mla" in kinds:
-        kw.update(_mla_kwargs(args, kw["max_position_embeddings"], origin))
-        kw["mla_latent_norm"] = any(k.endswith(_KV_LATENT_NORMS) for k in shapes)  # IdentityOp: no tensor
+    for spec in kinds.values():
+        kw.update(_mixer_kwargs(spec, args, shapes, pattern, origin))
     return kw
 
 
-# Where a Megatron MLA layer keeps its key/value latent norm (its own module, or fused into linear_kv_up_proj);
-# a checkpoint with neither was built with `q_layernorm/kv_layernorm = IdentityOp` (no latent norms).
-_KV_LATENT_NORMS = (
-    "self_attention.kv_layernorm.weight",
-    "self_attention.linear_kv_up_proj.layer_norm_weight",
-)
+def _mixer_kwargs(spec: MixerSpec, args: Any, shapes: Shapes, pattern: str, origin: str) -> dict[str, Any]:
+    """One mixer's ZebraConfig keys from its Megatron adapter: the saved args and its first layer's tensors."""
+    i = pattern.index(spec.char)
+
+    def first(name: str) -> tuple[int, ...] | None:
+        found = shapes.get(f"decoder.layers.{i}.{name}")
+        return None if found is None else tuple(found[0])
+
+    try:
+        values = spec.megatron.fields(lambda name, default=...: _arg(args, name, origin, default), first)
+    except ValueError as error:
+        raise ZebraError(f"{origin}: {error}", fix=_UNKNOWN_FIX) from None
+    return spec.prefixed(values)
 
 
 def _stack_kwargs(args: Any, shapes: Shapes, pattern: str, origin: str) -> dict[str, Any]:
@@ -319,83 +301,12 @@ def _stack_kwargs(args: Any, shapes: Shapes, pattern: str, origin: str) -> dict[
     }
 
 
-def _gdn_kwargs(args: Any, origin: str) -> dict[str, Any]:
-    return {
-        "gdn_num_heads": int(_arg(args, "linear_num_key_heads", origin)),
-        "gdn_head_dim": int(_arg(args, "linear_key_head_dim", origin)),
-        "gdn_num_v_heads": int(_arg(args, "linear_num_value_heads", origin)),
-        "gdn_head_v_dim": int(_arg(args, "linear_value_head_dim", origin)),
-        "gdn_conv_size": int(_arg(args, "linear_conv_kernel_dim", origin, 4)),
-    }
-
-
-def _kda_kwargs(args: Any, origin: str) -> dict[str, Any]:
-    heads, k_heads = (
-        int(_arg(args, "linear_num_value_heads", origin)),
-        int(_arg(args, "linear_num_key_heads", origin)),
-    )
-    if heads != k_heads:
-        raise ZebraError(
-            f"{origin}: KDA with {k_heads} key heads and {heads} value heads; Zebra's KDA has one head count",
-            fix=_UNKNOWN_FIX,
-        )
-    return {
-        "kda_num_heads": heads,
-        "kda_head_dim": int(_arg(args, "linear_key_head_dim", origin)),
-        "kda_head_v_dim": int(_arg(args, "linear_value_head_dim", origin)),
-        "kda_conv_size": int(_arg(args, "linear_conv_kernel_dim", origin, 4)),
-    }
-
-
-def _mamba2_kwargs(args: Any, shapes: Shapes, pattern: str, hidden: int, origin: str) -> dict[str, Any]:
-    """Mamba2 sizes; the inner width and conv width come from the first Mamba2 sublayer's tensors."""
-    i = pattern.index(_char("mamba2"))
-    d_inner = shapes[f"decoder.layers.{i}.mixer.out_proj.weight"][0][1]
-    return {
-        "mamba_state_dim": int(_arg(args, "mamba_state_dim", origin)),
-        "mamba_head_dim": int(_arg(args, "mamba_head_dim", origin)),
-        "mamba_num_groups": int(_arg(args, "mamba_num_groups", origin)),
-        "mamba_expand": d_inner // hidden,
-        "mamba_conv_size": shapes[f"decoder.layers.{i}.mixer.conv1d.weight"][0][-1],
-    }
-
-
-def _mla_kwargs(args: Any, max_pos: int, origin: str) -> dict[str, Any]:
-    q_lora = getattr(args, "q_lora_rank", None)
-    return {
-        "num_attention_heads": int(_arg(args, "num_attention_heads", origin)),
-        "q_lora_rank": int(q_lora) if q_lora else 0,
-        "kv_lora_rank": int(_arg(args, "kv_lora_rank", origin)),
-        "qk_nope_head_dim": int(_arg(args, "qk_head_dim", origin)),
-        "qk_rope_head_dim": int(_arg(args, "qk_pos_emb_head_dim", origin)),
-        "v_head_dim": int(_arg(args, "v_head_dim", origin)),
-        "rope_theta": float(_arg(args, "rotary_base", origin, 10000)),
-        "rope_scaling": {
-            "type": "yarn",
-            "factor": float(_arg(args, "rotary_scaling_factor", origin, 1.0)),
-            "original_max_position_embeddings": int(
-                getattr(args, "original_max_position_embeddings", None) or max_pos
-            ),
-        },
-    }
-
-
 def split_dims(kw: dict[str, Any]) -> dict[str, int]:
     """Sizes the key tables' `Split` / `Reshape` entries refer to."""
     dims = {"ffn": kw["intermediate_size"]}
-    if "gdn_num_heads" in kw:
-        dims.update(
-            gdn_key=kw["gdn_num_heads"] * kw["gdn_head_dim"],
-            gdn_value=kw["gdn_num_v_heads"] * kw["gdn_head_v_dim"],
-            gdn_v_heads=kw["gdn_num_v_heads"],
-        )
-    if "kda_num_heads" in kw:
-        dims.update(
-            kda_key=kw["kda_num_heads"] * kw["kda_head_dim"],
-            kda_value=kw["kda_num_heads"] * kw["kda_head_v_dim"],
-            kda_head_v=kw["kda_head_v_dim"],
-            kda_heads=kw["kda_num_heads"],
-        )
+    cfg = SimpleNamespace(**kw)
+    for spec in {MIXERS[c].name: MIXERS[c] for c in kw["layer_pattern"]}.values():
+        dims.update(spec.megatron.dims(cfg))
     return dims
 
 
@@ -425,19 +336,10 @@ def _fold_double_latent_norms(raw: TensorSource, shapes: Shapes, notes: list[str
     return out
 
 
-_PRE_NORMS = {  # where each mixer (by registry name) keeps its pre-norm, TE-fused or as its own module
-    "gdn": ("mixer.in_proj.layer_norm_weight", "norm.weight"),
-    "kda": ("mixer.in_proj.layer_norm_weight", "norm.weight"),
-    "mamba2": ("mixer.in_proj.layer_norm_weight", "norm.weight"),
-    "mla": ("input_layernorm.weight",),
-    "mlp": ("mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"),
-}
-
-
 def _check_pre_norms(pattern: str, shapes: Shapes, origin: str) -> None:
     """Every Zebra sublayer is pre-norm; a Megatron layer built without one cannot be represented."""
     for i, char in enumerate(pattern):
-        norms = _PRE_NORMS[MIXERS[char].name]
+        norms = MIXERS[char].megatron.pre_norms
         if not any(f"decoder.layers.{i}.{name}" in shapes for name in norms):
             raise ZebraError(
                 f"{origin}: decoder.layers.{i} has no pre-norm ({' or '.join(norms)}); every Zebra "
@@ -474,7 +376,7 @@ def read_megatron(path: Path) -> tuple[dict[str, Any], TensorSource, dict[str, A
     def keymap_for(key: str):
         m = _LAYER.match(key)
         if m and int(m.group(1)) < len(pattern):
-            return mk.BY_KIND[MIXERS[pattern[int(m.group(1))]].name]
+            return mk.keymap_of(MIXERS[pattern[int(m.group(1))]])
         return mk.GLOBAL
 
     pieces = plan_keys(keymap_for, shapes, split_dims(kw), origin=origin, fix=_UNKNOWN_FIX)

@@ -22,7 +22,10 @@ Mamba2 keeps Megatron's fused in_proj / conv1d, so its names map 1:1.
 
 from __future__ import annotations
 
+import functools
+
 from zebra.convert.keymap import KeyMap, Reshape, Split
+from zebra.mixers import MixerSpec, resolve
 
 _L = "decoder.layers.{i}."
 _Z = "model.layers.{i}."
@@ -134,11 +137,18 @@ DROPPED = {
     "{*}._extra_state": None,  # Transformer Engine FP8 metadata
 }
 
-# One map per sublayer kind (its name in zebra.mixers.MIXERS); COMMON and DROPPED apply everywhere.
-BY_KIND = {
-    kind: KeyMap({**COMMON, **table, **DROPPED})
-    for kind, table in {"gdn": GDN, "kda": KDA, "mamba2": MAMBA2, "mla": MLA, "mlp": MLP}.items()
-}
+
+def keymap_of(mixer: MixerSpec) -> KeyMap:
+    """The key map of one sublayer kind: the table its Megatron adapter names (`MegatronAdapter.keys`), with
+    COMMON and DROPPED, which apply everywhere."""
+    return _keymap(mixer.megatron.keys)
+
+
+@functools.cache
+def _keymap(path: str) -> KeyMap:
+    return KeyMap({**COMMON, **resolve(path), **DROPPED})
+
+
 GLOBAL = KeyMap({**COMMON, **DROPPED})
 
 # torch_dist checkpoints store fused tensors as parts (`in_proj.weight.query`, ...) through Megatron's

@@ -62,11 +62,9 @@ class ZebraConfig(PretrainedConfig):
         rope_scaling: YaRN parameters {"type": "yarn", "factor", "original_max_position_embeddings", and optionally
             "beta_fast", "beta_slow", "mscale", "mscale_all_dim"}; factor 1.0 is plain RoPE. Stored (HF 5 style)
             as `rope_parameters`.
-        **kwargs: the sizes of the registered mixers, `<config_prefix>_<field>` (defaults from the mixer's
-            `config_defaults`):
-            gdn_num_heads, gdn_head_dim, gdn_num_v_heads, gdn_head_v_dim, gdn_conv_size, gdn_allow_neg_eigval: GDN;
-            kda_num_heads, kda_head_dim, kda_head_v_dim, kda_conv_size, kda_gate_bias: KDA;
-            mamba_state_dim, mamba_head_dim, mamba_num_groups, mamba_expand, mamba_conv_size: Mamba2.
+        **kwargs: the sizes of the registered mixers, `<config_prefix>_<field>` for each of the mixer's
+            `fields` (declared, with defaults and docs, in its module `zebra.mixers.<name>`: `gdn_*`, `kda_*`,
+            `gla_*`, `mamba_*`; docs/recipes.md lists them as `model.<section>.<field>`).
             Anything else goes to `transformers.PretrainedConfig`.
     """
 

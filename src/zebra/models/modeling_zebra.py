@@ -34,7 +34,10 @@ CACHE_FIELD = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__
 
 def build_mixer(char: str, config: ZebraConfig, layer_idx: int) -> nn.Module:
     """The mixer module of sublayer `layer_idx` from its pattern character (`zebra.mixers.MIXERS`)."""
-    return layer_class(mixer_spec(char).layer).from_config(config, layer_idx)
+    spec = mixer_spec(char)
+    if spec.layer_args is None:
+        return layer_class(spec.layer).from_config(config, layer_idx)
+    return layer_class(spec.layer)(**spec.layer_kwargs(config, layer_idx))
 
 
 class ZebraSublayer(GradientCheckpointingLayer):

@@ -9,10 +9,10 @@ A recipe YAML has these top-level keys: `name`, `description`, `extends`, and th
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, make_dataclass
 from typing import Any
 
-from zebra.mixers import MIXERS, recurrent_names
+from zebra.mixers import MIXERS, MixerSpec, recurrent_names
 
 # Upper bounds of the counts and sizes a recipe takes: far above any real model or run, low enough that a typo
 # (an extra zero or ten) is refused when the recipe loads (`recipes show`, `train --dry-run`) instead of a
@@ -82,38 +82,14 @@ class MLASpec:
     )
 
 
-@dataclass(kw_only=True)
-class GDNSpec:
-    """Gated DeltaNet, FLA parameterisation (grouped value heads allowed)."""
-
-    num_heads: int = spec(8, doc="query/key heads", min=1, max=HEADS)
-    head_dim: int = spec(64, doc="query/key channels per head", min=1, max=HEAD_DIM)
-    num_v_heads: int = spec(16, doc="value heads (a multiple of num_heads)", min=1, max=HEADS)
-    head_v_dim: int = spec(64, doc="value channels per head", min=1, max=HEAD_DIM)
-    conv_size: int = spec(4, doc="short causal convolution width", min=2, max=8)
-    allow_neg_eigval: bool = spec(False, doc="beta in (0, 2) instead of (0, 1)")
-
-
-@dataclass(kw_only=True)
-class KDASpec:
-    """Kimi Delta Attention, FLA parameterisation (per-channel decay)."""
-
-    num_heads: int = spec(16, doc="heads", min=1, max=HEADS)
-    head_dim: int = spec(32, doc="query/key channels per head", min=1, max=HEAD_DIM)
-    head_v_dim: int = spec(64, doc="value channels per head", min=1, max=HEAD_DIM)
-    conv_size: int = spec(4, doc="short causal convolution width", min=2, max=8)
-    gate_bias: bool = spec(True, doc="a bias on the output gate (false: none, Kimi-Linear's form)")
-
-
-@dataclass(kw_only=True)
-class MambaSpec:
-    """Mamba2, Megatron MambaMixer parameterisation."""
-
-    state_dim: int = spec(64, doc="SSM state size N", min=1, max=HEAD_DIM)
-    head_dim: int = spec(64, doc="channels per head P", min=1, max=HEAD_DIM)
-    num_groups: int = spec(8, doc="B/C groups", min=1, max=HEADS)
-    expand: int = spec(1, doc="inner width = expand * hidden_size", min=1, max=4)
-    conv_size: int = spec(4, doc="short causal convolution width", min=2, max=8)
+def mixer_section(mixer: MixerSpec) -> type:
+    """The recipe section `model.<section>` of a mixer, made from its `fields` (names, defaults, docs, ranges:
+    declared once, in the mixer's module)."""
+    return make_dataclass(
+        f"{mixer.name.capitalize()}Spec",
+        [(f.name, type(f.default), spec(f.default, doc=f.doc, min=f.min, max=f.max)) for f in mixer.fields],
+        kw_only=True,
+    )
 
 
 @dataclass(kw_only=True)
@@ -127,7 +103,9 @@ class TeacherSpec:
 
 
 @dataclass(kw_only=True)
-class ModelSpec:
+class _ModelFields:
+    """The model section's own fields; `ModelSpec` adds one section per mixer with fields (`mixer_section`)."""
+
     vocab_size: int = spec(128256, doc="vocabulary size (must cover the tokenizer)", min=2, max=VOCAB)
     hidden_size: int = spec(2048, doc="model width D", min=8, max=WIDTH)
     intermediate_size: int = spec(8192, doc="SwiGLU inner width", min=8, max=WIDTH * 16)
@@ -151,46 +129,18 @@ class ModelSpec:
         choices=("auto", "torch", "fla", "mamba_ssm"),
     )
     mla: MLASpec = spec(doc="Multi-Latent Attention dimensions", factory=MLASpec)
-    gdn: GDNSpec = spec(doc="Gated DeltaNet dimensions", factory=GDNSpec)
-    kda: KDASpec = spec(doc="Kimi Delta Attention dimensions", factory=KDASpec)
-    mamba: MambaSpec = spec(doc="Mamba2 dimensions", factory=MambaSpec)
-    teacher: TeacherSpec = spec(doc="Llama teacher (KV-cache comparison only)", factory=TeacherSpec)
 
     def flat(self) -> dict[str, Any]:
-        """The keyword arguments of `zebra.models.ZebraConfig` (flat, HF style)."""
-        m = self.mla
-        out: dict[str, Any] = dict(
-            vocab_size=self.vocab_size,
-            hidden_size=self.hidden_size,
-            intermediate_size=self.intermediate_size,
-            num_hidden_layers=self.num_layers,
-            recurrent_type=self.recurrent_type,
-            hybrid_attention_ratio=self.hybrid_attention_ratio,
-            layer_pattern=self.pattern,
-            rms_norm_eps=self.norm_eps,
-            tie_word_embeddings=self.tie_embeddings,
-            initializer_range=self.init_std,
-            max_position_embeddings=self.max_position_embeddings,
-            kernel_backend=self.kernel_backend,
-            num_attention_heads=m.num_heads,
-            q_lora_rank=m.q_lora_rank,
-            kv_lora_rank=m.kv_lora_rank,
-            qk_nope_head_dim=m.qk_nope_head_dim,
-            qk_rope_head_dim=m.qk_rope_head_dim,
-            v_head_dim=m.v_head_dim,
-            mla_latent_norm=m.latent_norm,
-            mla_rope=m.rope,
-            rope_theta=m.rope_theta,
-            rope_scaling={
-                "type": "yarn",
-                "factor": m.rope_scaling_factor,
-                "original_max_position_embeddings": m.original_max_position_embeddings,
-            },
-        )
-        for mixer in MIXERS.values():  # each mixer's prefixed keys: its recipe section, else its defaults
-            if mixer.config_defaults:
-                values = asdict(getattr(self, mixer.section)) if mixer.section else mixer.config_defaults
-                out.update({mixer.config_key(k): v for k, v in values.items()})
+        """The keyword arguments of `zebra.models.ZebraConfig` (flat, HF style), named by `config_paths`."""
+        out = {key: _at(self, path) for path, key in config_paths(type(self)).items()}
+        out["rope_scaling"] = {
+            "type": "yarn",
+            "factor": self.mla.rope_scaling_factor,
+            "original_max_position_embeddings": self.mla.original_max_position_embeddings,
+        }
+        for mixer in MIXERS.values():  # a mixer without a recipe section: its defaults
+            if mixer.config_defaults and not (mixer.section and mixer.fields):
+                out.update(mixer.config_kwargs())
         return out
 
     def to_config(self, **overrides: Any):
@@ -203,21 +153,9 @@ class ModelSpec:
     def overrides_from_config(cls, config: Mapping[str, Any]) -> list[str]:
         """`model.*=value` overrides that give a recipe the shapes of a ZebraConfig dict (an export's
         config.json): the inverse of `flat`, over the keys `flat` fills. Keys the config lacks are left out."""
-        default = cls()
-        paths = {}  # flat key -> recipe path
-        for f in fields(cls):
-            value = getattr(default, f.name)
-            if is_dataclass(value):
-                section = next((m for m in MIXERS.values() if m.section == f.name), None)
-                for sub in fields(value):
-                    key = section.config_key(sub.name) if section and section.config_defaults else None
-                    paths[key or _MLA_KEYS.get(sub.name, sub.name)] = f"{f.name}.{sub.name}"
-            else:
-                paths[_MODEL_KEYS.get(f.name, f.name)] = f.name
-        flat = default.flat()
         out = []
-        for key, path in paths.items():
-            if key in flat and key in config:
+        for path, key in config_paths(cls).items():
+            if key in config:
                 value = config[key]
                 text = "null" if value is None else str(value).lower() if isinstance(value, bool) else value
                 out.append(f"model.{path}={text}")
@@ -230,15 +168,60 @@ class ModelSpec:
         return out
 
 
-# ModelSpec field -> ZebraConfig key where the names differ (the rest are equal); see `flat`
-_MODEL_KEYS = {
+ModelSpec = make_dataclass(
+    "ModelSpec",
+    [
+        (m.section, (section := mixer_section(m)), spec(doc=m.section_doc, factory=section))
+        for m in MIXERS.values()
+        if m.section and m.fields
+    ]
+    + [("teacher", TeacherSpec, spec(doc="Llama teacher (KV-cache comparison only)", factory=TeacherSpec))],
+    bases=(_ModelFields,),
+    kw_only=True,
+)
+ModelSpec.__doc__ = "The `model` section: sizes, the layer pattern, and one section per mixer."
+ModelSpec.__module__ = __name__
+
+
+# The one map between the recipe's and the model config's names: recipe path (`model.<path>`) -> ZebraConfig key,
+# where they differ. Every other field of `model` and `model.mla` is its ZebraConfig key, and a mixer section's
+# field is `<config_prefix>_<field>` (its spec); `flat` and `overrides_from_config` both read `config_paths`.
+CONFIG_KEYS = {
     "num_layers": "num_hidden_layers",
     "pattern": "layer_pattern",
     "norm_eps": "rms_norm_eps",
     "tie_embeddings": "tie_word_embeddings",
     "init_std": "initializer_range",
+    "mla.num_heads": "num_attention_heads",
+    "mla.latent_norm": "mla_latent_norm",
+    "mla.rope": "mla_rope",
 }
-_MLA_KEYS = {"num_heads": "num_attention_heads", "latent_norm": "mla_latent_norm", "rope": "mla_rope"}
+# Recipe fields that are no ZebraConfig key of their own: the YaRN pair (together `rope_scaling`) and the teacher.
+_NOT_CONFIG_KEYS = ("mla.rope_scaling_factor", "mla.original_max_position_embeddings", "teacher")
+
+
+def config_paths(cls: type = ModelSpec) -> dict[str, str]:
+    """`{recipe path under model: ZebraConfig key}` of every model field that is one ZebraConfig key."""
+    paths = {}
+    for f in fields(cls):
+        if f.name in _NOT_CONFIG_KEYS:
+            continue
+        if not is_dataclass(f.default_factory if f.default_factory is not MISSING else None):
+            paths[f.name] = CONFIG_KEYS.get(f.name, f.name)
+            continue
+        mixer = next((m for m in MIXERS.values() if m.section == f.name and m.fields), None)
+        for sub in fields(f.default_factory):
+            path = f"{f.name}.{sub.name}"
+            if path not in _NOT_CONFIG_KEYS:
+                paths[path] = mixer.config_key(sub.name) if mixer else CONFIG_KEYS.get(path, sub.name)
+    return paths
+
+
+def _at(section: Any, path: str) -> Any:
+    """The value at a dotted path (`mla.num_heads`) under a section."""
+    for name in path.split("."):
+        section = getattr(section, name)
+    return section
 
 
 @dataclass(kw_only=True)

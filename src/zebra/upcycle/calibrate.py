@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from zebra.convert.tensor_sources import TensorSource
-from zebra.mixers import ATTENTION, MLP, mixer_spec
+from zebra.mixers import MLP, mixer_spec, resolve
 from zebra.upcycle.fit import FitOptions
 from zebra.upcycle.report import FITTED, TensorOrigin
 
@@ -134,7 +134,7 @@ def _calibrate_mixer(
 
     from zebra.models.modeling_zebra import ZebraSublayer
     from zebra.upcycle.fit import fit_mixer, head_outputs, relative_error
-    from zebra.upcycle.gates import fit_value_scale, init_gates
+    from zebra.upcycle.gates import fit_value_scale
 
     prefix = f"model.layers.{index}.mixer."
     state = {n[len(prefix) :]: source.get(n).float() for n in source.shapes() if n.startswith(prefix)}
@@ -142,12 +142,15 @@ def _calibrate_mixer(
     mixer.load_state_dict(state, strict=True)
     mixer.to(dev).eval()
     x, y = record.inputs.to(dev), record.outputs.to(dev)  # [S, T, D]
-    kind = mixer_spec(config.layer_pattern[index]).name
+    spec = mixer_spec(config.layer_pattern[index])
+    kind = spec.name
     upcycled = relative_error(mixer, x, y)
     gates: dict[str, list[float]] = {}
     if fit.gates:
-        if config.layer_pattern[index] != ATTENTION:
-            gates = init_gates(mixer, kind, record.distance, record.entropy, x.flatten(0, 1).mean(dim=0))
+        if spec.upcycle is not None and spec.upcycle.gates:  # the mixer's data-driven gate init
+            gates = resolve(spec.upcycle.gates)(
+                mixer, record.distance, record.entropy, x.flatten(0, 1).mean(dim=0)
+            )
         heads = config.num_attention_heads if kind == "mla" else record.distance.numel()
         gates["value_scale"] = fit_value_scale(mixer, head_outputs(mixer, x, heads), y.flatten(0, 1))
     with torch.enable_grad():

@@ -58,35 +58,58 @@ def inverse_softplus(x: torch.Tensor) -> torch.Tensor:
     return x + torch.log(-torch.expm1(-x))
 
 
-def init_gates(
-    mixer: nn.Module, kind: str, distance: torch.Tensor, entropy: torch.Tensor, mean_input: torch.Tensor
+def mamba2_gates(
+    mixer: nn.Module, distance: torch.Tensor, entropy: torch.Tensor, mean_input: torch.Tensor
 ) -> dict[str, list[float]]:
-    """Set `mixer`'s (registry name `kind`: mamba2, gdn or kda) decay and, for the delta rules, its beta from
-    the teacher head statistics (`distance`, `entropy` [H]) and the layer's mean input `mean_input` [D].
-    Returns what was set per head ({"decay": g, "beta": ...}), for the report."""
+    """Set a Mamba2 mixer's decay from the teacher heads' attention `distance` [H] (`entropy` [H] and the layer's
+    mean input [D] are unused: Mamba2 has no beta). Returns {"decay": g per head}, for the report."""
+    g, bias = _decay(distance)
+    with _no_grad():
+        mixer.A_log.zero_()
+        mixer.dt_bias.copy_(bias)
+        mixer.in_proj.weight[-mixer.num_heads :].zero_()  # the dt rows
+    return {"decay": _rounded(g, 5)}
+
+
+def delta_rule_gates(
+    mixer: nn.Module, distance: torch.Tensor, entropy: torch.Tensor, mean_input: torch.Tensor
+) -> dict[str, list[float]]:
+    """Set a GDN or KDA mixer's decay from the teacher heads' `distance` [H] and its beta from their `entropy`
+    [H] and the layer's mean input `mean_input` [D]. Returns {"decay": g, "beta": beta} per head, for the report."""
     import torch
 
-    g = decay_from_distance(distance).to(torch.float32)  # [H]
-    bias = inverse_softplus(g)
-    out = {"decay": [round(float(v), 5) for v in g]}
-    with torch.no_grad():
+    g, bias = _decay(distance)
+    beta = beta_from_entropy(entropy).to(torch.float32)
+    with _no_grad():
         mixer.A_log.zero_()
-        if kind == "mamba2":
-            mixer.dt_bias.copy_(bias)
-            mixer.in_proj.weight[-mixer.num_heads :].zero_()  # the dt rows
-            return out
-        if kind == "kda":
+        if hasattr(mixer, "f_proj"):  # KDA: one decay per key channel, from f_proj's up factor
             mixer.dt_bias.copy_(bias.repeat_interleave(mixer.head_dim))  # [H * K]
             mixer.f_proj[1].weight.zero_()
-        else:
+        else:  # GDN: one decay per head, from a_proj
             mixer.dt_bias.copy_(bias)
             mixer.a_proj.weight.zero_()
-        beta = beta_from_entropy(entropy).to(torch.float32)
         logit = torch.log(beta / (1 - beta))  # [H]
         direction = mean_input.float() / mean_input.float().pow(2).sum().clamp(min=1e-12)  # [D]
         mixer.b_proj.weight.copy_(logit[:, None] * direction[None, :])
-        out["beta"] = [round(float(v), 4) for v in beta]
-    return out
+    return {"decay": _rounded(g, 5), "beta": _rounded(beta, 4)}
+
+
+def _decay(distance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The log decay rate g [H] and its inverse softplus (the dt_bias that gives it with A_log = 0)."""
+    import torch
+
+    g = decay_from_distance(distance).to(torch.float32)  # [H]
+    return g, inverse_softplus(g)
+
+
+def _no_grad():
+    import torch
+
+    return torch.no_grad()
+
+
+def _rounded(values: torch.Tensor, digits: int) -> list[float]:
+    return [round(float(v), digits) for v in values]
 
 
 def output_projection(mixer: nn.Module) -> nn.Linear:

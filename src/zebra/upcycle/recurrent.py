@@ -1,4 +1,5 @@
-"""Recurrent mixers from attention: the teacher's Q/K/V/O projections copied into Mamba2, GDN and KDA.
+"""Recurrent mixers from attention: the teacher's Q/K/V/O projections copied into Mamba2, GDN, KDA and GLA
+(each mixer's upcycle adapter, `zebra.mixers.<name>`, names its copy here).
 
 In every recurrent mixer the query-like, key-like and value-like inputs play the roles of attention's q, k and
 v (state S = sum of decayed k v^T, output S^T q), so they start as W_q, W_k, W_v, and the output projection as
@@ -10,6 +11,7 @@ mixer's own initialisation.
             (published Zebra-Llama recipe, in Megatron's layout with one B/C group per head)
     GDN     q_proj <- W_q, k_proj <- W_k, v_proj <- W_v (repeated), o_proj <- W_o (Primus' hybrid upcycling)
     KDA     the same copy as GDN (no published recipe)
+    GLA     the same copy (GLA is gated linear attention: S = sum of decayed k v^T, o = S^T q exactly)
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ def _maker(prefix: str, dtype: torch.dtype, init: dict[str, torch.Tensor], out: 
     return put, keep
 
 
-def delta_rule_from_attention(
+def qkvo_from_attention(
     attn: TeacherAttention, init: dict[str, torch.Tensor], prefix: str, dtype: torch.dtype
 ) -> dict[str, Made]:
-    """GDN or KDA (`init`: the freshly initialised mixer's tensors, full names): q/k/v/o from the teacher."""
+    """A mixer with `q_proj`, `k_proj`, `v_proj`, `o_proj` (GDN, KDA, GLA; `init`: the freshly initialised
+    mixer's tensors, full names): q/k/v/o from the teacher, the rest its own initialisation."""
     out: dict[str, Made] = {}
     put, keep = _maker(prefix, dtype, init, out)
     repeat = f"each KV head x{attn.shape.queries_per_kv} (one per query head)"

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from zebra.atomic import check_creatable, check_output_apart
 from zebra.errors import ZebraError
+from zebra.mixers import recurrent_spec
 from zebra.model_folder import check_output
 from zebra.upcycle.calibration import Calibration, attention_input_moments
 from zebra.upcycle.readers import open_teacher
@@ -230,12 +231,9 @@ def notes(teacher: Teacher, plan: StudentPlan, tensors: list[TensorOrigin], svd:
                 + "a larger --kv-lora-rank keeps more, at a larger KV cache"
                 + ("" if activation else "; --svd activation --calibration DATA keeps more at the same rank")
             )
-    if plan.mixer == "kda":
-        out.append("KDA from attention has no published recipe: the Q/K/V/O copy of GDN is used")
-    if plan.mixer == "gdn":
-        out.append(
-            "GDN from attention follows Primus' hybrid upcycling (q, k, v, o copied); no published results"
-        )
+    note = recurrent_spec(plan.mixer).upcycle.note  # what the mixer's route from attention follows
+    if note:
+        out.append(note)
     if s.qkv_bias:
         out.append("the teacher's q/k/v biases are dropped: the student's projections have none")
     if s.qk_norm:

@@ -15,20 +15,13 @@ from typing import Any
 import torch
 
 from zebra.convert.tensor_sources import Shapes, TensorSource
-from zebra.mixers import ATTENTION, MLP, mixer_spec
+from zebra.mixers import ATTENTION, MLP, mixer_spec, resolve
 from zebra.upcycle.attention import Made, TeacherAttention
 from zebra.upcycle.mla import mla_from_gqa
-from zebra.upcycle.recurrent import delta_rule_from_attention, mamba2_from_attention
 from zebra.upcycle.report import COPIED, TensorOrigin
 from zebra.upcycle.teacher import EMBED, FINAL_NORM, LM_HEAD, Teacher, layer_key
 
 GLOBAL_COPIES = {"model.embeddings.weight": EMBED, "model.norm.weight": FINAL_NORM, LM_HEAD: LM_HEAD}
-# How each recurrent mixer (registry name, see zebra.upcycle.student.MIXER_FIELDS) gets the teacher's attention.
-_FROM_ATTENTION = {
-    "mamba2": mamba2_from_attention,
-    "gdn": delta_rule_from_attention,
-    "kda": delta_rule_from_attention,
-}
 _MLP_COPIES = {
     "norm.weight": "post_attention_layernorm.weight",
     "mixer.gate_proj.weight": "mlp.gate_proj.weight",
@@ -110,7 +103,7 @@ class UpcycledSource(TensorSource):
         if kind == ATTENTION:
             out.update(mla_from_gqa(attn, mixer, self.config, self.dtype, self.moments.get(layer)))
             return out
-        from_attention = _FROM_ATTENTION[mixer_spec(kind).name]
+        from_attention = resolve(mixer_spec(kind).upcycle.copy)  # the mixer's weight copy
         out.update(from_attention(attn, self._initialised(index), mixer, self.dtype))
         return out
 

@@ -6,10 +6,8 @@ dim Dh, width D):
 
     MLA     H heads, v_head_dim = Dh, qk_nope + qk_rope = Dh; ranks r_q, r_kv (defaults: the published 1B ranks
             1344 / 128 at width 2048, scaled with D, multiples of 8, at most the matrix rank), rope dim Dh / 2
-    Mamba2  Megatron layout with one B/C group per query head: ngroups = heads = H, head_dim = state = Dh,
-            expand = H * Dh / D
-    GDN     H key heads and H value heads of Dh channels
-    KDA     H heads of Dh key and Dh value channels
+    other   the recurrent mixer's upcycle adapter (`zebra.mixers.<name>`, `MixerSpec.upcycle.fields`): Mamba2
+            with one B/C group per query head, GDN / KDA / GLA with H heads of Dh key and Dh value channels
 """
 
 from __future__ import annotations
@@ -19,10 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from zebra.errors import ZebraError
-from zebra.mixers import ATTENTION, MLP, recurrent_spec
+from zebra.mixers import ATTENTION, MIXERS, MLP, MixerSpec, recurrent_spec
 from zebra.upcycle.teacher import TeacherShape
 
-MIXER_ALIASES = {"mamba": "mamba2"}  # `--mixer mamba` as the issue and the paper say; registry names work too
 # The published Zebra-Llama placements (dense layer indices) for (teacher layers, MLA layers): SMART's choices,
 # which `--mla N` reproduces for these teachers; other (L, N) get evenly rounded positions.
 PUBLISHED_PLACEMENTS = {
@@ -127,41 +124,18 @@ def default_ranks(shape: TeacherShape) -> tuple[int, int, int]:
     return round8(PUBLISHED_Q_RANK * scale, q_max), round8(PUBLISHED_KV_RANK * scale, kv_max), rope
 
 
-def _mamba2_fields(shape: TeacherShape, problems: list[str]) -> dict[str, Any]:
-    h, dh = shape.num_heads, shape.head_dim
-    inner = h * dh
-    if inner % shape.hidden_size:
-        problems.append(
-            f"Mamba2 needs the attention width {h} x {dh} = {inner} to be a multiple of the width "
-            f"{shape.hidden_size} (inner width = expand * width); use --mixer gdn or kda"
-        )
-    return dict(
-        state_dim=dh, head_dim=dh, num_groups=h, expand=max(1, inner // shape.hidden_size), conv_size=4
-    )
-
-
-# The recurrent mixers that attention can be copied into (zebra.upcycle.recurrent has the copy of each), by
-# registry name -> their `zebra.mixers` fields (unprefixed) for a teacher; problems are appended to the list.
-MIXER_FIELDS = {
-    "mamba2": _mamba2_fields,
-    "gdn": lambda s, problems: dict(
-        num_heads=s.num_heads,
-        head_dim=s.head_dim,
-        num_v_heads=s.num_heads,
-        head_v_dim=s.head_dim,
-        conv_size=4,
-    ),
-    "kda": lambda s, problems: dict(
-        num_heads=s.num_heads, head_dim=s.head_dim, head_v_dim=s.head_dim, conv_size=4
-    ),
-}
+def upcycle_mixers() -> dict[str, MixerSpec]:
+    """{`--mixer` name: the mixer} of the recurrent mixers that attention can be copied into (those with an
+    upcycle adapter, `MixerSpec.upcycle`), their aliases first (`--mixer mamba`, as the paper says)."""
+    mixers = [m for m in MIXERS.values() if m.state == "recurrent" and m.upcycle is not None]
+    return {**{a: m for m in mixers for a in m.upcycle.aliases}, **{m.name: m for m in mixers}}
 
 
 def mixer_shapes(shape: TeacherShape, mixer: str, problems: list[str]) -> dict[str, Any]:
     """ZebraConfig keyword arguments (the registry's `<config_prefix>_<field>` keys) of the recurrent mixer that
     carries the teacher's attention; what cannot be built is appended to `problems`."""
     spec = recurrent_spec(mixer)
-    return {spec.config_key(k): v for k, v in MIXER_FIELDS[mixer](shape, problems).items()}
+    return spec.prefixed(spec.upcycle.fields(shape, problems))
 
 
 def mla_shapes(
@@ -235,12 +209,12 @@ def plan_student(shape: TeacherShape, options: StudentOptions) -> StudentPlan:
 
 def mixer_name(flag: str) -> str:
     """The registry name (`zebra.mixers`) of `--mixer`; a ZebraError for one that cannot carry attention."""
-    name = MIXER_ALIASES.get(flag, flag)
-    if name not in MIXER_FIELDS:
-        choices = ", ".join([*MIXER_ALIASES, *(n for n in MIXER_FIELDS if n not in MIXER_ALIASES.values())])
+    mixers = upcycle_mixers()
+    if flag not in mixers:
+        choices = ", ".join(n for n, m in mixers.items() if n in m.upcycle.aliases or not m.upcycle.aliases)
         raise ZebraError(f"--mixer {flag}: unknown, or not one that attention can be copied into",
                          fix=f"use one of {choices}")  # fmt: skip
-    return name
+    return mixers[flag].name
 
 
 def pattern(num_layers: int, mla_layers: tuple[int, ...], mixer: str) -> str:
@@ -302,9 +276,10 @@ def _plan_from_recipe(shape: TeacherShape, options: StudentOptions) -> StudentPl
     recipe = load_recipe(options.recipe)
     flat = recipe.model.flat()
     mixer = flat["recurrent_type"]
-    if mixer not in MIXER_FIELDS:
+    if mixer not in {m.name for m in upcycle_mixers().values()}:
+        names = ", ".join(dict.fromkeys(m.name for m in upcycle_mixers().values()))
         raise ZebraError(f"--recipe {options.recipe}: model.recurrent_type {mixer} cannot be upcycled from attention",
-                         fix=f"use a recipe whose recurrent_type is one of {', '.join(MIXER_FIELDS)}")  # fmt: skip
+                         fix=f"use a recipe whose recurrent_type is one of {names}")  # fmt: skip
     mismatches = []
     if options.mixer is not None and mixer_name(options.mixer) != mixer:
         mismatches.append(f"model.recurrent_type {mixer} (--mixer {options.mixer})")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
@@ -63,7 +61,7 @@ class GatedDeltaNet(DeltaRuleMixer):
         if num_v_heads % num_heads:
             raise ValueError(f"num_v_heads={num_v_heads} must be a multiple of num_heads={num_heads}")
         self.num_heads, self.head_dim = num_heads, head_dim
-        self.num_v_heads, self.head_v_dim = num_v_heads, head_v_dim
+        self.value_heads, self.head_v_dim = num_v_heads, head_v_dim
         self.allow_neg_eigval = allow_neg_eigval
         self.key_dim, self.value_dim = num_heads * head_dim, num_v_heads * head_v_dim
         self.q_proj = nn.Linear(hidden_size, self.key_dim, bias=False)
@@ -83,15 +81,6 @@ class GatedDeltaNet(DeltaRuleMixer):
         self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
         self.o_proj._is_residual_out = True
         self.reset_parameters()
-
-    @classmethod
-    def from_config(cls, config: Any, layer_idx: int) -> GatedDeltaNet:
-        """The `G` sublayer `layer_idx` of a `ZebraConfig` (keys `gdn_*`)."""
-        return cls(
-            config.hidden_size, config.gdn_num_heads, config.gdn_head_dim, config.gdn_num_v_heads,
-            config.gdn_head_v_dim, conv_size=config.gdn_conv_size, allow_neg_eigval=config.gdn_allow_neg_eigval,
-            norm_eps=config.rms_norm_eps, layer_idx=layer_idx, backend=config.kernel_backend,
-        )  # fmt: skip
 
     def raw_decay(self, projected: dict[str, torch.Tensor]) -> torch.Tensor:
         return projected["a_proj"]  # [B, T, HV]

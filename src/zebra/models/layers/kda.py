@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
@@ -16,7 +14,7 @@ class KimiDeltaAttention(DeltaRuleMixer):
     """Kimi Delta Attention mixer: a delta rule with a per-channel decay.
 
     Reference: `Kimi Linear: An Expressive, Efficient Attention Architecture <https://arxiv.org/abs/2510.26692>`_;
-    the forward math is FLA 0.6.0's `fla.layers.KimiDeltaAttention` (use_short_conv=True, num_v_heads = num_heads).
+    the forward math is FLA 0.6.0's `fla.layers.KimiDeltaAttention` (use_short_conv=True, one head count for q/k and v).
 
     Per token (H heads, K key channels, V value channels):
         q, k, v = SiLU(causal depthwise conv(q_proj x, k_proj x, v_proj x))        (conv width W, no bias)
@@ -62,7 +60,7 @@ class KimiDeltaAttention(DeltaRuleMixer):
     ):
         super().__init__(layer_idx, backend)
         self.num_heads, self.head_dim, self.head_v_dim = num_heads, head_dim, head_v_dim
-        self.num_v_heads = num_heads  # one head count: each head has its own q/k and v
+        self.value_heads = num_heads  # one head count: each head has its own q/k and v
         self.allow_neg_eigval = allow_neg_eigval
         self.key_dim, self.value_dim = num_heads * head_dim, num_heads * head_v_dim
         self.q_proj = nn.Linear(hidden_size, self.key_dim, bias=False)
@@ -88,15 +86,6 @@ class KimiDeltaAttention(DeltaRuleMixer):
         self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
         self.o_proj._is_residual_out = True
         self.reset_parameters()
-
-    @classmethod
-    def from_config(cls, config: Any, layer_idx: int) -> KimiDeltaAttention:
-        """The `K` sublayer `layer_idx` of a `ZebraConfig` (keys `kda_*`)."""
-        return cls(
-            config.hidden_size, config.kda_num_heads, config.kda_head_dim, config.kda_head_v_dim,
-            conv_size=config.kda_conv_size, norm_eps=config.rms_norm_eps, layer_idx=layer_idx,
-            backend=config.kernel_backend, gate_bias=config.kda_gate_bias,
-        )  # fmt: skip
 
     def raw_decay(self, projected: dict[str, torch.Tensor]) -> torch.Tensor:
         low_rank = projected["f_proj.0"]  # [B, T, V]

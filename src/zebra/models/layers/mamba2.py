@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -93,15 +92,6 @@ class Mamba2(RecurrentMixer):
         self.out_proj = nn.Linear(self.d_inner, hidden_size, bias=False)
         self.out_proj._is_residual_out = True
         self.reset_parameters()
-
-    @classmethod
-    def from_config(cls, config: Any, layer_idx: int) -> Mamba2:
-        """The `M` sublayer `layer_idx` of a `ZebraConfig` (keys `mamba_*`)."""
-        return cls(
-            config.hidden_size, config.mamba_state_dim, config.mamba_head_dim, config.mamba_num_groups,
-            expand=config.mamba_expand, conv_size=config.mamba_conv_size, layer_idx=layer_idx,
-            backend=config.kernel_backend,
-        )  # fmt: skip
 
     def reset_parameters(self) -> None:
         """Megatron's MambaMixer init: `A_log = log U(1, 16)`, `D = 1`, `dt_bias` = softplus^-1 of a log-uniform

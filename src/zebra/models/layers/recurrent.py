@@ -184,7 +184,7 @@ class DeltaRuleMixer(RecurrentMixer):
     head and o_proj.
 
     Subclasses build the parameters (q/k/v_proj, q/k/v_conv1d, b_proj, g_proj, A_log, dt_bias, o_norm, o_proj)
-    and the sizes num_heads H, head_dim K, num_v_heads HV, head_v_dim V, key_dim, value_dim, allow_neg_eigval;
+    and the sizes num_heads H, head_dim K, value_heads HV, head_v_dim V, key_dim, value_dim, allow_neg_eigval;
     they set `kernel`, `gate` (the kernel's `use_gate_in_kernel` formula) and `a_low`, list in `projections` the
     bias-free linears of the input (one GEMV while decoding, `packed.project`), and give the raw decay and the
     output gate from those projections.
@@ -216,7 +216,7 @@ class DeltaRuleMixer(RecurrentMixer):
 
     def mix(self, hidden_states, state, conv_state, context):
         B, T, _ = hidden_states.shape
-        H, K, HV, V = self.num_heads, self.head_dim, self.num_v_heads, self.head_v_dim
+        H, K, HV, V = self.num_heads, self.head_dim, self.value_heads, self.head_v_dim
         qkv, *rest = project(self, hidden_states, self.projections, joined=3)  # [B, T, 2*H*K + HV*V], ...
         projected = dict(zip(self.projections[3:], rest, strict=True))
         qkv, conv_state = self.short_conv(qkv, self.conv_weight(), None, conv_state, context)

@@ -1,0 +1,159 @@
+"""Gated DeltaNet, the `G` sublayer: FLA `GatedDeltaNet` parameterisation (`zebra.models.layers.gated_deltanet`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zebra.errors import ZebraError
+from zebra.mixers.spec import (
+    HEAD_DIM,
+    HEADS,
+    ConfigField,
+    FLAAdapter,
+    MegatronAdapter,
+    MixerSpec,
+    Shapes,
+    UpcycleAdapter,
+    conv_check,
+    fla_value_dim,
+    register_mixer,
+)
+
+
+def _params(cfg: Any) -> int:
+    d = cfg.hidden_size
+    key, val = cfg.gdn_num_heads * cfg.gdn_head_dim, cfg.gdn_num_v_heads * cfg.gdn_head_v_dim
+    hv = cfg.gdn_num_v_heads
+    n = d * (2 * key + 2 * val + 2 * hv)  # q, k, v, g (gate), a, b projections
+    n += val * d  # o_proj
+    n += (2 * key + val) * cfg.gdn_conv_size  # depthwise convs, no bias
+    return n + 2 * hv + cfg.gdn_head_v_dim  # A_log, dt_bias, o_norm
+
+
+def _dims(cfg: Any) -> dict[str, int]:
+    """Key width, value width, value heads."""
+    key, val = cfg.gdn_num_heads * cfg.gdn_head_dim, cfg.gdn_num_v_heads * cfg.gdn_head_v_dim
+    return {"gdn_key": key, "gdn_value": val, "gdn_v_heads": cfg.gdn_num_v_heads}
+
+
+def _state(cfg: Any, batch_size: int, max_length: int) -> Shapes:
+    dims = _dims(cfg)
+    return {
+        "recurrent": (batch_size, cfg.gdn_num_v_heads, cfg.gdn_head_dim, cfg.gdn_head_v_dim),
+        "conv": (batch_size, 2 * dims["gdn_key"] + dims["gdn_value"], cfg.gdn_conv_size),
+    }
+
+
+def _check(cfg: Any) -> list[tuple[str, str]]:
+    if cfg.gdn_num_v_heads % cfg.gdn_num_heads:
+        return [("num_v_heads", f"{cfg.gdn_num_v_heads} is not a multiple of num_heads {cfg.gdn_num_heads}")]
+    return conv_check(cfg.gdn_conv_size)
+
+
+def _from_fla(cfg: dict[str, Any]) -> dict[str, Any]:
+    src = cfg["_source"]
+    if not cfg.get("use_gate", True):
+        raise ZebraError(
+            f"{src}: use_gate=false (GDN without output gate) has no Zebra equivalent",
+            fix="Zebra's GDN always gates its output: keep using this model with FLA itself",
+        )
+    if cfg.get("output_gate_activation", "swish") not in ("swish", "silu"):
+        raise ZebraError(
+            f"{src}: output_gate_activation={cfg['output_gate_activation']!r} has no Zebra equivalent (swish only)",
+            fix="convert a GDN model with the default swish output gate",
+        )
+    return {
+        "num_heads": cfg["num_heads"],
+        "head_dim": cfg["head_dim"],
+        "num_v_heads": cfg.get("num_v_heads") or cfg["num_heads"],
+        "head_v_dim": fla_value_dim(cfg),
+        "conv_size": cfg["conv_size"],
+        "allow_neg_eigval": bool(cfg.get("allow_neg_eigval", False)),
+    }
+
+
+def _to_fla(z: Any) -> dict[str, Any]:
+    return {
+        "head_dim": z.gdn_head_dim,
+        "num_heads": z.gdn_num_heads,
+        "num_v_heads": z.gdn_num_v_heads,
+        "expand_v": z.gdn_head_v_dim / z.gdn_head_dim,
+        "conv_size": z.gdn_conv_size,
+        "use_gate": True,
+        "allow_neg_eigval": bool(getattr(z, "gdn_allow_neg_eigval", False)),
+        "output_gate_activation": "swish",
+        "fuse_linear_cross_entropy": False,
+    }
+
+
+GDN = register_mixer(
+    MixerSpec(
+        char="G",
+        name="gdn",
+        label="GDN",
+        title="Gated DeltaNet",
+        layer="zebra.models.layers.gated_deltanet.GatedDeltaNet",
+        params=_params,
+        layer_args=("hidden_size", "norm_eps", "layer_idx", "backend"),
+        state="recurrent",
+        state_shapes=_state,
+        config_prefix="gdn",
+        fields=(
+            ConfigField("num_heads", 8, "query/key heads", 1, HEADS),
+            ConfigField("head_dim", 64, "query/key channels per head", 1, HEAD_DIM),
+            ConfigField("num_v_heads", 16, "value heads (a multiple of num_heads)", 1, HEADS),
+            ConfigField("head_v_dim", 64, "value channels per head", 1, HEAD_DIM),
+            ConfigField("conv_size", 4, "short causal convolution width", 2, 8),
+            ConfigField("allow_neg_eigval", False, "beta in (0, 2) instead of (0, 1)"),
+        ),
+        section="gdn",
+        section_doc="Gated DeltaNet dimensions",
+        check=_check,
+        summary=lambda c: (
+            f"{c.gdn_num_heads} key heads x {c.gdn_head_dim}, {c.gdn_num_v_heads} value heads x "
+            f"{c.gdn_head_v_dim}, conv {c.gdn_conv_size}"
+        ),
+        fla=FLAAdapter(
+            model_type="gated_deltanet",
+            architecture="GatedDeltaNetForCausalLM",
+            config_class="GatedDeltaNetConfig",
+            layer_class="GatedDeltaNet",
+            defaults={
+                "num_v_heads": None,
+                "head_dim": 256,
+                "num_heads": 6,
+                "expand_v": 2.0,
+                "num_hidden_layers": 21,
+                "use_gate": True,
+            },
+            to_zebra=_from_fla,
+            from_zebra=_to_fla,
+        ),
+        megatron=MegatronAdapter(
+            detect=lambda n: (
+                {"mixer.in_proj.weight", "mixer.out_norm.weight"} <= n and "mixer.f_b_proj.weight" not in n
+            ),
+            fields=lambda arg, first: {
+                "num_heads": int(arg("linear_num_key_heads")),
+                "head_dim": int(arg("linear_key_head_dim")),
+                "num_v_heads": int(arg("linear_num_value_heads")),
+                "head_v_dim": int(arg("linear_value_head_dim")),
+                "conv_size": int(arg("linear_conv_kernel_dim", 4)),
+            },
+            keys="zebra.convert.megatron_keys:GDN",
+            dims=_dims,
+        ),
+        upcycle=UpcycleAdapter(
+            fields=lambda s, problems: dict(
+                num_heads=s.num_heads,
+                head_dim=s.head_dim,
+                num_v_heads=s.num_heads,
+                head_v_dim=s.head_dim,
+                conv_size=4,
+            ),
+            copy="zebra.upcycle.recurrent:qkvo_from_attention",
+            gates="zebra.upcycle.gates:delta_rule_gates",
+            note="GDN from attention follows Primus' hybrid upcycling (q, k, v, o copied); no published results",
+        ),
+    )
+)

@@ -1,0 +1,89 @@
+"""Multi-Latent Attention, the `*` sublayer (`zebra.models.layers.mla`); its keys are plain HF names, declared by
+`ZebraConfig` itself and the recipe's `model.mla` section."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zebra.mixers.spec import ATTENTION, MegatronAdapter, MixerSpec, register_mixer
+
+# Where a Megatron MLA layer keeps its key/value latent norm (its own module, or fused into linear_kv_up_proj);
+# a checkpoint with neither was built with `q_layernorm/kv_layernorm = IdentityOp` (no latent norms).
+_KV_LATENT_NORMS = (
+    "self_attention.kv_layernorm.weight",
+    "self_attention.linear_kv_up_proj.layer_norm_weight",
+)
+
+
+def _params(cfg: Any) -> int:
+    d, h = cfg.hidden_size, cfg.num_attention_heads
+    qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
+    norms = bool(getattr(cfg, "mla_latent_norm", True))  # the latent RMSNorms' weights
+    if cfg.q_lora_rank:
+        q = d * cfg.q_lora_rank + norms * cfg.q_lora_rank + cfg.q_lora_rank * h * qk
+    else:
+        q = d * h * qk
+    kv = d * (cfg.kv_lora_rank + cfg.qk_rope_head_dim) + norms * cfg.kv_lora_rank
+    kv += cfg.kv_lora_rank * h * (cfg.qk_nope_head_dim + cfg.v_head_dim)
+    return q + kv + h * cfg.v_head_dim * d
+
+
+def _check(cfg: Any) -> list[tuple[str, str]]:
+    if cfg.qk_rope_head_dim % 2:
+        return [("qk_rope_head_dim", f"{cfg.qk_rope_head_dim} is odd (expected an even count for RoPE)")]
+    return []
+
+
+def _megatron_fields(arg, first) -> dict[str, Any]:
+    q_lora = arg("q_lora_rank", 0)
+    max_pos = int(arg("max_position_embeddings", 0) or arg("seq_length"))
+    return {
+        "num_attention_heads": int(arg("num_attention_heads")),
+        "q_lora_rank": int(q_lora) if q_lora else 0,
+        "kv_lora_rank": int(arg("kv_lora_rank")),
+        "qk_nope_head_dim": int(arg("qk_head_dim")),
+        "qk_rope_head_dim": int(arg("qk_pos_emb_head_dim")),
+        "v_head_dim": int(arg("v_head_dim")),
+        "rope_theta": float(arg("rotary_base", 10000)),
+        "rope_scaling": {
+            "type": "yarn",
+            "factor": float(arg("rotary_scaling_factor", 1.0)),
+            "original_max_position_embeddings": int(arg("original_max_position_embeddings", 0) or max_pos),
+        },
+        "mla_latent_norm": any(first(name) is not None for name in _KV_LATENT_NORMS),  # IdentityOp: no tensor
+    }
+
+
+MLA = register_mixer(
+    MixerSpec(
+        char=ATTENTION,
+        name="mla",
+        label="MLA",
+        title="MLA",
+        layer="zebra.models.layers.mla.MultiLatentAttention",
+        params=_params,
+        state="latent",
+        state_shapes=lambda c, batch_size, max_length: {
+            "latent": (batch_size, max_length, c.kv_lora_rank),
+            "k_rope": (batch_size, max_length, c.qk_rope_head_dim),
+        },
+        section="mla",
+        check=_check,
+        summary=lambda c: (
+            f"{c.num_attention_heads} heads, q rank {c.q_lora_rank}, kv rank {c.kv_lora_rank}, nope/rope/v "
+            f"{c.qk_nope_head_dim}/{c.qk_rope_head_dim}/{c.v_head_dim}, "
+            + (
+                f"RoPE theta {c.rope_theta}"
+                if getattr(c, "mla_rope", True)
+                else "no positional encoding (NoPE)"
+            )
+            + ("" if getattr(c, "mla_latent_norm", True) else ", no latent norms")
+        ),
+        megatron=MegatronAdapter(
+            detect=lambda names: any(n.startswith("self_attention.") for n in names),
+            fields=_megatron_fields,
+            keys="zebra.convert.megatron_keys:MLA",
+            pre_norms=("input_layernorm.weight",),
+        ),
+    )
+)
