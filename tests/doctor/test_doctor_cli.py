@@ -19,22 +19,49 @@ from zebra.errors import ZebraError
 runner = CliRunner()
 
 
+SECRET = "hf_zebraSecretNeverPrinted123"
+
+
 def doctor_json(*args, env=None):
     result = runner.invoke(app, ["doctor", "--json", *args], env=env)
     return result, json.loads(result.stdout)
 
 
-def test_every_check_runs_in_order(tmp_path):
-    checks = run_checks(data_dir=tmp_path)
-    assert tuple(c.name for c in checks) == CHECK_NAMES
-    for c in checks:
-        assert c.status in ("ok", "warn", "fail") and c.detail
-        if c.status == "fail":
-            assert c.fix
+# Each doctor run asks every service (an unreachable Slurm controller alone takes ~9 s to answer): the tests below
+# read three runs, made once for the module, instead of one run each.
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    """`zebra doctor --json` on this machine as it is."""
+    return doctor_json("--data-dir", str(tmp_path_factory.mktemp("plain")))
 
 
-def test_json_on_this_machine_reports_and_exits_by_failures(tmp_path):
-    result, data = doctor_json("--data-dir", str(tmp_path))
+@pytest.fixture(scope="module")
+def flagged(tmp_path_factory):
+    """`zebra doctor --json --require docker --sample 350BT` with Docker unreachable and HF_TOKEN set."""
+    folder = tmp_path_factory.mktemp("flagged")
+    env = {"DOCKER_HOST": f"unix://{folder}/none.sock", "HF_TOKEN": SECRET}
+    return doctor_json("--require", "docker", "--sample", "350BT", "--data-dir", str(folder), env=env)
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    """`zebra doctor` (a table, 80 columns) with Docker unreachable and HF_TOKEN set."""
+    folder = tmp_path_factory.mktemp("table")
+    env = {"DOCKER_HOST": f"unix://{folder}/none.sock", "COLUMNS": "80", "HF_TOKEN": SECRET}
+    return runner.invoke(app, ["doctor", "--data-dir", str(folder)], env=env)
+
+
+def test_every_check_runs_in_order(plain):
+    _, data = plain
+    assert tuple(c["name"] for c in data["checks"]) == CHECK_NAMES
+    for c in data["checks"]:
+        assert c["status"] in ("ok", "warn", "fail") and c["detail"]
+        if c["status"] == "fail":
+            assert c["fix"]
+
+
+def test_json_on_this_machine_reports_and_exits_by_failures(plain):
+    result, data = plain
     statuses = {c["name"]: c["status"] for c in data["checks"]}
     assert list(statuses) == list(CHECK_NAMES)
     assert data["counts"]["fail"] == sum(s == "fail" for s in statuses.values())
@@ -47,42 +74,36 @@ def test_json_on_this_machine_reports_and_exits_by_failures(tmp_path):
         assert statuses["fla-triton-hopper"] == "ok"
 
 
-def test_required_docker_fails_the_run_when_unreachable(tmp_path):
-    env = {"DOCKER_HOST": f"unix://{tmp_path}/none.sock"}
-    result, data = doctor_json("--require", "docker", "--data-dir", str(tmp_path), env=env)
+def test_required_docker_fails_the_run_when_unreachable(flagged):
+    result, data = flagged
     docker = next(c for c in data["checks"] if c["name"] == "docker")
     assert docker["status"] == "fail"
     assert result.exit_code == 1
 
 
-def test_sample_sets_the_disk_need(tmp_path):
-    _, data = doctor_json("--sample", "350BT", "--data-dir", str(tmp_path))
+def test_sample_sets_the_disk_need(flagged):
+    _, data = flagged
     disk = next(c for c in data["checks"] if c["name"] == "disk")
     assert "--sample 350BT needs about 1,750 GB" in disk["detail"]
 
 
-def test_table_output_lists_checks_and_fixes(tmp_path):
-    env = {"DOCKER_HOST": f"unix://{tmp_path}/none.sock", "COLUMNS": "80"}
-    result = runner.invoke(app, ["doctor", "--data-dir", str(tmp_path)], env=env)
-    assert "fla-triton-hopper" in result.stdout
-    assert "To fix:" in result.stdout and "docker: start the engine" in result.stdout
-    assert " ok, " in result.stdout and " fail" in result.stdout
-    fixes = result.stdout.split("To fix:\n")[1].splitlines()[:-1]  # then the counts line
+def test_table_output_lists_checks_and_fixes(table):
+    assert "fla-triton-hopper" in table.stdout
+    assert "To fix:" in table.stdout and "docker: start the engine" in table.stdout
+    assert " ok, " in table.stdout and " fail" in table.stdout
+    fixes = table.stdout.split("To fix:\n")[1].splitlines()[:-1]  # then the counts line
     assert fixes and all(line.startswith(("  ok ", "  warn ", "  fail ")) for line in fixes), (
         fixes
     )  # each one line
     assert max(len(line) for line in fixes) > 80  # a command to copy is not broken at the terminal's width
 
 
-def test_hf_token_never_reaches_the_output(tmp_path):
-    secret = "hf_zebraSecretNeverPrinted123"
-    result = runner.invoke(
-        app, ["doctor", "--data-dir", str(tmp_path)], env={"HF_TOKEN": secret, "COLUMNS": "200"}
-    )
-    assert "HF_TOKEN is set" in result.stdout
-    assert secret not in result.output
-    _, data = doctor_json("--data-dir", str(tmp_path), env={"HF_TOKEN": secret})
-    assert secret not in json.dumps(data)
+def test_hf_token_never_reaches_the_output(table, flagged):
+    assert "HF_TOKEN is set" in table.stdout
+    assert SECRET not in table.output
+    result, data = flagged
+    assert next(c for c in data["checks"] if c["name"] == "hf-token")["status"] == "ok"
+    assert SECRET not in result.output and SECRET not in json.dumps(data)
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ LOCAL_TASKS = (
 runner = CliRunner()
 
 
+@pytest.mark.slow  # two full lm-eval runs of both tasks (one in a fresh process): ~150 s on the loaded 2 cores
 def test_zebra_eval_equals_lm_eval_run_directly(run_dir, export, task_dir, tmp_path):
     """MODEL is the training run; lm-eval reads the run's HF export with nothing but transformers."""
     out_dir = tmp_path / "zebra"

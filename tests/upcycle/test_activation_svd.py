@@ -72,6 +72,7 @@ def test_the_moments_are_those_of_each_layers_attention_input(
         torch.testing.assert_close(moments[layer], x.T @ x / 64, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow  # the 30-layer teacher upcycled twice after a calibration pass: ~60 s on the loaded 2 cores
 def test_the_real_teacher_upcycles_with_a_smaller_kv_error_on_its_own_inputs(
     tmp_path, smollm2_4layer_dir, python_docs_tokens
 ):
