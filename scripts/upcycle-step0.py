@@ -164,9 +164,14 @@ def main() -> None:
     p.add_argument(
         "--output-lstsq", action="store_true", help="calibrate: least-squares output projection first"
     )
-    p.add_argument("--sequential", action="store_true", help="calibrate: fit on the student's own stream")
     p.add_argument(
-        "--correct-residual", type=float, default=0.0, help="calibrate: sequential target correction"
+        "--teacher-forced",
+        dest="sequential",
+        action="store_false",
+        help="calibrate: every layer on the teacher's input (default: the student's own stream)",
+    )
+    p.add_argument(
+        "--correct-residual", type=float, default=1.0, help="calibrate: sequential target correction"
     )
     p.add_argument("--calibrated-only", action="store_true", help="calibrate: skip the uncalibrated students")
     p.add_argument("--svd-samples", type=int, default=32, help="forms: activation-SVD sequences of 512")

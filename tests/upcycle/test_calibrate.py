@@ -18,8 +18,8 @@ from zebra.upcycle.teacher_records import attention_statistics, record_attention
 
 from .teachers import tiny_llama
 
-TINY_FIT = CalibrateOptions(
-    "@sample", samples=4, seq_len=32, device="cpu", fit=FitOptions(steps=24, eval_every=8)
+TINY_FIT = CalibrateOptions(  # teacher-forced: each layer's fit can be checked on the teacher's own records
+    "@sample", samples=4, seq_len=32, device="cpu", fit=FitOptions(steps=24, eval_every=8), sequential=False
 )
 
 

@@ -40,8 +40,8 @@ class CalibrateOptions:
     seq_len: int = 128  # tokens per sequence
     device: str = "auto"  # where the teacher runs and the mixers are fitted
     fit: FitOptions = field(default_factory=FitOptions)
-    sequential: bool = False  # each mixer on the student's own stream, earlier ones fitted (sequential.py)
-    correct_residual: float = 0.0  # sequential: the target adds this share of the teacher-student stream gap
+    sequential: bool = True  # each mixer on the student's own stream, earlier ones fitted (sequential.py)
+    correct_residual: float = 1.0  # sequential: the target adds this share of the teacher-student stream gap
 
 
 @dataclass
