@@ -6,8 +6,9 @@ scripts/pack-corpus.py (train documents, then the corpus's held-out documents; i
 - the teacher's held-out CE and its forward cost (tokens/s, FLOP/token, MFU of a bf16 forward);
 - the pipeline of `zebra distill` (`zebra.train.pipeline.run_pipeline`, OUT/distill-MIXER/) with --tokens, every
   training stage validating on exactly the held-out documents (`data.split` = the pack's document counts);
-- the step-0 held-out CE after upcycle + calibration: the two calibrated students composed with --mla MLA layers
-  placed evenly, as `zebra upcycle --mla N --calibrate` makes it, before any training;
+- the step-0 held-out CE after upcycle + calibration: the pipeline's two calibrated students composed with --mla MLA
+  layers placed evenly, before any training (`zebra upcycle --mla N --calibrate` calibrates the hybrid on its own
+  stream instead: scripts/upcycle-step0.py measures that one);
 - a scratch student of the hybrid's shape, random init, trained with CE on the same data, tokens and batch;
 - tokens/s and MFU of every training stage (the trainer's metrics.jsonl);
 - `zebra eval` (lm-eval) of the teacher, each distilled student and the scratch student on a multiple-choice task
@@ -254,8 +255,9 @@ def load_export(folder, device):
 
 
 def step0(args, options, ctx) -> dict:
-    """The calibrated students composed with --mla MLA layers placed evenly: `zebra upcycle --mla N --calibrate`'s
-    student (each layer's calibration is teacher-forced, so it does not depend on the others); its held-out CE."""
+    """The two calibrated students of the pipeline composed with --mla MLA layers placed evenly (each layer as its
+    all-MLA or all-recurrent student calibrated it, on that student's own stream), before any training; its
+    held-out CE."""
     from zebra.upcycle.compose import compose
 
     out = Path(options.output) / "step0-hybrid"

@@ -12,9 +12,11 @@ needs only Python's standard library (the GPU machine has no zstd module):
     cat PREFIX.tar.xz.* | python3 -c "import lzma, sys, tarfile; tarfile.open(fileobj=lzma.open(sys.stdin.buffer), mode='r|').extractall(sys.argv[1])" DEST
 
 Compression of SmolLM2 uint16 tokens of this corpus (the first 20 MB of train tokens, 2026-12-06): zstd -19 2.60x
-(35 s), zstd --ultra -22 2.61x (64 s); xz -6 is used (a few % larger, as fast as zstd -19, and in Python's standard library). 50M train
-tokens + 1M held-out (102 MB raw) with the teacher's GGUF (98 MB) make about 115 MiB: 3 parts of 40 MiB (a GPU
-call carries 64 MiB with the checkout, about 4 MB, so a part fits beside the 17 MB of wheels of the first call).
+(35 s), zstd --ultra -22 2.61x (64 s). xz -6 is used because Python's standard library unpacks it (the GPU machine
+has no zstd module). Measured here, 2026-12-06: 50M train + 1M held-out tokens (11,806 + 247 documents, 102 MB)
+and the teacher's GGUF (98 MB) made 113.7 MiB of xz in 3 parts of at most 40 MiB (35 minutes on the shared 2-core
+CPU at load 20; zstd -19 made 115 MiB). A GPU call carries 64 MiB with the checkout (about 4 MB), so a part fits
+beside the 17 MB of wheels of the first call.
 
     python3 scripts/pack-corpus.py /work/corpus --train-tokens 50M --heldout-tokens 1M -o pack/ --archive pack/smol50m --include SmolLM2-135M-Instruct.Q4_1.gguf
 """

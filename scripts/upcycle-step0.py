@@ -82,10 +82,10 @@ def hybrids(args) -> list[tuple[str, dict]]:
     from zebra.upcycle.fit import FitOptions
     from zebra.upcycle.student import StudentOptions
 
-    fit = FitOptions(steps=args.steps, eval_every=args.eval_every or args.steps)
-    calibrate = CalibrateOptions(
-        args.calibration, samples=args.samples, seq_len=args.calibrate_seq_len, fit=fit
-    )
+    fit = FitOptions(steps=args.steps, eval_every=args.eval_every or args.steps, lr=args.lr, batch=args.fit_batch,
+                     schedule=args.schedule, output_lstsq=args.output_lstsq)  # fmt: skip
+    calibrate = CalibrateOptions(args.calibration, samples=args.samples, seq_len=args.calibrate_seq_len, fit=fit,
+                                 sequential=args.sequential, correct_residual=args.correct_residual)  # fmt: skip
     out = []
     for mixer in args.mixers.split(","):
         options = StudentOptions(mixer=mixer, mla=args.mla)
@@ -156,6 +156,23 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=16, help="calibrate: sequences")
     p.add_argument("--eval-every", type=int, default=25, help="calibrate: steps between error measurements")
     p.add_argument("--calibrate-seq-len", type=int, default=128)
+    p.add_argument("--lr", type=float, default=1e-3, help="calibrate: Adam LR of the fit")
+    p.add_argument("--fit-batch", type=int, default=2, help="calibrate: sequences per fit step")
+    p.add_argument(
+        "--schedule", default="constant", choices=("constant", "cosine"), help="calibrate: LR schedule"
+    )
+    p.add_argument(
+        "--output-lstsq", action="store_true", help="calibrate: least-squares output projection first"
+    )
+    p.add_argument(
+        "--teacher-forced",
+        dest="sequential",
+        action="store_false",
+        help="calibrate: every layer on the teacher's input (default: the student's own stream)",
+    )
+    p.add_argument(
+        "--correct-residual", type=float, default=1.0, help="calibrate: sequential target correction"
+    )
     p.add_argument("--calibrated-only", action="store_true", help="calibrate: skip the uncalibrated students")
     p.add_argument("--svd-samples", type=int, default=32, help="forms: activation-SVD sequences of 512")
     p.add_argument("--full-q-rank", type=int, default=576)

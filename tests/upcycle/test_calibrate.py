@@ -19,8 +19,8 @@ from zebra.upcycle.teacher_records import attention_statistics, record_attention
 
 from .teachers import tiny_llama
 
-TINY_FIT = CalibrateOptions(
-    "@sample", samples=4, seq_len=32, device="cpu", fit=FitOptions(steps=24, eval_every=8)
+TINY_FIT = CalibrateOptions(  # teacher-forced: each layer's fit can be checked on the teacher's own records
+    "@sample", samples=4, seq_len=32, device="cpu", fit=FitOptions(steps=24, eval_every=8), sequential=False
 )
 
 
@@ -195,3 +195,58 @@ def _model(config, source):
     model.load_state_dict({n: source.get(n) for n in source.shapes()}, strict=False, assign=True)
     model.tie_weights()
     return model.eval()
+
+
+def _calibrated(teacher, mixer: str, **options):
+    """`calibrate_student` of a hybrid (layer 1 MLA) of `teacher` with TINY_FIT changed by `options`."""
+    import dataclasses
+
+    from zebra.models import ZebraConfig
+    from zebra.upcycle.calibrate import calibrate_student
+    from zebra.upcycle.source import UpcycledSource
+    from zebra.upcycle.student import plan_student
+
+    config = ZebraConfig(**plan_student(teacher.shape, StudentOptions(mixer=mixer, mla_layers=(1,))).config,
+                         kernel_backend="torch")  # fmt: skip
+    fit = dataclasses.replace(TINY_FIT.fit, **options.pop("fit", {}))
+    return calibrate_student(teacher, config, UpcycledSource(teacher, config, torch.float32),
+                             dataclasses.replace(TINY_FIT, fit=fit, **options))  # fmt: skip
+
+
+@pytest.mark.parametrize("correct_residual", [0.0, 1.0])
+def test_sequential_fit_starts_where_the_teacher_forced_one_does_and_follows_the_students_stream(
+    tmp_path, correct_residual
+):
+    """Layer 0 gets the same input (the embeddings) and target either way, so its fit is the teacher-forced one;
+    layer 1 gets the student's own stream, which differs from the teacher's once layer 0 is not exact."""
+    from zebra.upcycle import open_teacher
+
+    teacher = open_teacher(tiny_llama(tmp_path / "llama", num_hidden_layers=3))
+    forced = _calibrated(teacher, "gdn")
+    sequential = _calibrated(teacher, "gdn", sequential=True, correct_residual=correct_residual)
+    assert sequential.record()["sequential"] and sequential.record()["correct_residual"] == correct_residual
+    assert [f.mixer for f in sequential.layers] == ["gdn", "mla", "gdn"]
+    first, first_forced = sequential.layers[0], forced.layers[0]
+    assert first.error_fit == pytest.approx(first_forced.error_fit, rel=1e-4)
+    for name, tensor in forced.tensors.items():
+        if name.startswith("model.layers.0."):
+            torch.testing.assert_close(sequential.tensors[name], tensor, rtol=1e-4, atol=1e-5)
+    assert sequential.layers[1].error_upcycled != pytest.approx(forced.layers[1].error_upcycled, rel=1e-4)
+    assert set(sequential.tensors) == set(forced.tensors)
+    for f in sequential.layers:
+        assert f.error_fit <= f.error_init + 1e-9 and f.error_fit < f.error_upcycled, f
+    teacher.tensors.close()
+
+
+def test_the_least_squares_output_projection_starts_the_fit_closer_than_the_head_scales(tmp_path):
+    """Least squares over the whole output projection includes every per-head scaling, so on the calibration
+    tokens it starts at most as far from the teacher's output as the value scale alone."""
+    from zebra.upcycle import open_teacher
+
+    teacher = open_teacher(tiny_llama(tmp_path / "llama"))
+    scaled = _calibrated(teacher, "mamba", fit={"steps": 0})
+    solved = _calibrated(teacher, "mamba", fit={"steps": 0, "output_lstsq": True})
+    for a, b in zip(scaled.layers, solved.layers, strict=True):
+        assert b.error_init <= a.error_init + 1e-6 and b.error_init < a.error_upcycled, (a, b)
+    assert solved.record()["output_lstsq"]
+    teacher.tensors.close()

@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from zebra.convert.tensor_sources import TensorSource
-from zebra.mixers import MLP, mixer_spec, resolve
-from zebra.upcycle.fit import FitOptions
+from zebra.mixers import MLP, mixer_spec
+from zebra.upcycle.fit import FitOptions, LayerFit, fit_layer
 from zebra.upcycle.report import FITTED, TensorOrigin
 
 if TYPE_CHECKING:
@@ -40,20 +40,8 @@ class CalibrateOptions:
     seq_len: int = 128  # tokens per sequence
     device: str = "auto"  # where the teacher runs and the mixers are fitted
     fit: FitOptions = field(default_factory=FitOptions)
-
-
-@dataclass
-class LayerFit:
-    """One mixer's calibration: its relative output error ||y_s - y_t|| / ||y_t|| on the calibration tokens as
-    upcycled, after the gate init and value scale, and after the fit (the best weights)."""
-
-    layer: int  # dense layer index
-    mixer: str  # registry name
-    error_upcycled: float
-    error_init: float
-    error_fit: float
-    best_step: int
-    gates: dict[str, list[float]] = field(default_factory=dict)  # decay, beta, value_scale per head
+    sequential: bool = True  # each mixer on the student's own stream, earlier ones fitted (sequential.py)
+    correct_residual: float = 1.0  # sequential: the target adds this share of the teacher-student stream gap
 
 
 @dataclass
@@ -70,7 +58,8 @@ class Calibrated:
         o = self.options
         return {"data": o.data, "tokens": self.tokens, "sequences": o.samples, "seq_len": o.seq_len,
                 "steps": o.fit.steps, "lr": o.fit.lr, "batch": o.fit.batch, "gates": o.fit.gates,
-                "layers": [asdict(f) for f in self.layers]}  # fmt: skip
+                "schedule": o.fit.schedule, "output_lstsq": o.fit.output_lstsq, "sequential": o.sequential,
+                "correct_residual": o.correct_residual, "layers": [asdict(f) for f in self.layers]}  # fmt: skip
 
 
 def calibrate_student(
@@ -105,58 +94,45 @@ def calibrate_student(
     tokens = calibration_tokens(options.data, teacher.tokenizer, teacher.shape.vocab_size,
                                 options.samples, options.seq_len)  # fmt: skip  # [S, T]
     mixers = [i for i, char in enumerate(config.layer_pattern) if char != MLP]  # sublayer indices
-    records = record_attention(teacher, tokens, [i // 2 for i in mixers], device=options.device)
+    keep_stream = options.sequential and options.correct_residual > 0
+    records = record_attention(teacher, tokens, [i // 2 for i in mixers], device=options.device,
+                               keep_stream=keep_stream)  # fmt: skip
     dev = torch.device(resolve_device(options.device))
     total = len(mixers) * options.fit.steps
+
+    def on_step(n: int, step: int, error: float) -> None:
+        if on_progress is not None:
+            index = mixers[n]
+            kind = mixer_spec(config.layer_pattern[index]).label
+            on_progress(n * options.fit.steps + step, total, f"layer {index // 2} {kind}: error {error:.3f}")
+
+    if options.sequential:
+        from zebra.upcycle.sequential import calibrate_sequential
+
+        tensors, layers = calibrate_sequential(config, source, tokens, records, options, dev, on_step)
+        return Calibrated(tensors, layers, int(tokens.numel()), options)
     tensors: dict[str, torch.Tensor] = {}
     layers: list[LayerFit] = []
     for n, index in enumerate(mixers):
         record = records.pop(index // 2)  # freed once fitted
-
-        def on_step(step: int, error: float, n: int = n, index: int = index) -> None:
-            if on_progress is not None:
-                kind = mixer_spec(config.layer_pattern[index]).label
-                on_progress(
-                    n * options.fit.steps + step, total, f"layer {index // 2} {kind}: error {error:.3f}"
-                )
-
-        fitted, result = _calibrate_mixer(config, source, index, record, options.fit, dev, on_step)
-        tensors.update(fitted)
-        layers.append(result)
+        mixer = _mixer_from_source(config, source, index, dev)
+        x, y = record.inputs.to(dev), record.outputs.to(dev)  # [S, T, D]
+        layers.append(fit_layer(mixer, config, index, x, y, record, options.fit,
+                                lambda step, error, n=n: on_step(n, step, error)))  # fmt: skip
+        prefix = f"model.layers.{index}.mixer."
+        tensors.update({prefix + k: v.detach().cpu() for k, v in mixer.state_dict().items()})
     return Calibrated(tensors, layers, int(tokens.numel()), options)
 
 
-def _calibrate_mixer(
-    config: Any, source: TensorSource, index: int, record: Any, fit: FitOptions, dev: Any, on_step: Callable
-) -> tuple[dict[str, torch.Tensor], LayerFit]:
-    """One mixer sublayer: built from the source's tensors, gates set, fitted. Returns its tensors and record."""
-    import torch
-
+def _mixer_from_source(config: Any, source: TensorSource, index: int, dev: Any) -> Any:
+    """Mixer sublayer `index` of the student, built from the source's tensors (float32, on `dev`)."""
     from zebra.models.modeling_zebra import ZebraSublayer
-    from zebra.upcycle.fit import fit_mixer, head_outputs, relative_error
-    from zebra.upcycle.gates import fit_value_scale
 
     prefix = f"model.layers.{index}.mixer."
     state = {n[len(prefix) :]: source.get(n).float() for n in source.shapes() if n.startswith(prefix)}
     mixer = ZebraSublayer(config, index).mixer.float()
     mixer.load_state_dict(state, strict=True)
-    mixer.to(dev).eval()
-    x, y = record.inputs.to(dev), record.outputs.to(dev)  # [S, T, D]
-    spec = mixer_spec(config.layer_pattern[index])
-    kind = spec.name
-    upcycled = relative_error(mixer, x, y)
-    gates: dict[str, list[float]] = {}
-    if fit.gates:
-        if spec.upcycle is not None and spec.upcycle.gates:  # the mixer's data-driven gate init
-            gates = resolve(spec.upcycle.gates)(
-                mixer, record.distance, record.entropy, x.flatten(0, 1).mean(dim=0)
-            )
-        heads = config.num_attention_heads if kind == "mla" else record.distance.numel()
-        gates["value_scale"] = fit_value_scale(mixer, head_outputs(mixer, x, heads), y.flatten(0, 1))
-    with torch.enable_grad():
-        initial, best, best_step = fit_mixer(mixer, x, y, fit, on_step)
-    fitted = {prefix + k: v.detach().cpu() for k, v in mixer.state_dict().items()}
-    return fitted, LayerFit(index // 2, kind, upcycled, initial, best, best_step, gates)
+    return mixer.to(dev).eval()
 
 
 class CalibratedSource(TensorSource):

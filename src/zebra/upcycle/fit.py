@@ -11,12 +11,26 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
+
+
+@dataclass
+class LayerFit:
+    """One mixer's calibration: its relative output error ||y_s - y_t|| / ||y_t|| on the calibration tokens as
+    upcycled, after the gate init and value scale, and after the fit (the best weights)."""
+
+    layer: int  # dense layer index
+    mixer: str  # registry name
+    error_upcycled: float
+    error_init: float
+    error_fit: float
+    best_step: int
+    gates: dict[str, list[float]] = field(default_factory=dict)  # decay, beta, value_scale per head
 
 
 @dataclass(frozen=True)
@@ -29,6 +43,8 @@ class FitOptions:
     eval_every: int = 25  # steps between measurements of the error on all sequences (the best is kept)
     gates: bool = True  # the analytic gate init and value scale before the fit (zebra.upcycle.gates)
     seed: int = 0
+    schedule: str = "constant"  # the LR over the steps: constant, or cosine (to lr / 20)
+    output_lstsq: bool = False  # the whole output projection by least squares (ridge) before the Adam steps
 
 
 def mixer_forward(mixer: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -86,6 +102,11 @@ def fit_mixer(
 
     generator = torch.Generator().manual_seed(options.seed)
     optimizer = torch.optim.Adam([p for p in mixer.parameters() if p.requires_grad], lr=options.lr)
+    scheduler = None
+    if options.schedule == "cosine":
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
+            optimizer, max(1, options.steps), options.lr / 20
+        )
     start = best = relative_error(mixer, inputs, outputs)
     best_state, best_step, last = copy.deepcopy(mixer.state_dict()), 0, start
     mixer.train()
@@ -96,6 +117,8 @@ def fit_mixer(
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
         if step % options.eval_every == 0 or step == options.steps:
             last = relative_error(mixer, inputs, outputs)
             if last < best:
@@ -105,3 +128,49 @@ def fit_mixer(
     mixer.load_state_dict(best_state)
     mixer.eval()
     return start, best, best_step
+
+
+def fit_output_projection(
+    mixer: nn.Module, features: torch.Tensor, target: torch.Tensor, ridge: float = 1e-3
+) -> None:
+    """Set the mixer's output projection W `[D, F]` to the ridge least-squares map of `features [N, F]` (what
+    enters it) to `target [N, D]`: W = Y^T C (C^T C + ridge * mean(diag) I)^-1."""
+    import torch
+
+    from zebra.upcycle.gates import output_projection
+
+    c = features.double()
+    gram = c.T @ c  # [F, F]
+    gram += ridge * gram.diagonal().mean() * torch.eye(gram.shape[0], dtype=gram.dtype, device=gram.device)
+    w = torch.linalg.solve(gram, c.T @ target.double()).T  # [D, F]
+    proj = output_projection(mixer)
+    with torch.no_grad():
+        proj.weight.copy_(w.to(proj.weight.dtype))
+
+
+def fit_layer(
+    mixer: Any, config: Any, index: int, x: Any, y: Any, record: Any, fit: FitOptions, on_step: Callable
+) -> LayerFit:
+    """Set the gates and value scale of mixer sublayer `index` and fit it (in place) to map `x` to `y`
+    (`[S, T, D]`); `record` gives the teacher heads' distance and entropy. Returns its LayerFit."""
+    import torch
+
+    from zebra.mixers import mixer_spec, resolve
+    from zebra.upcycle.gates import fit_value_scale
+
+    spec = mixer_spec(config.layer_pattern[index])
+    kind = spec.name
+    upcycled = relative_error(mixer, x, y)
+    gates: dict[str, list[float]] = {}
+    if fit.gates:
+        if spec.upcycle is not None and spec.upcycle.gates:  # the mixer's data-driven gate init
+            gates = resolve(spec.upcycle.gates)(
+                mixer, record.distance, record.entropy, x.flatten(0, 1).mean(dim=0)
+            )
+        heads = config.num_attention_heads if kind == "mla" else record.distance.numel()
+        gates["value_scale"] = fit_value_scale(mixer, head_outputs(mixer, x, heads), y.flatten(0, 1))
+    if fit.output_lstsq:
+        fit_output_projection(mixer, head_outputs(mixer, x, 1).flatten(1), y.flatten(0, 1))
+    with torch.enable_grad():
+        initial, best, best_step = fit_mixer(mixer, x, y, fit, on_step)
+    return LayerFit(index // 2, kind, upcycled, initial, best, best_step, gates)

@@ -31,6 +31,7 @@ class LayerRecord:
     outputs: torch.Tensor  # [S, T, D]
     distance: torch.Tensor  # [H] mean attention distance in tokens
     entropy: torch.Tensor  # [H] mean attention-row entropy in nats
+    stream: torch.Tensor | None = None  # [S, T, D] the layer's input before its norm (keep_stream)
 
 
 def attention_statistics(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,10 +55,12 @@ def record_attention(
     device: str = "auto",
     batch_size: int = 4,
     on_progress: Callable[[int, int], None] | None = None,
+    keep_stream: bool = False,
 ) -> dict[int, LayerRecord]:
     """{layer: its `LayerRecord`} for the teacher's `layers` on `tokens [S, T]` (a forward up to the last one).
 
     The teacher runs float32 on the CPU, bf16 on a GPU (`teacher_dtype`); the records are float32 on the CPU.
+    `keep_stream` also keeps each layer's input before its norm (`LayerRecord.stream`).
     """
     import torch
 
@@ -69,7 +72,7 @@ def record_attention(
     model.config._attn_implementation = "eager"  # the attention maps are returned only by the eager path
     S, T = tokens.shape
     H = teacher.shape.num_heads
-    found: dict[int, dict[str, Any]] = {i: {"x": [], "y": [], "d": torch.zeros(H), "e": torch.zeros(H)}
+    found: dict[int, dict[str, Any]] = {i: {"x": [], "y": [], "h": [], "d": torch.zeros(H), "e": torch.zeros(H)}
                                         for i in layers}  # fmt: skip
 
     def keep_input(layer: int):
@@ -89,8 +92,19 @@ def record_attention(
 
         return hook
 
+    def keep_stream_of(layer: int):
+        def hook(module: Any, args: tuple, kwargs: dict) -> None:
+            hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]  # [b, T, D]
+            found[layer]["h"].append(hidden.float().cpu())
+
+        return hook
+
     handles = []
     for i in layers:
+        if keep_stream:
+            handles.append(
+                model.model.layers[i].register_forward_pre_hook(keep_stream_of(i), with_kwargs=True)
+            )
         attention = model.model.layers[i].self_attn
         handles.append(attention.register_forward_pre_hook(keep_input(i), with_kwargs=True))
         handles.append(attention.register_forward_hook(keep_output(i)))
@@ -109,6 +123,12 @@ def record_attention(
             handle.remove()
     rows = S * T
     return {
-        i: LayerRecord(torch.cat(f["x"]), torch.cat(f["y"]), f["d"] / rows, f["e"] / rows)
+        i: LayerRecord(
+            torch.cat(f["x"]),
+            torch.cat(f["y"]),
+            f["d"] / rows,
+            f["e"] / rows,
+            torch.cat(f["h"]) if f["h"] else None,
+        )
         for i, f in found.items()
     }
