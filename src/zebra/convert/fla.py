@@ -22,12 +22,10 @@ from zebra.convert.writer import (
     DEFAULT_MAX_SHARD,
     load_tokenizer_to_ship,
     output_dir,
-    parse_size,
     special_token_ids,
     stored_dtype,
     tensor_specs,
-    write_generation_config,
-    write_safetensors,
+    write_model_files,
 )
 from zebra.device import resolve_dtype
 from zebra.errors import ZebraError
@@ -202,17 +200,9 @@ def export_fla(
     tok = load_tokenizer_to_ship(tokenizer)
     fields.update(special_token_ids(fields, tok))
     with output_dir(output, force=force) as tmp:
-        write_safetensors(
-            tmp,
-            specs,
-            source.get,
-            max_shard_bytes=parse_size(max_shard_size),
-            on_progress=on_progress,
-            origin=source.origin,
+        write_model_files(
+            tmp, specs, source, max_shard_size=max_shard_size, on_progress=on_progress, ids=fields, tok=tok
         )
         fields["dtype"] = stored_dtype(specs)
         (tmp / "config.json").write_text(json.dumps(fields, indent=2) + "\n")
-        write_generation_config(tmp, fields)
-        if tok is not None:
-            tok.save_pretrained(tmp)
     return output

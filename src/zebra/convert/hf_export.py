@@ -29,12 +29,10 @@ from zebra.convert.writer import (
     SPECIAL_TOKEN_IDS,
     load_tokenizer_to_ship,
     output_dir,
-    parse_size,
     special_token_ids,
     stored_dtype,
     tensor_specs,
-    write_generation_config,
-    write_safetensors,
+    write_model_files,
 )
 from zebra.device import resolve_dtype
 from zebra.errors import ZebraError
@@ -103,18 +101,10 @@ def export_hf(
         # the kernels are the loading machine's choice: a run's forced backend (the torch reference for debugging,
         # fla or mamba_ssm on GPUs, where a CPU cannot run them) does not travel with the weights
         config.kernel_backend = "auto"
-        write_safetensors(
-            tmp,
-            specs,
-            src.get,
-            max_shard_bytes=parse_size(max_shard_size),
-            on_progress=on_progress,
-            origin=src.origin,
+        write_model_files(
+            tmp, specs, src, max_shard_size=max_shard_size, on_progress=on_progress, ids=ids, tok=tok
         )
         config.save_pretrained(tmp)
-        write_generation_config(tmp, ids)
-        if tok is not None:
-            tok.save_pretrained(tmp)
         (tmp / "README.md").write_text(model_card(config, recipe=recipe, source=source, tokenizer=tok))
         if add_files is not None:
             add_files(tmp)

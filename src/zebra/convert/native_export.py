@@ -22,13 +22,11 @@ from zebra.convert.writer import (
     SPECIAL_TOKEN_IDS,
     load_tokenizer_to_ship,
     output_dir,
-    parse_size,
     special_token_ids,
     stored_dtype,
     tensor_specs,
     with_chat_template,
-    write_generation_config,
-    write_safetensors,
+    write_model_files,
 )
 from zebra.device import resolve_dtype
 
@@ -92,17 +90,9 @@ def export_native(
     audit(shapes, expected, tied=tied, target=target).raise_if_failed(f"{checkpoint.path} as {target}")
     specs = tensor_specs(source.shapes(), cast)
     with output_dir(Path(output), force=force) as tmp:
-        write_safetensors(
-            tmp,
-            specs,
-            source.get,
-            max_shard_bytes=parse_size(max_shard_size),
-            on_progress=on_progress,
-            origin=source.origin,
+        write_model_files(
+            tmp, specs, source, max_shard_size=max_shard_size, on_progress=on_progress, ids=ids, tok=tok
         )
         config.dtype = stored_dtype(specs)
         config.save_pretrained(tmp)
-        write_generation_config(tmp, ids)
-        if tok is not None:
-            tok.save_pretrained(tmp)
     return Path(output)

@@ -279,6 +279,32 @@ def write_generation_config(directory: Path, ids: Mapping[str, int | None]) -> N
     GenerationConfig(**{n: ids.get(n) for n in SPECIAL_TOKEN_IDS}).save_pretrained(directory)
 
 
+def write_model_files(
+    directory: Path,
+    specs: list[TensorSpec],
+    source: Any,
+    *,
+    max_shard_size: int | str,
+    on_progress: Callable[[float, float | None, str], None] | None,
+    ids: Mapping[str, int | None],
+    tok: Any,
+) -> None:
+    """What every exporter writes into its temporary `directory` besides its own config: the safetensors of
+    `specs` streamed from `source` (a `TensorSource`), generation_config.json with the `ids`, and the tokenizer
+    `tok` (none when it is None)."""
+    write_safetensors(
+        directory,
+        specs,
+        source.get,
+        max_shard_bytes=parse_size(max_shard_size),
+        on_progress=on_progress,
+        origin=source.origin,
+    )
+    write_generation_config(directory, ids)
+    if tok is not None:
+        tok.save_pretrained(directory)
+
+
 # `zebra chat`'s conversation without a template (zebra.chat.session): the system prompt and a newline, then each
 # user message after a newline (none after text that ends in a newline or space), each reply right after it.
 PLAIN_CHAT_TEMPLATE = (

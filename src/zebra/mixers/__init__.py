@@ -2,7 +2,8 @@
 
 `zebra.mixers.spec` defines `MixerSpec` (what a kind is, for every part of zebra) and the table `MIXERS`; each
 built-in kind registers its spec in its own module here (`mamba2`, `gdn`, `kda`, `gla`, `mla`, `mlp`), in the
-order `MIXERS` lists them. Adding a mixer: docs/models.md.
+order `MIXERS` lists them (`delta_rule` holds the adapter parts GDN and KDA share). Adding a mixer:
+docs/models.md.
 """
 
 from zebra.mixers.spec import (

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from zebra.errors import ZebraError
+from zebra.mixers.delta_rule import fla_dims, megatron_dims, upcycle_from_attention
 from zebra.mixers.spec import (
     HEAD_DIM,
     HEADS,
@@ -13,9 +14,7 @@ from zebra.mixers.spec import (
     MegatronAdapter,
     MixerSpec,
     Shapes,
-    UpcycleAdapter,
     conv_check,
-    fla_value_dim,
     register_mixer,
 )
 
@@ -62,12 +61,8 @@ def _from_fla(cfg: dict[str, Any]) -> dict[str, Any]:
             f"{src}: output_gate_activation={cfg['output_gate_activation']!r} has no Zebra equivalent (swish only)",
             fix="convert a GDN model with the default swish output gate",
         )
-    return {
-        "num_heads": cfg["num_heads"],
-        "head_dim": cfg["head_dim"],
+    return fla_dims(cfg) | {
         "num_v_heads": cfg.get("num_v_heads") or cfg["num_heads"],
-        "head_v_dim": fla_value_dim(cfg),
-        "conv_size": cfg["conv_size"],
         "allow_neg_eigval": bool(cfg.get("allow_neg_eigval", False)),
     }
 
@@ -133,27 +128,13 @@ GDN = register_mixer(
             detect=lambda n: (
                 {"mixer.in_proj.weight", "mixer.out_norm.weight"} <= n and "mixer.f_b_proj.weight" not in n
             ),
-            fields=lambda arg, first: {
-                "num_heads": int(arg("linear_num_key_heads")),
-                "head_dim": int(arg("linear_key_head_dim")),
-                "num_v_heads": int(arg("linear_num_value_heads")),
-                "head_v_dim": int(arg("linear_value_head_dim")),
-                "conv_size": int(arg("linear_conv_kernel_dim", 4)),
-            },
+            fields=lambda arg, first: megatron_dims(arg),
             keys="zebra.convert.megatron_keys:GDN",
             dims=_dims,
         ),
-        upcycle=UpcycleAdapter(
-            fields=lambda s, problems: dict(
-                num_heads=s.num_heads,
-                head_dim=s.head_dim,
-                num_v_heads=s.num_heads,
-                head_v_dim=s.head_dim,
-                conv_size=4,
-            ),
-            copy="zebra.upcycle.recurrent:qkvo_from_attention",
-            gates="zebra.upcycle.gates:delta_rule_gates",
-            note="GDN from attention follows Primus' hybrid upcycling (q, k, v, o copied); no published results",
+        upcycle=upcycle_from_attention(
+            "GDN from attention follows Primus' hybrid upcycling (q, k, v, o copied); no published results",
+            value_heads=True,
         ),
     )
 )

@@ -19,13 +19,8 @@ from zebra.mixers.spec import (
 )
 
 GATE_RANK = 16  # FLA's gate_low_rank_dim (its GLAConfig has no key for it)
-# FLA 0.6.0's GLAConfig defaults of the fields read here (a config.json without them means these)
-_FLA_DEFAULTS = {
-                "expand_k": 0.5,
-                "expand_v": 1.0,
-                "num_heads": 4,
-                "num_hidden_layers": 24,
-                "use_short_conv": False,
+# The FLA GLAConfig fields Zebra's GLA fixes (`_from_fla` refuses other values; `to_fla` writes these)
+_FLA_FIXED = {
                 "num_kv_heads": None,
                 "feature_map": None,
                 "clamp_min": None,
@@ -33,6 +28,15 @@ _FLA_DEFAULTS = {
                 "use_gk": True,
                 "use_gv": False,
                 "elementwise_affine": True,
+            }  # fmt: skip
+# FLA 0.6.0's GLAConfig defaults of the fields read here (a config.json without them means these)
+_FLA_DEFAULTS = {
+                "expand_k": 0.5,
+                "expand_v": 1.0,
+                "num_heads": 4,
+                "num_hidden_layers": 24,
+                "use_short_conv": False,
+                **_FLA_FIXED,
                 "fuse_norm": True,
             }  # fmt: skip
 
@@ -109,16 +113,10 @@ GLA = register_mixer(
             to_zebra=_from_fla,
             from_zebra=lambda z: {
                 "num_heads": z.gla_num_heads,
-                "num_kv_heads": None,
                 "expand_k": z.gla_num_heads * z.gla_head_dim / z.hidden_size,
                 "expand_v": z.gla_num_heads * z.gla_head_v_dim / z.hidden_size,
                 "conv_size": z.gla_conv_size,
-                "feature_map": None,
-                "clamp_min": None,
-                "use_output_gate": True,
-                "use_gk": True,
-                "use_gv": False,
-                "elementwise_affine": True,
+                **_FLA_FIXED,
             },
         ),
         upcycle=UpcycleAdapter(

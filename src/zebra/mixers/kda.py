@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from zebra.errors import ZebraError
+from zebra.mixers.delta_rule import fla_dims, megatron_dims, upcycle_from_attention
 from zebra.mixers.spec import (
     HEAD_DIM,
     HEADS,
@@ -13,10 +14,8 @@ from zebra.mixers.spec import (
     MegatronAdapter,
     MixerSpec,
     Shapes,
-    UpcycleAdapter,
     conv_check,
     fla_refuse,
-    fla_value_dim,
     register_mixer,
 )
 
@@ -48,12 +47,7 @@ def _from_fla(cfg: dict[str, Any]) -> dict[str, Any]:
         fla_refuse(
             cfg, flag, (None, False), f"Zebra's KDA has no {flag}: keep using this model with FLA itself"
         )
-    return {
-        "num_heads": cfg["num_heads"],
-        "head_dim": cfg["head_dim"],
-        "head_v_dim": fla_value_dim(cfg),
-        "conv_size": cfg["conv_size"],
-    }
+    return fla_dims(cfg)
 
 
 def _to_fla(z: Any) -> dict[str, Any]:
@@ -75,17 +69,13 @@ def _to_fla(z: Any) -> dict[str, Any]:
 
 
 def _megatron_fields(arg, first) -> dict[str, Any]:
-    heads, k_heads = int(arg("linear_num_value_heads")), int(arg("linear_num_key_heads"))
+    dims = megatron_dims(arg)
+    heads, k_heads = dims.pop("num_v_heads"), dims["num_heads"]
     if heads != k_heads:
         raise ValueError(
             f"KDA with {k_heads} key heads and {heads} value heads; Zebra's KDA has one head count"
         )
-    return {
-        "num_heads": heads,
-        "head_dim": int(arg("linear_key_head_dim")),
-        "head_v_dim": int(arg("linear_value_head_dim")),
-        "conv_size": int(arg("linear_conv_kernel_dim", 4)),
-    }
+    return dims
 
 
 KDA = register_mixer(
@@ -134,13 +124,8 @@ KDA = register_mixer(
                 "kda_heads": c.kda_num_heads,
             },
         ),
-        upcycle=UpcycleAdapter(
-            fields=lambda s, problems: dict(
-                num_heads=s.num_heads, head_dim=s.head_dim, head_v_dim=s.head_dim, conv_size=4
-            ),
-            copy="zebra.upcycle.recurrent:qkvo_from_attention",
-            gates="zebra.upcycle.gates:delta_rule_gates",
-            note="KDA from attention has no published recipe: the Q/K/V/O copy of GDN is used",
+        upcycle=upcycle_from_attention(
+            "KDA from attention has no published recipe: the Q/K/V/O copy of GDN is used", value_heads=False
         ),
     )
 )

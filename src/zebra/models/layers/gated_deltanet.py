@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from zebra.models.layers.norm import GatedRMSNorm
-from zebra.models.layers.recurrent import DeltaRuleMixer, depthwise_conv
+from zebra.models.layers.recurrent import DeltaRuleMixer
 from zebra_kernels import gated_delta_rule, gdn_gate
 
 
@@ -70,9 +70,7 @@ class GatedDeltaNet(DeltaRuleMixer):
         self.a_proj = nn.Linear(hidden_size, num_v_heads, bias=False)
         self.b_proj = nn.Linear(hidden_size, num_v_heads, bias=False)
         self.g_proj = nn.Linear(hidden_size, self.value_dim, bias=False)
-        self.q_conv1d = depthwise_conv(self.key_dim, conv_size)
-        self.k_conv1d = depthwise_conv(self.key_dim, conv_size)
-        self.v_conv1d = depthwise_conv(self.value_dim, conv_size)
+        self.add_qkv_convs(conv_size)
         self.A_log = nn.Parameter(torch.empty(num_v_heads, dtype=torch.float32))
         self.dt_bias = nn.Parameter(torch.empty(num_v_heads))
         self.A_log._no_weight_decay = True

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import nn
 
 from zebra.models.layers.norm import GatedRMSNorm
-from zebra.models.layers.packed import derived, project
-from zebra.models.layers.recurrent import RecurrentMixer, depthwise_conv, float32_or_64, zero_padding
+from zebra.models.layers.packed import project
+from zebra.models.layers.recurrent import QKVConvMixer, float32_or_64, zero_padding
 from zebra_kernels.gla import gated_linear_attention
 
 
-class GatedLinearAttention(RecurrentMixer):
+class GatedLinearAttention(QKVConvMixer):
     """Gated linear attention: linear attention whose state decays per key channel, by a data-dependent gate.
 
     Reference: `Gated Linear Attention Transformers with Hardware-Efficient Training
@@ -66,9 +65,7 @@ class GatedLinearAttention(RecurrentMixer):
         self.k_proj = nn.Linear(hidden_size, self.key_dim, bias=False)
         self.v_proj = nn.Linear(hidden_size, self.value_dim, bias=False)
         self.g_proj = nn.Linear(hidden_size, self.value_dim, bias=False)
-        self.q_conv1d = depthwise_conv(self.key_dim, conv_size)
-        self.k_conv1d = depthwise_conv(self.key_dim, conv_size)
-        self.v_conv1d = depthwise_conv(self.value_dim, conv_size)
+        self.add_qkv_convs(conv_size)
         self.gk_proj = nn.Sequential(
             nn.Linear(hidden_size, gate_low_rank_dim, bias=False),
             nn.Linear(gate_low_rank_dim, self.key_dim, bias=True),
@@ -104,8 +101,3 @@ class GatedLinearAttention(RecurrentMixer):
         )  # [B, T, H, V]
         o = self.g_norm_swish_gate(o, gate.view(B, T, H, V))
         return self.o_proj(o.reshape(B, T, H * V)), state, conv_state
-
-    def conv_weight(self) -> torch.Tensor:
-        """The q/k/v short-conv weights as one `[C, W]` (made once per weight version while decoding)."""
-        convs = [self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight]
-        return derived(self, "conv_weight", convs, lambda ws: torch.cat(ws).squeeze(1))

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from zebra.models.layers.norm import GatedRMSNorm
-from zebra.models.layers.recurrent import DeltaRuleMixer, depthwise_conv
+from zebra.models.layers.recurrent import DeltaRuleMixer
 from zebra_kernels import kda_gate, kimi_delta_rule
 
 
@@ -66,9 +66,7 @@ class KimiDeltaAttention(DeltaRuleMixer):
         self.q_proj = nn.Linear(hidden_size, self.key_dim, bias=False)
         self.k_proj = nn.Linear(hidden_size, self.key_dim, bias=False)
         self.v_proj = nn.Linear(hidden_size, self.value_dim, bias=False)
-        self.q_conv1d = depthwise_conv(self.key_dim, conv_size)
-        self.k_conv1d = depthwise_conv(self.key_dim, conv_size)
-        self.v_conv1d = depthwise_conv(self.value_dim, conv_size)
+        self.add_qkv_convs(conv_size)
         self.f_proj = nn.Sequential(
             nn.Linear(hidden_size, head_v_dim, bias=False),
             nn.Linear(head_v_dim, self.key_dim, bias=False),

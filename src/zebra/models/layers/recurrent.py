@@ -178,7 +178,23 @@ class RecurrentMixer(nn.Module):
         )
 
 
-class DeltaRuleMixer(RecurrentMixer):
+class QKVConvMixer(RecurrentMixer):
+    """A recurrent mixer whose q, k and v each pass their own depthwise short conv, run as one (GDN, KDA, GLA):
+    `add_qkv_convs` builds them (after `key_dim` / `value_dim` are set), `conv_weight` joins them."""
+
+    def add_qkv_convs(self, conv_size: int) -> None:
+        """q_conv1d, k_conv1d `[key_dim, 1, W]` and v_conv1d `[value_dim, 1, W]`, bias-free, in that order."""
+        self.q_conv1d = depthwise_conv(self.key_dim, conv_size)
+        self.k_conv1d = depthwise_conv(self.key_dim, conv_size)
+        self.v_conv1d = depthwise_conv(self.value_dim, conv_size)
+
+    def conv_weight(self) -> torch.Tensor:
+        """The q/k/v short-conv weights as one `[C, W]` (made once per weight version while decoding)."""
+        convs = [self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight]
+        return derived(self, "conv_weight", convs, lambda ws: torch.cat(ws).squeeze(1))
+
+
+class DeltaRuleMixer(QKVConvMixer):
     """The forward GDN and KDA share: q/k/v through one short conv (SiLU), write strength beta = sigmoid(b_proj x)
     (times 2 with allow_neg_eigval), a gated delta rule with L2-normalised q/k, then a gated RMSNorm per value
     head and o_proj.
@@ -254,8 +270,3 @@ class DeltaRuleMixer(RecurrentMixer):
         )  # [B, T, HV, V]
         o = self.o_norm(o, self.output_gate(projected).view(B, T, HV, V))
         return self.o_proj(o.reshape(B, T, HV * V)), state, conv_state
-
-    def conv_weight(self) -> torch.Tensor:
-        """The q/k/v short-conv weights as one `[C, W]` (made once per weight version while decoding)."""
-        convs = [self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight]
-        return derived(self, "conv_weight", convs, lambda ws: torch.cat(ws).squeeze(1))
