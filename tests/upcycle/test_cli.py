@@ -107,7 +107,7 @@ def test_sigterm_during_upcycle_removes_the_temporary_output_and_says_so(tmp_pat
 
     script = (  # the child sends itself SIGTERM while it writes the student's weights
         "import os, signal, sys\n"
-        "import zebra.convert.hf_export as hf\n"
+        "import zebra.convert.writer as hf\n"
         "real = hf.write_safetensors\n"
         "def write_terminated(*args, **kwargs):\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n"

@@ -273,17 +273,18 @@ def check_options(o: PipelineOptions) -> None:
     """Every one-line refusal that can be known before the first stage: an output that overlaps what is read, the
     teacher, the data's tokenizer, the MLA count, the token budget."""
     from zebra.atomic import check_creatable, check_output_apart
-    from zebra.mixers import recurrent_names
     from zebra.upcycle import open_teacher
-    from zebra.upcycle.student import MIXER_ALIASES
+    from zebra.upcycle.student import upcycle_mixers
 
     # --data is a prepared folder or a Megatron prefix (its .bin beside it)
     check_output_apart(
         o.output, {"the teacher": o.teacher, "--data": o.data, "--data's shard": f"{o.data}.bin"}
     )
     check_creatable(o.output, fix="choose another --output")  # before hours of distillation
-    if MIXER_ALIASES.get(o.mixer, o.mixer) not in recurrent_names():  # `mamba`, the default, is mamba2
-        raise ZebraError(f"--mixer {o.mixer}: unknown", fix=f"use one of {', '.join(recurrent_names())}")
+    mixers = upcycle_mixers()  # names and aliases (`mamba`, the default, is mamba2)
+    if o.mixer not in mixers or mixers[o.mixer].state != "recurrent":
+        recurrent = [n for n, m in mixers.items() if m.state == "recurrent"]
+        raise ZebraError(f"--mixer {o.mixer}: unknown", fix=f"use one of {', '.join(recurrent)}")
     teacher = open_teacher(o.teacher)  # a missing or unsupported teacher: its own one-line error
     try:
         layers = teacher.shape.num_layers
