@@ -122,7 +122,9 @@ def test_a_narrow_terminal_drops_the_optional_columns_instead_of_folding_names(c
     assert ("model" in header) == (columns >= 100) and ("tokenizer" in header) == (columns >= 80)
     at = next(i for i, line in enumerate(lines) if "1b-mamba-mla" in line)
     row = lines[at]
-    described = " ".join([row, *(line for line in lines[at + 1 : at + 3] if line.split("│")[1].strip() == "")])
+    described = " ".join(
+        [row, *(line for line in lines[at + 1 : at + 3] if line.split("│")[1].strip() == "")]
+    )
     assert "12 Mamba2+4" in row and "MLA" in described and "1.29B" in row  # wrapped between words
     if columns >= 80:
         assert "meta-llama/Llama-3.2-1B" in row
