@@ -350,7 +350,7 @@ def test_a_live_run_pruning_its_checkpoints_converts_the_step_it_read(tmp_path, 
 
 TERMINATED_MID_WRITE = """
 import os, signal, sys
-import zebra.convert.hf_export as hf
+import zebra.convert.writer as hf
 real = hf.write_safetensors
 def write_terminated(*args, **kwargs):  # SIGTERM lands in Python code right after: the output half-written
     os.kill(os.getpid(), signal.SIGTERM)
