@@ -481,6 +481,11 @@ def checksums(folder: Path) -> dict[str, str]:
     return sums
 
 
+# The environment before any test ran (modules are imported at collection): a user's shell, not what an earlier
+# in-process command set for itself (zebra's kernel cache folders, which `zebra doctor` then reports as "set by you").
+PRISTINE = dict(os.environ)
+
+
 def case_env(case: Case, folder: Path) -> dict[str, str]:
     """What the case's command adds to the environment."""
     env = {"COLUMNS": "200", "HF_HUB_OFFLINE": "1", "ZEBRA_DEBUG": ""}
@@ -493,6 +498,8 @@ def inside(folder: Path) -> Iterator[None]:
     (what a command sets, e.g. zebra's kernel cache folders, goes with it)."""
     here, environ = os.getcwd(), dict(os.environ)
     os.chdir(folder)
+    os.environ.clear()
+    os.environ.update(PRISTINE)  # not what an earlier in-process command of the session set for itself
     try:
         yield
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 from pathlib import Path
 
@@ -70,7 +71,12 @@ def trained_tiny_run(base: Path) -> Path:
 
     from zebra.cli.main import app
 
-    done = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    environ = dict(os.environ)  # what the command sets for itself (its kernel cache folders) stays with it
+    try:
+        done = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
     assert done.exit_code == 0, done.output
     return run
 

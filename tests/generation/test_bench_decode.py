@@ -96,7 +96,8 @@ def test_bench_decode_lengths_and_profile_json(tmp_path):
     assert profile["batch"] == 1 and profile["source"] == "cpu ops" and profile["mode"] == "eager"
     assert profile["roofline_ms"] == report["rows"][0]["roofline_ms"]
     names = [r["name"] for r in profile["rows"]]
-    assert "aten::argmax" in names  # the token choice is part of the step
+    # the token choice is part of the step; the rows are the 40 slowest ops, so on a busy CPU it may rank below them
+    assert "aten::argmax" in names or len(names) == 40
     assert profile["kernels_per_step"] >= sum(r["calls_per_step"] for r in profile["rows"]) > 10
     assert abs(sum(r["share"] for r in profile["rows"]) - 1) < 0.05 or len(names) == 40
     # the mla-decode phase's summary (scripts/gpu-session.sh) reads these reports

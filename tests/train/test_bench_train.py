@@ -64,7 +64,7 @@ def test_against_fla_needs_a_gpu_and_a_pure_recipe(cli):
     cpu = cli("bench", "train", "tiny-kda", "--against", "fla")
     assert cpu.exit_code == 1 and "FLA's kernels need a GPU" in cpu.stderr
     hybrid = cli("bench", "train", "tiny", "--against", "fla")
-    assert hybrid.exit_code == 1 and "FLA has classes for pure GDN and pure KDA models only" in hybrid.stderr
+    assert hybrid.exit_code == 1 and "FLA has classes for pure GDN / KDA / GLA models only" in hybrid.stderr
     other = cli("bench", "train", "tiny-gdn", "--against", "mamba")
     assert (
         other.exit_code == 1 and "--against mamba: unknown" in other.stderr and "fla, llama" in other.stderr
