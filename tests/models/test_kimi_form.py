@@ -59,3 +59,17 @@ def test_nope_mla_decodes_with_its_cache_as_it_prefills():
             out = model(ids[:, t : t + 1], cache=cache, use_cache=True)
             steps.append(out.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-4, rtol=1e-4)
+
+
+def test_kda_without_gate_bias_is_refused_by_the_fla_export_in_one_line():
+    """FLA's KimiDeltaAttention always has the output-gate bias: `--to fla` refuses the Kimi form, naming the field
+    and the export that fits, instead of writing a checkpoint FLA would load with a missing tensor."""
+    import pytest
+
+    from zebra.convert.fla import fla_config
+    from zebra.errors import ZebraError
+
+    config = load_recipe("tiny-kimi").model.to_config(kernel_backend="torch")
+    with pytest.raises(ZebraError, match=r"model\.kda\.gate_bias=false") as refused:
+        fla_config(config, "K-K-")
+    assert "--to kimi-linear" in refused.value.fix
