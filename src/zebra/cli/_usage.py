@@ -11,13 +11,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from typer._click.exceptions import (
-    BadParameter,
-    MissingParameter,
-    NoArgsIsHelpError,
-    NoSuchOption,
-    UsageError,
-)
+try:  # Typer 0.2x's own copy of Click, which it parses with
+    from typer._click.exceptions import (
+        BadParameter,
+        MissingParameter,
+        NoArgsIsHelpError,
+        NoSuchOption,
+        UsageError,
+    )
+except ImportError:  # a Typer that parses with Click itself (pyproject allows typer>=0.20)
+    from click.exceptions import BadParameter, MissingParameter, NoArgsIsHelpError, NoSuchOption, UsageError
 
 from zebra.cli._output import out
 
