@@ -272,6 +272,10 @@ CASES = [
          ["train", "tiny", "--mock-data", "--max-steps", "999999999", "--dry-run"], "train.max_steps"),
     Case("train-set-name-not-a-folder-name", "wrong type",
          ["train", "tiny", "--mock-data", "--set", "name=../x", "--dry-run"], "--set: name"),
+    # bytes that are not UTF-8 (argv decodes them to lone surrogates): no folder named with them
+    Case("train-set-name-not-utf8", "binary",
+         ["train", "tiny", "--mock-data", "--set", "name=ab\udcffc", "--dry-run"], "--set: name"),
+    Case("train-run-name-control", "binary", ["train", "tiny", "--mock-data", "--run", "a\nb", "--dry-run"], "--run"),
     # train: run folders and where it writes
     Case("train-results-without-checkpoint", "interrupted",
          ["train", "tiny", "--mock-data", "--output", "runs", "--run", "r", "--max-steps", "1", *TINY],

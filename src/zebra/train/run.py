@@ -273,13 +273,14 @@ def _same_vocabulary(record: dict[str, Any], tokenizer: str) -> bool:
 
 def run_name(run: str | None, recipe: Recipe) -> str:
     """The run's folder name under --output: `--run`, else the recipe's `name:`; one path component, so that
-    the run (and what `--resume never` deletes) stays inside --output."""
+    the run (and what `--resume never` deletes) stays inside --output; printable text, so that the folder's name
+    is what every message shows (a byte that is not UTF-8 arrives as a lone surrogate, which is not printable)."""
     name = run or recipe.name
-    if name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
+    if name in ("", ".", "..") or "/" in name or "\\" in name or not name.isprintable():
         origin = "--set" if "name" in recipe.overridden else recipe.source or "recipe"
         where = f"--run {name!r}" if run else f"{origin}: name: {name!r}"
         raise ZebraError(
-            f"{where}: a run name is one folder name (no '/', not '.' or '..')",
+            f"{where}: a run name is one folder name (no '/', not '.' or '..', printable UTF-8 text)",
             fix="pass --run NAME with a plain name (--output DIR chooses the folder that holds the runs)",
         )
     return name
