@@ -5,18 +5,23 @@ from __future__ import annotations
 from typing import Any
 
 from zebra.errors import ZebraError
-from zebra.mixers.delta_rule import fla_dims, megatron_dims, upcycle_from_attention
+from zebra.mixers.delta_rule import fla_dims, fla_sizes, megatron_dims, upcycle_from_attention
 from zebra.mixers.spec import (
     HEAD_DIM,
     HEADS,
+    Blocker,
     ConfigField,
     FLAAdapter,
     MegatronAdapter,
     MixerSpec,
+    NativeAdapter,
+    NativeTensor,
     Shapes,
+    concat,
     conv_check,
     fla_refuse,
     register_mixer,
+    weights,
 )
 
 
@@ -41,13 +46,12 @@ def _state(cfg: Any, batch_size: int, max_length: int) -> Shapes:
 
 
 def _from_fla(cfg: dict[str, Any]) -> dict[str, Any]:
-    fla_refuse(cfg, "num_v_heads", (None, cfg["num_heads"]), "Zebra's KDA has one head count: convert a KDA "
-               "model without grouped value heads")  # fmt: skip
+    dims = fla_dims(cfg, value_heads=False)
     for flag in ("allow_neg_eigval", "safe_gate"):
         fla_refuse(
             cfg, flag, (None, False), f"Zebra's KDA has no {flag}: keep using this model with FLA itself"
         )
-    return fla_dims(cfg)
+    return dims
 
 
 def _to_fla(z: Any) -> dict[str, Any]:
@@ -57,25 +61,58 @@ def _to_fla(z: Any) -> dict[str, Any]:
             fix="export this model with --to kimi-linear (Kimi-Linear's form has none)",
         )
     return {
-        "head_dim": z.kda_head_dim,
-        "num_heads": z.kda_num_heads,
-        "num_v_heads": None,
-        "expand_v": z.kda_head_v_dim / z.kda_head_dim,
-        "conv_size": z.kda_conv_size,
+        **fla_sizes(z, "kda", value_heads=False),
         "allow_neg_eigval": False,
         "safe_gate": False,
         "lower_bound": None,
     }
 
 
-def _megatron_fields(arg, first) -> dict[str, Any]:
-    dims = megatron_dims(arg)
-    heads, k_heads = dims.pop("num_v_heads"), dims["num_heads"]
-    if heads != k_heads:
-        raise ValueError(
-            f"KDA with {k_heads} key heads and {heads} value heads; Zebra's KDA has one head count"
+def _native_blockers(cfg: Any) -> list[Blocker]:
+    out = []
+    if cfg.kda_gate_bias:
+        out.append(Blocker("model.kda.gate_bias", True, False, "its output gate g_b_proj has no bias"))
+    if cfg.kda_head_dim != cfg.kda_head_v_dim:
+        out.append(
+            Blocker(
+                "model.kda.head_dim",
+                cfg.kda_head_dim,
+                cfg.kda_head_v_dim,
+                f"one head_dim serves queries, keys and values (head_v_dim is {cfg.kda_head_v_dim})",
+            )
         )
-    return dims
+    return out
+
+
+def _native_tensors(cfg: Any, z: str, n: str, to: str) -> list[NativeTensor]:
+    """Kimi-Linear's KimiDeltaAttention."""
+    H = cfg.kda_num_heads
+    return [
+        *(NativeTensor(n + f"{p}.weight", (z + f"{p}.weight",)) for p in ("q_proj", "k_proj", "v_proj", "b_proj")),
+        NativeTensor(n + "conv1d.weight", weights(z, "q_conv1d", "k_conv1d", "v_conv1d"), concat),
+        NativeTensor(n + "forget_gate.f_a_proj.weight", (z + "f_proj.0.weight",)),
+        NativeTensor(n + "forget_gate.f_b_proj.weight", (z + "f_proj.1.weight",)),
+        NativeTensor(n + "forget_gate.dt_bias", (z + "dt_bias",)),
+        NativeTensor(n + "forget_gate.A_log", (z + "A_log",), lambda p: p[0].view(1, 1, H, 1)),
+        NativeTensor(n + "g_a_proj.weight", (z + "g_proj.0.weight",)),
+        NativeTensor(n + "g_b_proj.weight", (z + "g_proj.1.weight",)),
+        NativeTensor(n + "o_norm.weight", (z + "o_norm.weight",)),
+        NativeTensor(n + "o_proj.weight", (z + "o_proj.weight",)),
+    ]  # fmt: skip
+
+
+def _native_config(cfg: Any) -> dict[str, Any]:
+    """Kimi-Linear's KDA sizes, in transformers' keys and in Moonshot's `linear_attn_config` (vLLM, SGLang)."""
+    return {
+        "linear_head_dim": cfg.kda_head_dim,
+        "linear_num_heads": cfg.kda_num_heads,
+        "linear_conv_kernel_dim": cfg.kda_conv_size,
+        "linear_attn_config": {
+            "head_dim": cfg.kda_head_dim,
+            "num_heads": cfg.kda_num_heads,
+            "short_conv_kernel_size": cfg.kda_conv_size,
+        },
+    }
 
 
 KDA = register_mixer(
@@ -115,7 +152,7 @@ KDA = register_mixer(
         ),
         megatron=MegatronAdapter(
             detect=lambda names: "mixer.f_b_proj.weight" in names,
-            fields=_megatron_fields,
+            fields=lambda arg, first: megatron_dims(arg, value_heads=False),
             keys="zebra.convert.megatron_keys:KDA",
             dims=lambda c: {
                 "kda_key": c.kda_num_heads * c.kda_head_dim,
@@ -126,6 +163,12 @@ KDA = register_mixer(
         ),
         upcycle=upcycle_from_attention(
             "KDA from attention has no published recipe: the Q/K/V/O copy of GDN is used", value_heads=False
+        ),
+        native=NativeAdapter(
+            tensors=_native_tensors,
+            blockers=_native_blockers,
+            config=_native_config,
+            servable="1b-kda-mla-kimi (KDA + NoPE MLA, --to kimi-linear)",
         ),
     )
 )

@@ -7,13 +7,30 @@ from typing import Any
 from zebra.mixers.spec import (
     HEAD_DIM,
     HEADS,
+    Blocker,
     ConfigField,
     MegatronAdapter,
     MixerSpec,
+    NativeAdapter,
+    NativeTensor,
     Shapes,
     UpcycleAdapter,
     conv_check,
     register_mixer,
+)
+
+# Megatron's MambaMixer builds its gated norm with eps=1e-5 whatever the model's norm epsilon.
+MAMBA_NORM_EPS = 1e-5
+# its parameters: Bamba keeps Megatron's MambaMixer names and layouts, as Zebra does
+_PARAMS = (
+    "in_proj.weight",
+    "conv1d.weight",
+    "conv1d.bias",
+    "A_log",
+    "D",
+    "dt_bias",
+    "norm.weight",
+    "out_proj.weight",
 )
 
 
@@ -81,6 +98,27 @@ def _upcycle_fields(shape: Any, problems: list[str]) -> dict[str, Any]:
     )
 
 
+def _native_blockers(cfg: Any) -> list[Blocker]:
+    if cfg.rms_norm_eps != MAMBA_NORM_EPS:
+        why = "one epsilon serves every norm there, and Zebra's Mamba2 gated norm uses 1e-5"
+        return [Blocker("model.norm_eps", cfg.rms_norm_eps, MAMBA_NORM_EPS, why)]
+    return []
+
+
+def _native_config(cfg: Any) -> dict[str, Any]:
+    """Bamba's Mamba2 sizes."""
+    return {
+        "mamba_n_heads": mamba_num_heads(cfg),
+        "mamba_d_head": cfg.mamba_head_dim,
+        "mamba_n_groups": cfg.mamba_num_groups,
+        "mamba_d_state": cfg.mamba_state_dim,
+        "mamba_d_conv": cfg.mamba_conv_size,
+        "mamba_expand": cfg.mamba_expand,
+        "mamba_conv_bias": True,
+        "mamba_proj_bias": False,
+    }
+
+
 MAMBA2 = register_mixer(
     MixerSpec(
         char="M",
@@ -117,6 +155,12 @@ MAMBA2 = register_mixer(
             copy="zebra.upcycle.recurrent:mamba2_from_attention",
             gates="zebra.upcycle.gates:mamba2_gates",
             aliases=("mamba",),
+        ),
+        native=NativeAdapter(
+            tensors=lambda cfg, z, n, to: [NativeTensor(n + p, (z + p,)) for p in _PARAMS],
+            blockers=_native_blockers,
+            config=_native_config,
+            servable="tiny-mamba's pure Mamba2 form (--to bamba)",
         ),
     )
 )

@@ -5,7 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from zebra.mixers.spec import ATTENTION, MegatronAdapter, MixerSpec, register_mixer
+from zebra.mixers.spec import (
+    ATTENTION,
+    Blocker,
+    MegatronAdapter,
+    MixerSpec,
+    NativeAdapter,
+    NativeTensor,
+    register_mixer,
+)
+
+# Kimi-Linear's KimiLinearAttention builds its latent RMSNorms with the default epsilon
+KIMI_LATENT_NORM_EPS = 1e-6
 
 # Where a Megatron MLA layer keeps its key/value latent norm (its own module, or fused into linear_kv_up_proj);
 # a checkpoint with neither was built with `q_layernorm/kv_layernorm = IdentityOp` (no latent norms).
@@ -54,6 +65,52 @@ def _megatron_fields(arg, first) -> dict[str, Any]:
     }
 
 
+def _native_blockers(cfg: Any) -> list[Blocker]:
+    """Kimi-Linear's MLA: NoPE, latent norms with epsilon 1e-6."""
+    out = []
+    if cfg.mla_rope:
+        out.append(Blocker("model.mla.rope", True, False, "its MLA has no positional encoding (NoPE)"))
+    if not cfg.mla_latent_norm:
+        out.append(Blocker("model.mla.latent_norm", False, True, "it normalises the key/value latent"))
+    if cfg.rms_norm_eps != KIMI_LATENT_NORM_EPS:
+        out.append(
+            Blocker("model.norm_eps", cfg.rms_norm_eps, KIMI_LATENT_NORM_EPS, "its MLA latent norms use 1e-6")
+        )
+    return out
+
+
+def _native_tensors(cfg: Any, z: str, n: str, to: str) -> list[NativeTensor]:
+    """Kimi-Linear's KimiMLAAttention."""
+    if cfg.q_lora_rank:
+        query = [
+            NativeTensor(n + "q_a_proj.weight", (z + "q_down_proj.weight",)),
+            NativeTensor(n + "q_a_layernorm.weight", (z + "q_norm.weight",)),
+            NativeTensor(n + "q_b_proj.weight", (z + "q_up_proj.weight",)),
+        ]
+    else:
+        query = [NativeTensor(n + "q_proj.weight", (z + "q_proj.weight",))]
+    return [
+        *query,
+        NativeTensor(n + "kv_a_proj_with_mqa.weight", (z + "kv_down_proj.weight",)),
+        NativeTensor(n + "kv_a_layernorm.weight", (z + "kv_norm.weight",)),
+        NativeTensor(n + "kv_b_proj.weight", (z + "kv_up_proj.weight",)),
+        NativeTensor(n + "o_proj.weight", (z + "o_proj.weight",)),
+    ]
+
+
+def _native_config(cfg: Any) -> dict[str, Any]:
+    return {
+        "mla_use_nope": True,  # Moonshot's flag; vLLM's KimiMLAAttention asserts it (transformers is NoPE always)
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_key_value_heads": cfg.num_attention_heads,
+        "q_lora_rank": cfg.q_lora_rank or None,
+        "kv_lora_rank": cfg.kv_lora_rank,
+        "qk_nope_head_dim": cfg.qk_nope_head_dim,
+        "qk_rope_head_dim": cfg.qk_rope_head_dim,
+        "v_head_dim": cfg.v_head_dim,
+    }
+
+
 MLA = register_mixer(
     MixerSpec(
         char=ATTENTION,
@@ -84,6 +141,12 @@ MLA = register_mixer(
             fields=_megatron_fields,
             keys="zebra.convert.megatron_keys:MLA",
             pre_norms=("input_layernorm.weight",),
+        ),
+        native=NativeAdapter(
+            tensors=_native_tensors,
+            blockers=_native_blockers,
+            config=_native_config,
+            servable="1b-kda-mla-kimi (KDA + NoPE MLA, --to kimi-linear)",
         ),
     )
 )

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from zebra.mixers.spec import MLP, MegatronAdapter, MixerSpec, register_mixer
+from typing import Any
+
+from zebra.mixers.spec import MLP, MegatronAdapter, MixerSpec, NativeAdapter, NativeTensor, register_mixer
+
+
+def _native_tensors(cfg: Any, z: str, n: str, to: str) -> list[NativeTensor]:
+    """Every native class's SwiGLU MLP has the same three projections."""
+    return [
+        NativeTensor(f"{n}{p}.weight", (f"{z}{p}.weight",)) for p in ("gate_proj", "up_proj", "down_proj")
+    ]
+
 
 SWIGLU = register_mixer(
     MixerSpec(
@@ -18,5 +28,6 @@ SWIGLU = register_mixer(
             keys="zebra.convert.megatron_keys:MLP",
             pre_norms=("mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"),
         ),
+        native=NativeAdapter(tensors=_native_tensors),
     )
 )

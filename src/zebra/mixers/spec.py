@@ -125,6 +125,57 @@ class UpcycleAdapter:
 
 
 @dataclass(frozen=True)
+class NativeTensor:
+    """One tensor of a transformers-native checkpoint: `name`, the Zebra tensors it is made of, and how
+    (`build(parts)`: concatenation, row permutation or reshape alone, torch imported inside)."""
+
+    name: str
+    sources: tuple[str, ...]
+    build: Callable[[list[Any]], Any] = staticmethod(lambda parts: parts[0])  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """A setting with no exact native equivalent: the recipe field, its value, and the value that fits."""
+
+    field: str
+    value: Any
+    fits: Any
+    why: str
+
+
+@dataclass(frozen=True)
+class NativeAdapter:
+    """How the mixer becomes the mixer (or MLP) of a transformers class's decoder layer (`zebra.convert.native`,
+    whose `TARGETS` say which class holds which mixer, in which module).
+
+    Attributes:
+        tensors: `(cfg, zebra prefix, native prefix, target name) -> [NativeTensor]`; the prefixes end in a dot.
+        blockers: `cfg -> [Blocker]`: what stops an exact export.
+        config: `cfg -> {config.json field: value}`, the mixer's sizes in the native config (a dict value is
+            merged into the target's own dict of that name); written for every target that holds the mixer.
+        servable: the recipe that exports this mixer, named when a model's mix of mixers has no native class.
+    """
+
+    tensors: Callable[[Any, str, str, str], list[NativeTensor]]
+    blockers: Callable[[Any], list[Blocker]] = lambda cfg: []
+    config: Callable[[Any], dict[str, Any]] = lambda cfg: {}
+    servable: str = ""
+
+
+def weights(prefix: str, *modules: str) -> tuple[str, ...]:
+    """The weight names `<prefix><module>.weight` of `modules` (a native adapter's sources)."""
+    return tuple(f"{prefix}{m}.weight" for m in modules)
+
+
+def concat(parts: list[Any], dim: int = 0) -> Any:
+    """The tensors `parts` joined along `dim` (`torch.cat`; with the default, a `NativeTensor.build`)."""
+    import torch
+
+    return torch.cat(parts, dim=dim)
+
+
+@dataclass(frozen=True)
 class MixerSpec:
     """One sublayer kind.
 
@@ -153,7 +204,7 @@ class MixerSpec:
         check: `cfg -> [(field, problem)]`, the rules between its sizes that one field's range cannot express;
             `field` is named within `section`; run only when the pattern uses the mixer.
         summary: `cfg -> str`, its sizes in one line (the model card).
-        fla, megatron, upcycle: the optional adapters (None: that route does not take this mixer).
+        fla, megatron, upcycle, native: the optional adapters (None: that route does not take this mixer).
     """
 
     char: str
@@ -175,6 +226,7 @@ class MixerSpec:
     fla: FLAAdapter | None = None
     megatron: MegatronAdapter | None = None
     upcycle: UpcycleAdapter | None = None
+    native: NativeAdapter | None = None
 
     def __post_init__(self) -> None:
         if self.fields and not self.config_defaults:
