@@ -1,5 +1,5 @@
-"""Multi-Latent Attention, the `*` sublayer (`zebra.models.layers.mla`); its keys are plain HF names, declared by
-`ZebraConfig` itself and the recipe's `model.mla` section."""
+"""Multi-Latent Attention, the `*` sublayer (`zebra.models.layers.mla`); its `ZebraConfig` keys are plain HF names
+(`num_attention_heads`, `q_lora_rank`, ...; the YaRN pair is `rope_scaling`), its recipe section `model.mla`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,12 @@ from typing import Any
 
 from zebra.mixers.spec import (
     ATTENTION,
+    HEAD_DIM,
+    HEADS,
+    POSITIONS,
+    RANK,
     Blocker,
+    ConfigField,
     MegatronAdapter,
     MixerSpec,
     NativeAdapter,
@@ -124,7 +129,52 @@ MLA = register_mixer(
             "latent": (batch_size, max_length, c.kv_lora_rank),
             "k_rope": (batch_size, max_length, c.qk_rope_head_dim),
         },
+        fields=(
+            ConfigField("num_heads", 32, "attention heads", 1, HEADS, key="num_attention_heads"),
+            ConfigField("q_lora_rank", 1344, "query latent rank (0 = no query compression)", 0, RANK),
+            ConfigField("kv_lora_rank", 128, "key/value latent rank: the cached latent per token", 1, RANK),
+            ConfigField("qk_nope_head_dim", 32, "per-head query/key channels without RoPE", 0, HEAD_DIM),
+            ConfigField(
+                "qk_rope_head_dim",
+                32,
+                "per-head query/key channels with RoPE (key part shared and cached)",
+                2,
+                HEAD_DIM,
+            ),
+            ConfigField("v_head_dim", 64, "per-head value channels", 1, HEAD_DIM),
+            ConfigField(
+                "latent_norm",
+                True,
+                "RMSNorm on the query and key/value latents (false: none, as the published upcycled students)",
+                key="mla_latent_norm",
+            ),
+            ConfigField(
+                "rope",
+                True,
+                "rotate the qk_rope_head_dim channels by position (false: NoPE, the shared key part unrotated, "
+                "Kimi-Linear's form)",
+                key="mla_rope",
+            ),
+            ConfigField("rope_theta", 500000.0, "RoPE base", 1.0, 1e12),
+            ConfigField(
+                "rope_scaling_factor",
+                1.0,
+                "YaRN scaling factor (1.0 = plain RoPE)",
+                1.0,
+                1024.0,
+                key="rope_scaling.factor",
+            ),
+            ConfigField(
+                "original_max_position_embeddings",
+                8192,
+                "YaRN: the context the base model was trained at",
+                1,
+                POSITIONS,
+                key="rope_scaling.original_max_position_embeddings",
+            ),
+        ),
         section="mla",
+        section_doc="Multi-Latent Attention dimensions",
         check=_check,
         summary=lambda c: (
             f"{c.num_attention_heads} heads, q rank {c.q_lora_rank}, kv rank {c.kv_lora_rank}, nope/rope/v "

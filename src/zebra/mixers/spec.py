@@ -39,13 +39,15 @@ LAYER_ARGS = {"hidden_size": "hidden_size", "norm_eps": "rms_norm_eps", "backend
 @dataclass(frozen=True)
 class ConfigField:
     """One setting of a mixer: its recipe key `model.<section>.<name>` and its `ZebraConfig` key
-    `<config_prefix>_<name>` (one default, one doc, one range for both).
+    `<config_prefix>_<name>` or `key` (one default, one doc, one range for both).
 
     Attributes:
         name: the field name ("num_heads").
         default: its default (its type is the field's type: int, float or bool).
         doc: one line for `docs/recipes.md` and `zebra recipes show`.
         min, max: the allowed range of a number (None: unbounded).
+        key: its `ZebraConfig` key where that is not `<config_prefix>_<name>` (MLA's `num_heads` is HF's
+            `num_attention_heads`); a dotted key is an entry of a dict-valued key (`rope_scaling.factor`).
     """
 
     name: str
@@ -53,6 +55,7 @@ class ConfigField:
     doc: str
     min: float | None = None
     max: float | None = None
+    key: str = ""
 
 
 @dataclass(frozen=True)
@@ -233,12 +236,15 @@ class MixerSpec:
             object.__setattr__(self, "config_defaults", {f.name: f.default for f in self.fields})
 
     def config_key(self, field_name: str) -> str:
-        """The `ZebraConfig` key of one of its fields (`num_heads` -> `gdn_num_heads`)."""
-        return f"{self.config_prefix}_{field_name}" if self.config_prefix else field_name
+        """The `ZebraConfig` key of one of its fields (`num_heads` -> `gdn_num_heads`; MLA's `num_heads` ->
+        `num_attention_heads`, its field's `key`)."""
+        declared = next((f.key for f in self.fields if f.name == field_name and f.key), "")
+        return declared or (f"{self.config_prefix}_{field_name}" if self.config_prefix else field_name)
 
     def config_kwargs(self) -> dict[str, Any]:
-        """`{ZebraConfig key: default}` of its prefixed keys."""
-        return {self.config_key(k): v for k, v in self.config_defaults.items()}
+        """`{ZebraConfig key: default}` of its keys (an entry of a dict-valued key left out)."""
+        keys = {k: self.config_key(k) for k in self.config_defaults}
+        return {keys[k]: v for k, v in self.config_defaults.items() if "." not in keys[k]}
 
     def layer_kwargs(self, cfg: Any, layer_idx: int) -> dict[str, Any]:
         """The layer's constructor arguments: `layer_args` and every field, by name."""
@@ -246,8 +252,10 @@ class MixerSpec:
         return {**{a: common[a] for a in self.layer_args or ()}, **self.values(cfg)}
 
     def values(self, cfg: Any) -> dict[str, Any]:
-        """`{field: value}` of its fields in a flat configuration."""
-        return {k: getattr(cfg, self.config_key(k)) for k in self.config_defaults}
+        """`{field: value}` of its fields that are keys of their own in a flat configuration."""
+        return {
+            k: getattr(cfg, self.config_key(k)) for k in self.config_defaults if "." not in self.config_key(k)
+        }
 
     def prefixed(self, values: dict[str, Any]) -> dict[str, Any]:
         """`{ZebraConfig key: value}` of `{field: value}`."""
@@ -329,6 +337,8 @@ def conv_check(width: int) -> list[tuple[str, str]]:
 # typo (an extra zero or ten) is refused when the recipe loads (as `zebra.recipes.schema`'s own bounds).
 HEADS = 4096
 HEAD_DIM = 65_536
+RANK = 65_536  # a latent rank
+POSITIONS = 1 << 24  # tokens in a sequence
 
 
 def fla_value_dim(cfg: dict[str, Any]) -> int:
