@@ -9,6 +9,9 @@ from zebra.mixers.delta_rule import fla_dims, fla_sizes, megatron_dims, upcycle_
 from zebra.mixers.spec import (
     HEAD_DIM,
     HEADS,
+    MEGATRON_LAYER,
+    RECURRENT_PRE_NORM,
+    ZEBRA_LAYER,
     Blocker,
     ConfigField,
     FLAAdapter,
@@ -17,11 +20,38 @@ from zebra.mixers.spec import (
     NativeAdapter,
     NativeTensor,
     Shapes,
+    Split,
     concat,
     conv_check,
     register_mixer,
     weights,
 )
+
+_L, _Z = MEGATRON_LAYER + "mixer.", ZEBRA_LAYER + "mixer."
+# Primus' GatedDeltaNet (primus/backends/megatron/core/models/hybrid/gated_delta_net.py): in_proj rows
+# [q | k | v | gate (z) | beta | alpha], conv1d [q | k | v], as its forward splits them.
+_MEGATRON_KEYS = {
+    **RECURRENT_PRE_NORM,
+    _L + "in_proj.weight": Split(
+        0,
+        (_Z + "q_proj.weight", "gdn_key"),
+        (_Z + "k_proj.weight", "gdn_key"),
+        (_Z + "v_proj.weight", "gdn_value"),
+        (_Z + "g_proj.weight", "gdn_value"),
+        (_Z + "b_proj.weight", "gdn_v_heads"),
+        (_Z + "a_proj.weight", "gdn_v_heads"),
+    ),
+    _L + "conv1d.weight": Split(
+        0,
+        (_Z + "q_conv1d.weight", "gdn_key"),
+        (_Z + "k_conv1d.weight", "gdn_key"),
+        (_Z + "v_conv1d.weight", "gdn_value"),
+    ),
+    _L + "A_log": _Z + "A_log",
+    _L + "dt_bias": _Z + "dt_bias",
+    _L + "out_norm.weight": _Z + "o_norm.weight",
+    _L + "out_proj.weight": _Z + "o_proj.weight",
+}
 
 
 def _params(cfg: Any) -> int:
@@ -197,8 +227,12 @@ GDN = register_mixer(
                 {"mixer.in_proj.weight", "mixer.out_norm.weight"} <= n and "mixer.f_b_proj.weight" not in n
             ),
             fields=lambda arg, first: megatron_dims(arg, value_heads=True),
-            keys="zebra.convert.megatron_keys:GDN",
+            keys=_MEGATRON_KEYS,
             dims=_dims,
+            parts=(
+                ("query", "key", "value", "z", "beta", "alpha"),
+                ("query", "key", "value"),
+            ),  # in_proj, conv1d
         ),
         upcycle=upcycle_from_attention(
             "GDN from attention follows Primus' hybrid upcycling (q, k, v, o copied); no published results",

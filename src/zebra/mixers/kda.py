@@ -9,6 +9,9 @@ from zebra.mixers.delta_rule import fla_dims, fla_sizes, megatron_dims, upcycle_
 from zebra.mixers.spec import (
     HEAD_DIM,
     HEADS,
+    MEGATRON_LAYER,
+    RECURRENT_PRE_NORM,
+    ZEBRA_LAYER,
     Blocker,
     ConfigField,
     FLAAdapter,
@@ -16,13 +19,45 @@ from zebra.mixers.spec import (
     MixerSpec,
     NativeAdapter,
     NativeTensor,
+    Reshape,
     Shapes,
+    Split,
     concat,
     conv_check,
     fla_refuse,
     register_mixer,
     weights,
 )
+
+_L, _Z = MEGATRON_LAYER + "mixer.", ZEBRA_LAYER + "mixer."
+# Primus' KimiDeltaAttention (primus/backends/megatron/core/models/hybrid/kimi_delta_attention.py): in_proj rows
+# [q | k | v | f_a | g_a | beta], conv1d [q | k | v], as its forward splits them.
+_MEGATRON_KEYS = {
+    **RECURRENT_PRE_NORM,
+    _L + "in_proj.weight": Split(
+        0,
+        (_Z + "q_proj.weight", "kda_key"),
+        (_Z + "k_proj.weight", "kda_key"),
+        (_Z + "v_proj.weight", "kda_value"),
+        (_Z + "f_proj.0.weight", "kda_head_v"),
+        (_Z + "g_proj.0.weight", "kda_head_v"),
+        (_Z + "b_proj.weight", "kda_heads"),
+    ),
+    _L + "conv1d.weight": Split(
+        0,
+        (_Z + "q_conv1d.weight", "kda_key"),
+        (_Z + "k_conv1d.weight", "kda_key"),
+        (_Z + "v_conv1d.weight", "kda_value"),
+    ),
+    _L + "f_b_proj.weight": _Z + "f_proj.1.weight",
+    _L + "g_b_proj.weight": _Z + "g_proj.1.weight",
+    _L + "g_b_proj.bias": _Z + "g_proj.1.bias",
+    _L + "A_log": Reshape(_Z + "A_log", ("kda_heads",)),  # Primus stores [1, 1, H, 1]
+    _L + "dt_bias": _Z + "dt_bias",
+    _L + "out_norm.weight": _Z + "o_norm.weight",
+    _L + "out_proj.weight": _Z + "o_proj.weight",
+    _L + "gate_norm.weight": None,  # built by the TE spec but never called in forward
+}
 
 
 def _params(cfg: Any) -> int:
@@ -153,7 +188,11 @@ KDA = register_mixer(
         megatron=MegatronAdapter(
             detect=lambda names: "mixer.f_b_proj.weight" in names,
             fields=lambda arg, first: megatron_dims(arg, value_heads=False),
-            keys="zebra.convert.megatron_keys:KDA",
+            keys=_MEGATRON_KEYS,
+            parts=(
+                ("query", "key", "value", "f_a", "g_a", "beta"),
+                ("query", "key", "value"),
+            ),  # in_proj, conv1d
             dims=lambda c: {
                 "kda_key": c.kda_num_heads * c.kda_head_dim,
                 "kda_value": c.kda_num_heads * c.kda_head_v_dim,

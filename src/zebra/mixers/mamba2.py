@@ -7,6 +7,9 @@ from typing import Any
 from zebra.mixers.spec import (
     HEAD_DIM,
     HEADS,
+    MEGATRON_LAYER,
+    RECURRENT_PRE_NORM,
+    ZEBRA_LAYER,
     Blocker,
     ConfigField,
     MegatronAdapter,
@@ -21,7 +24,7 @@ from zebra.mixers.spec import (
 
 # Megatron's MambaMixer builds its gated norm with eps=1e-5 whatever the model's norm epsilon.
 MAMBA_NORM_EPS = 1e-5
-# its parameters: Bamba keeps Megatron's MambaMixer names and layouts, as Zebra does
+# its parameters: Zebra and Bamba keep Megatron's MambaMixer names and layouts
 _PARAMS = (
     "in_proj.weight",
     "conv1d.weight",
@@ -148,7 +151,11 @@ MAMBA2 = register_mixer(
         megatron=MegatronAdapter(
             detect=lambda names: "mixer.D" in names,
             fields=_megatron_fields,
-            keys="zebra.convert.megatron_keys:MAMBA2",
+            keys={  # megatron-core's MambaMixer (ssm/mamba_mixer.py): Zebra keeps its fused in_proj / conv1d
+                **RECURRENT_PRE_NORM,
+                **{MEGATRON_LAYER + f"mixer.{p}": ZEBRA_LAYER + f"mixer.{p}" for p in _PARAMS},
+            },
+            parts=(("z", "x", "B", "C", "dt"), ("x", "B", "C")),  # in_proj; conv1d weight and bias
         ),
         upcycle=UpcycleAdapter(
             fields=_upcycle_fields,

@@ -9,8 +9,10 @@ from zebra.mixers.spec import (
     ATTENTION,
     HEAD_DIM,
     HEADS,
+    MEGATRON_LAYER,
     POSITIONS,
     RANK,
+    ZEBRA_LAYER,
     Blocker,
     ConfigField,
     MegatronAdapter,
@@ -29,6 +31,24 @@ _KV_LATENT_NORMS = (
     "self_attention.kv_layernorm.weight",
     "self_attention.linear_kv_up_proj.layer_norm_weight",
 )
+
+
+_SA, _ZM = MEGATRON_LAYER + "self_attention.", ZEBRA_LAYER + "mixer."
+# megatron-core's MultiLatentAttention (transformer/multi_latent_attention.py): each latent norm TE-fused into
+# its up projection or its own module (q_layernorm / kv_layernorm), both accepted.
+_MEGATRON_KEYS = {
+    MEGATRON_LAYER + "input_layernorm.weight": ZEBRA_LAYER + "norm.weight",
+    _SA + "linear_q_proj.weight": _ZM + "q_proj.weight",
+    _SA + "linear_q_down_proj.weight": _ZM + "q_down_proj.weight",
+    _SA + "linear_q_up_proj.layer_norm_weight": _ZM + "q_norm.weight",
+    _SA + "q_layernorm.weight": _ZM + "q_norm.weight",
+    _SA + "linear_q_up_proj.weight": _ZM + "q_up_proj.weight",
+    _SA + "linear_kv_down_proj.weight": _ZM + "kv_down_proj.weight",
+    _SA + "linear_kv_up_proj.layer_norm_weight": _ZM + "kv_norm.weight",
+    _SA + "kv_layernorm.weight": _ZM + "kv_norm.weight",
+    _SA + "linear_kv_up_proj.weight": _ZM + "kv_up_proj.weight",
+    _SA + "linear_proj.weight": _ZM + "o_proj.weight",
+}
 
 
 def _params(cfg: Any) -> int:
@@ -189,7 +209,7 @@ MLA = register_mixer(
         megatron=MegatronAdapter(
             detect=lambda names: any(n.startswith("self_attention.") for n in names),
             fields=_megatron_fields,
-            keys="zebra.convert.megatron_keys:MLA",
+            keys=_MEGATRON_KEYS,
             pre_norms=("input_layernorm.weight",),
         ),
         native=NativeAdapter(

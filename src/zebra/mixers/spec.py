@@ -83,6 +83,38 @@ class FLAAdapter:
 
 
 @dataclass(frozen=True)
+class Split:
+    """A key-table entry (`zebra.convert.keymap`): cut a fused tensor along `dim` into `parts`,
+    `(target_template, size_name)` in order."""
+
+    dim: int
+    parts: tuple[tuple[str, str], ...]
+
+    def __init__(self, dim: int, *parts: tuple[str, str]):
+        object.__setattr__(self, "dim", dim)
+        object.__setattr__(self, "parts", tuple(parts))
+
+
+@dataclass(frozen=True)
+class Reshape:
+    """A key-table entry (`zebra.convert.keymap`): same values, new shape; `shape` is a tuple of size names
+    (entries of `dims`) or ints."""
+
+    target: str
+    shape: tuple[str | int, ...]
+
+
+# A Megatron key table's templates (`MegatronAdapter.keys`): Megatron numbers sublayers as Zebra does.
+MEGATRON_LAYER = "decoder.layers.{i}."
+ZEBRA_LAYER = "model.layers.{i}."
+# Where a recurrent layer keeps its pre-norm: TE-fused into in_proj, or its own module (the local spec).
+RECURRENT_PRE_NORM = {
+    MEGATRON_LAYER + "mixer.in_proj.layer_norm_weight": ZEBRA_LAYER + "norm.weight",
+    MEGATRON_LAYER + "norm.weight": ZEBRA_LAYER + "norm.weight",
+}
+
+
+@dataclass(frozen=True)
 class MegatronAdapter:
     """How a Primus / Megatron-LM checkpoint holds the mixer (`zebra.convert.megatron`).
 
@@ -91,16 +123,20 @@ class MegatronAdapter:
             registry order; the names are relative, `mixer.in_proj.weight`).
         fields: `(arg, first) -> {field: value}`: its fields from `arg(name, default=...)` (a saved argument;
             no default: required) and `first(name) -> shape or None` (a tensor of the first such layer, `mixer.D`).
-        keys: `"module:NAME"`, the table `{Megatron key: Zebra key or Split/Reshape}` of one such layer.
+        keys: the table `{Megatron key: Zebra key, Split, Reshape or None (dropped)}` of one such layer
+            (`MEGATRON_LAYER` / `ZEBRA_LAYER` templates; `zebra.convert.keymap`).
         pre_norms: where the layer keeps its pre-norm (TE-fused, or its own module): one must be present.
         dims: `cfg -> {size name: int}`, the sizes its table's `Split` / `Reshape` entries name.
+        parts: the part names a torch_dist checkpoint stores its fused tensors as (`in_proj.weight.query`, ...,
+            through Megatron's ShardedTensorFactory), in row order, one tuple per fused module.
     """
 
     detect: Callable[[set[str]], bool]
     fields: Callable[[Callable[..., Any], Callable[[str], tuple[int, ...] | None]], dict[str, Any]]
-    keys: str
+    keys: dict[str, Any]
     pre_norms: tuple[str, ...] = ("mixer.in_proj.layer_norm_weight", "norm.weight")
     dims: Callable[[Any], dict[str, int]] = lambda cfg: {}
+    parts: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)
