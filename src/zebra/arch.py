@@ -18,6 +18,30 @@ from typing import Any
 
 from zebra.mixers import ATTENTION, MIXERS, MLP, MixerSpec, recurrent_spec
 
+# The model-wide settings' defaults, by `ZebraConfig` key: what `ZebraConfig()` takes and what a recipe's `model`
+# section without them means (the recipe's names for them: `zebra.recipes.schema.CONFIG_KEYS`; each mixer's
+# sizes, MLA's among them: its `fields`, `zebra.mixers.<name>`).
+MODEL_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 128256,
+    "hidden_size": 2048,
+    "intermediate_size": 8192,
+    "num_hidden_layers": 32,
+    "recurrent_type": "gdn",
+    "hybrid_attention_ratio": 0.0,
+    "layer_pattern": None,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+    "initializer_range": 0.02,
+    "max_position_embeddings": 8192,
+    "kernel_backend": "auto",
+}
+KERNEL_BACKENDS = (
+    "auto",
+    "torch",
+    "fla",
+    "mamba_ssm",
+)  # `zebra_kernels.backend.BACKENDS`, which imports no zebra
+
 
 def pattern_from_ratio(num_layers: int, ratio: float, recurrent_type: str) -> str:
     """The sublayer pattern Primus derives from `hybrid_attention_ratio` (reference.md section 1).

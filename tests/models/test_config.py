@@ -113,6 +113,28 @@ def test_mla_latent_norm_survives_save_load_and_maps_back_to_its_recipe_key(tmp_
     assert ZebraConfig().mla_latent_norm is True  # recipes trained from scratch keep their norms
 
 
+def test_an_empty_recipe_model_section_is_the_default_zebra_config():
+    """Each default is written once (a mixer's `fields`, MLA's too; `zebra.arch.MODEL_DEFAULTS`): a recipe that
+    sets nothing in `model` and `ZebraConfig()` are the same model, YaRN defaults included."""
+    from zebra.recipes.schema import ModelSpec
+
+    assert ModelSpec().to_config().to_dict() == ZebraConfig().to_dict()
+
+
+def test_a_saved_rope_scaling_maps_back_to_the_recipe_yarn_pair():
+    """`model.mla.rope_scaling_factor` / `original_max_position_embeddings` are entries of the config's
+    `rope_scaling` (their field's declared key): `flat()` writes them there and `overrides_from_config` reads them
+    back, through the same map."""
+    from zebra.recipes.schema import ModelSpec
+
+    set_yarn = ["model.mla.rope_scaling_factor=4.0", "model.mla.original_max_position_embeddings=512"]
+    flat = load_recipe("tiny", overrides=set_yarn).model.flat()
+    assert flat["rope_scaling"] == {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}
+    overrides = ModelSpec.overrides_from_config(flat)
+    assert set(set_yarn) <= set(overrides)
+    assert load_recipe("tiny", overrides=overrides).model.flat() == flat
+
+
 def test_auto_classes_know_zebra():
     from transformers import AutoConfig, AutoModelForCausalLM
 

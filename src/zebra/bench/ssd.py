@@ -23,6 +23,7 @@ from typing import Any
 
 from zebra import arch
 from zebra.errors import ZebraError
+from zebra.mixers import MAMBA2
 from zebra.recipes import load_recipe
 
 MAMBA_SSM_CHUNKS = (128, 256)  # Megatron's MambaMixer chunk, mamba-ssm's Mamba2 default
@@ -172,7 +173,7 @@ def run_ssd_bench(
     progress = on_progress or (lambda _done, _total, _note: None)
     recipe = load_recipe(recipe_name)
     config = arch.as_config(recipe.model.flat())
-    layers = arch.resolve_pattern(config)[0::2].count("M")
+    layers = arch.resolve_pattern(config)[0::2].count(MAMBA2.char)
     if layers == 0:
         raise ZebraError(
             f"recipe {recipe.name} has no Mamba2 sublayer", fix="use a Mamba2 recipe, e.g. 1b-mamba-mla"

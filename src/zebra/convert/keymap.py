@@ -27,31 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zebra.errors import ZebraError
+from zebra.mixers.spec import Reshape, Split  # a mixer's Megatron table holds them: declared with the specs
 
 # Index tokens say how the number in a key relates to the rule's layer index i.
 _INDEX_EXPR = {"{i}": lambda i: i, "{2i}": lambda i: 2 * i, "{2i+1}": lambda i: 2 * i + 1}
 _INDEX_INVERSE = {"{i}": lambda n: n, "{2i}": lambda n: n // 2, "{2i+1}": lambda n: (n - 1) // 2}
 _TOKEN = re.compile(r"\{i\}|\{2i\}|\{2i\+1\}|\{\*\}")
-
-
-@dataclass(frozen=True)
-class Split:
-    """Cut a fused tensor along `dim` into `parts`: `(target_template, size_name)` in order."""
-
-    dim: int
-    parts: tuple[tuple[str, str], ...]
-
-    def __init__(self, dim: int, *parts: tuple[str, str]):
-        object.__setattr__(self, "dim", dim)
-        object.__setattr__(self, "parts", tuple(parts))
-
-
-@dataclass(frozen=True)
-class Reshape:
-    """Same values, new shape: `shape` is a tuple of size names (entries of `dims`) or ints."""
-
-    target: str
-    shape: tuple[str | int, ...]
 
 
 Target = str | Split | Reshape | None

@@ -303,7 +303,7 @@ def _stack_kwargs(args: Any, shapes: Shapes, pattern: str, origin: str) -> dict[
 
 def split_dims(kw: dict[str, Any]) -> dict[str, int]:
     """Sizes the key tables' `Split` / `Reshape` entries refer to."""
-    dims = {"ffn": kw["intermediate_size"]}
+    dims: dict[str, int] = {}
     cfg = SimpleNamespace(**kw)
     for spec in {MIXERS[c].name: MIXERS[c] for c in kw["layer_pattern"]}.values():
         dims.update(spec.megatron.dims(cfg))

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from zebra.convert.audit import audit, expected_shapes, meta_model
-from zebra.convert.native import TARGETS, NativeTensor, native_config, plan, refusal
+from zebra.convert.native import TARGETS, native_config, plan, refusal
 from zebra.convert.tensor_sources import Shapes, TensorSource
 from zebra.convert.writer import (
     DEFAULT_MAX_SHARD,
@@ -29,6 +29,7 @@ from zebra.convert.writer import (
     write_model_files,
 )
 from zebra.device import resolve_dtype
+from zebra.mixers import NativeTensor
 
 
 class NativeSource(TensorSource):

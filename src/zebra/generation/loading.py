@@ -22,10 +22,14 @@ from zebra.data.tokenizers import has_tokenizer_files, load_tokenizer
 from zebra.device import resolve_device, resolve_dtype
 from zebra.errors import ZebraError, first_line
 from zebra.generation.engine import Engine
+from zebra.mixers import MIXERS
 from zebra.model_folder import config_model_type, model_path
 
-# FLA's whole-model types (fla.models registers these with the Auto classes on `import fla`).
-FLA_MODEL_TYPES = {"gated_deltanet", "kda", "mamba2", "gla", "delta_net", "gsa", "hgrn2", "rwkv7", "mla"}
+# FLA's whole-model types (fla.models registers these with the Auto classes on `import fla`): those of the mixers
+# with an FLA adapter, and FLA's others.
+FLA_MODEL_TYPES = {s.fla.model_type for s in MIXERS.values() if s.fla} | {
+    *("mamba2", "delta_net", "gsa", "hgrn2", "rwkv7", "mla")
+}
 
 
 @dataclass(frozen=True)

@@ -5,18 +5,53 @@ from __future__ import annotations
 from typing import Any
 
 from zebra.errors import ZebraError
-from zebra.mixers.delta_rule import fla_dims, megatron_dims, upcycle_from_attention
+from zebra.mixers.delta_rule import fla_dims, fla_sizes, megatron_dims, upcycle_from_attention
 from zebra.mixers.spec import (
     HEAD_DIM,
     HEADS,
+    MEGATRON_LAYER,
+    RECURRENT_PRE_NORM,
+    ZEBRA_LAYER,
+    Blocker,
     ConfigField,
     FLAAdapter,
     MegatronAdapter,
     MixerSpec,
+    NativeAdapter,
+    NativeTensor,
     Shapes,
+    Split,
+    concat,
     conv_check,
     register_mixer,
+    weights,
 )
+
+_L, _Z = MEGATRON_LAYER + "mixer.", ZEBRA_LAYER + "mixer."
+# Primus' GatedDeltaNet (primus/backends/megatron/core/models/hybrid/gated_delta_net.py): in_proj rows
+# [q | k | v | gate (z) | beta | alpha], conv1d [q | k | v], as its forward splits them.
+_MEGATRON_KEYS = {
+    **RECURRENT_PRE_NORM,
+    _L + "in_proj.weight": Split(
+        0,
+        (_Z + "q_proj.weight", "gdn_key"),
+        (_Z + "k_proj.weight", "gdn_key"),
+        (_Z + "v_proj.weight", "gdn_value"),
+        (_Z + "g_proj.weight", "gdn_value"),
+        (_Z + "b_proj.weight", "gdn_v_heads"),
+        (_Z + "a_proj.weight", "gdn_v_heads"),
+    ),
+    _L + "conv1d.weight": Split(
+        0,
+        (_Z + "q_conv1d.weight", "gdn_key"),
+        (_Z + "k_conv1d.weight", "gdn_key"),
+        (_Z + "v_conv1d.weight", "gdn_value"),
+    ),
+    _L + "A_log": _Z + "A_log",
+    _L + "dt_bias": _Z + "dt_bias",
+    _L + "out_norm.weight": _Z + "o_norm.weight",
+    _L + "out_proj.weight": _Z + "o_proj.weight",
+}
 
 
 def _params(cfg: Any) -> int:
@@ -61,23 +96,86 @@ def _from_fla(cfg: dict[str, Any]) -> dict[str, Any]:
             f"{src}: output_gate_activation={cfg['output_gate_activation']!r} has no Zebra equivalent (swish only)",
             fix="convert a GDN model with the default swish output gate",
         )
-    return fla_dims(cfg) | {
-        "num_v_heads": cfg.get("num_v_heads") or cfg["num_heads"],
-        "allow_neg_eigval": bool(cfg.get("allow_neg_eigval", False)),
-    }
+    return fla_dims(cfg, value_heads=True) | {"allow_neg_eigval": bool(cfg.get("allow_neg_eigval", False))}
 
 
 def _to_fla(z: Any) -> dict[str, Any]:
     return {
-        "head_dim": z.gdn_head_dim,
-        "num_heads": z.gdn_num_heads,
-        "num_v_heads": z.gdn_num_v_heads,
-        "expand_v": z.gdn_head_v_dim / z.gdn_head_dim,
-        "conv_size": z.gdn_conv_size,
+        **fla_sizes(z, "gdn", value_heads=True),
         "use_gate": True,
         "allow_neg_eigval": bool(getattr(z, "gdn_allow_neg_eigval", False)),
         "output_gate_activation": "swish",
         "fuse_linear_cross_entropy": False,
+    }
+
+
+def _native_blockers(cfg: Any) -> list[Blocker]:
+    if cfg.gdn_allow_neg_eigval:
+        return [Blocker("model.gdn.allow_neg_eigval", True, False, "beta is sigmoid(b) in (0, 1) there")]
+    return []
+
+
+def _qwen3_next_qkvz(cfg: Any) -> Any:
+    """`[q | k | v | g]` (Zebra, each by head) -> per key head `[q_h | k_h | v_h.. | z_h..]` (Qwen3-Next)."""
+    H, K, V, r = (
+        cfg.gdn_num_heads,
+        cfg.gdn_head_dim,
+        cfg.gdn_head_v_dim,
+        cfg.gdn_num_v_heads // cfg.gdn_num_heads,
+    )
+
+    def build(parts: list[Any]) -> Any:
+        q, k, v, z = parts  # [H*K, D], [H*K, D], [HV*V, D], [HV*V, D]
+        D = q.shape[-1]
+        grouped = [q.view(H, K, D), k.view(H, K, D), v.view(H, r * V, D), z.view(H, r * V, D)]
+        return concat(grouped, dim=1).reshape(-1, D)  # [H * (2K + 2rV), D]
+
+    return build
+
+
+def _qwen3_next_ba(cfg: Any) -> Any:
+    H, r = cfg.gdn_num_heads, cfg.gdn_num_v_heads // cfg.gdn_num_heads
+
+    def build(parts: list[Any]) -> Any:
+        b, a = parts  # [HV, D] each
+        D = b.shape[-1]
+        grouped = [b.view(H, r, D), a.view(H, r, D)]
+        return concat(grouped, dim=1).reshape(-1, D)  # [H * 2r, D]
+
+    return build
+
+
+def _native_tensors(cfg: Any, z: str, n: str, to: str) -> list[NativeTensor]:
+    if to == "qwen3-next":  # interleaved per key head
+        projections = [
+            NativeTensor(n + "in_proj_qkvz.weight", weights(z, "q_proj", "k_proj", "v_proj", "g_proj"), _qwen3_next_qkvz(cfg)),
+            NativeTensor(n + "in_proj_ba.weight", weights(z, "b_proj", "a_proj"), _qwen3_next_ba(cfg)),
+        ]  # fmt: skip
+    else:  # Qwen3.5: separate projections
+        projections = [
+            NativeTensor(n + "in_proj_qkv.weight", weights(z, "q_proj", "k_proj", "v_proj"), concat),
+            NativeTensor(n + "in_proj_z.weight", weights(z, "g_proj")),
+            NativeTensor(n + "in_proj_b.weight", weights(z, "b_proj")),
+            NativeTensor(n + "in_proj_a.weight", weights(z, "a_proj")),
+        ]
+    return [
+        *projections,
+        NativeTensor(n + "conv1d.weight", weights(z, "q_conv1d", "k_conv1d", "v_conv1d"), concat),
+        NativeTensor(n + "A_log", (z + "A_log",)),
+        NativeTensor(n + "dt_bias", (z + "dt_bias",)),
+        NativeTensor(n + "norm.weight", (z + "o_norm.weight",)),
+        NativeTensor(n + "out_proj.weight", (z + "o_proj.weight",)),
+    ]
+
+
+def _native_config(cfg: Any) -> dict[str, Any]:
+    """Qwen3-Next / Qwen3.5's linear-attention sizes."""
+    return {
+        "linear_num_key_heads": cfg.gdn_num_heads,
+        "linear_num_value_heads": cfg.gdn_num_v_heads,
+        "linear_key_head_dim": cfg.gdn_head_dim,
+        "linear_value_head_dim": cfg.gdn_head_v_dim,
+        "linear_conv_kernel_dim": cfg.gdn_conv_size,
     }
 
 
@@ -128,13 +226,23 @@ GDN = register_mixer(
             detect=lambda n: (
                 {"mixer.in_proj.weight", "mixer.out_norm.weight"} <= n and "mixer.f_b_proj.weight" not in n
             ),
-            fields=lambda arg, first: megatron_dims(arg),
-            keys="zebra.convert.megatron_keys:GDN",
+            fields=lambda arg, first: megatron_dims(arg, value_heads=True),
+            keys=_MEGATRON_KEYS,
             dims=_dims,
+            parts=(
+                ("query", "key", "value", "z", "beta", "alpha"),
+                ("query", "key", "value"),
+            ),  # in_proj, conv1d
         ),
         upcycle=upcycle_from_attention(
             "GDN from attention follows Primus' hybrid upcycling (q, k, v, o copied); no published results",
             value_heads=True,
+        ),
+        native=NativeAdapter(
+            tensors=_native_tensors,
+            blockers=_native_blockers,
+            config=_native_config,
+            servable="1b-gdn-pure (--to qwen3-next / qwen3.5)",
         ),
     )
 )

@@ -5,19 +5,59 @@ from __future__ import annotations
 from typing import Any
 
 from zebra.errors import ZebraError
-from zebra.mixers.delta_rule import fla_dims, megatron_dims, upcycle_from_attention
+from zebra.mixers.delta_rule import fla_dims, fla_sizes, megatron_dims, upcycle_from_attention
 from zebra.mixers.spec import (
     HEAD_DIM,
     HEADS,
+    MEGATRON_LAYER,
+    RECURRENT_PRE_NORM,
+    ZEBRA_LAYER,
+    Blocker,
     ConfigField,
     FLAAdapter,
     MegatronAdapter,
     MixerSpec,
+    NativeAdapter,
+    NativeTensor,
+    Reshape,
     Shapes,
+    Split,
+    concat,
     conv_check,
     fla_refuse,
     register_mixer,
+    weights,
 )
+
+_L, _Z = MEGATRON_LAYER + "mixer.", ZEBRA_LAYER + "mixer."
+# Primus' KimiDeltaAttention (primus/backends/megatron/core/models/hybrid/kimi_delta_attention.py): in_proj rows
+# [q | k | v | f_a | g_a | beta], conv1d [q | k | v], as its forward splits them.
+_MEGATRON_KEYS = {
+    **RECURRENT_PRE_NORM,
+    _L + "in_proj.weight": Split(
+        0,
+        (_Z + "q_proj.weight", "kda_key"),
+        (_Z + "k_proj.weight", "kda_key"),
+        (_Z + "v_proj.weight", "kda_value"),
+        (_Z + "f_proj.0.weight", "kda_head_v"),
+        (_Z + "g_proj.0.weight", "kda_head_v"),
+        (_Z + "b_proj.weight", "kda_heads"),
+    ),
+    _L + "conv1d.weight": Split(
+        0,
+        (_Z + "q_conv1d.weight", "kda_key"),
+        (_Z + "k_conv1d.weight", "kda_key"),
+        (_Z + "v_conv1d.weight", "kda_value"),
+    ),
+    _L + "f_b_proj.weight": _Z + "f_proj.1.weight",
+    _L + "g_b_proj.weight": _Z + "g_proj.1.weight",
+    _L + "g_b_proj.bias": _Z + "g_proj.1.bias",
+    _L + "A_log": Reshape(_Z + "A_log", ("kda_heads",)),  # Primus stores [1, 1, H, 1]
+    _L + "dt_bias": _Z + "dt_bias",
+    _L + "out_norm.weight": _Z + "o_norm.weight",
+    _L + "out_proj.weight": _Z + "o_proj.weight",
+    _L + "gate_norm.weight": None,  # built by the TE spec but never called in forward
+}
 
 
 def _params(cfg: Any) -> int:
@@ -41,13 +81,12 @@ def _state(cfg: Any, batch_size: int, max_length: int) -> Shapes:
 
 
 def _from_fla(cfg: dict[str, Any]) -> dict[str, Any]:
-    fla_refuse(cfg, "num_v_heads", (None, cfg["num_heads"]), "Zebra's KDA has one head count: convert a KDA "
-               "model without grouped value heads")  # fmt: skip
+    dims = fla_dims(cfg, value_heads=False)
     for flag in ("allow_neg_eigval", "safe_gate"):
         fla_refuse(
             cfg, flag, (None, False), f"Zebra's KDA has no {flag}: keep using this model with FLA itself"
         )
-    return fla_dims(cfg)
+    return dims
 
 
 def _to_fla(z: Any) -> dict[str, Any]:
@@ -57,25 +96,58 @@ def _to_fla(z: Any) -> dict[str, Any]:
             fix="export this model with --to kimi-linear (Kimi-Linear's form has none)",
         )
     return {
-        "head_dim": z.kda_head_dim,
-        "num_heads": z.kda_num_heads,
-        "num_v_heads": None,
-        "expand_v": z.kda_head_v_dim / z.kda_head_dim,
-        "conv_size": z.kda_conv_size,
+        **fla_sizes(z, "kda", value_heads=False),
         "allow_neg_eigval": False,
         "safe_gate": False,
         "lower_bound": None,
     }
 
 
-def _megatron_fields(arg, first) -> dict[str, Any]:
-    dims = megatron_dims(arg)
-    heads, k_heads = dims.pop("num_v_heads"), dims["num_heads"]
-    if heads != k_heads:
-        raise ValueError(
-            f"KDA with {k_heads} key heads and {heads} value heads; Zebra's KDA has one head count"
+def _native_blockers(cfg: Any) -> list[Blocker]:
+    out = []
+    if cfg.kda_gate_bias:
+        out.append(Blocker("model.kda.gate_bias", True, False, "its output gate g_b_proj has no bias"))
+    if cfg.kda_head_dim != cfg.kda_head_v_dim:
+        out.append(
+            Blocker(
+                "model.kda.head_dim",
+                cfg.kda_head_dim,
+                cfg.kda_head_v_dim,
+                f"one head_dim serves queries, keys and values (head_v_dim is {cfg.kda_head_v_dim})",
+            )
         )
-    return dims
+    return out
+
+
+def _native_tensors(cfg: Any, z: str, n: str, to: str) -> list[NativeTensor]:
+    """Kimi-Linear's KimiDeltaAttention."""
+    H = cfg.kda_num_heads
+    return [
+        *(NativeTensor(n + f"{p}.weight", (z + f"{p}.weight",)) for p in ("q_proj", "k_proj", "v_proj", "b_proj")),
+        NativeTensor(n + "conv1d.weight", weights(z, "q_conv1d", "k_conv1d", "v_conv1d"), concat),
+        NativeTensor(n + "forget_gate.f_a_proj.weight", (z + "f_proj.0.weight",)),
+        NativeTensor(n + "forget_gate.f_b_proj.weight", (z + "f_proj.1.weight",)),
+        NativeTensor(n + "forget_gate.dt_bias", (z + "dt_bias",)),
+        NativeTensor(n + "forget_gate.A_log", (z + "A_log",), lambda p: p[0].view(1, 1, H, 1)),
+        NativeTensor(n + "g_a_proj.weight", (z + "g_proj.0.weight",)),
+        NativeTensor(n + "g_b_proj.weight", (z + "g_proj.1.weight",)),
+        NativeTensor(n + "o_norm.weight", (z + "o_norm.weight",)),
+        NativeTensor(n + "o_proj.weight", (z + "o_proj.weight",)),
+    ]  # fmt: skip
+
+
+def _native_config(cfg: Any) -> dict[str, Any]:
+    """Kimi-Linear's KDA sizes, in transformers' keys and in Moonshot's `linear_attn_config` (vLLM, SGLang)."""
+    return {
+        "linear_head_dim": cfg.kda_head_dim,
+        "linear_num_heads": cfg.kda_num_heads,
+        "linear_conv_kernel_dim": cfg.kda_conv_size,
+        "linear_attn_config": {
+            "head_dim": cfg.kda_head_dim,
+            "num_heads": cfg.kda_num_heads,
+            "short_conv_kernel_size": cfg.kda_conv_size,
+        },
+    }
 
 
 KDA = register_mixer(
@@ -115,8 +187,12 @@ KDA = register_mixer(
         ),
         megatron=MegatronAdapter(
             detect=lambda names: "mixer.f_b_proj.weight" in names,
-            fields=_megatron_fields,
-            keys="zebra.convert.megatron_keys:KDA",
+            fields=lambda arg, first: megatron_dims(arg, value_heads=False),
+            keys=_MEGATRON_KEYS,
+            parts=(
+                ("query", "key", "value", "f_a", "g_a", "beta"),
+                ("query", "key", "value"),
+            ),  # in_proj, conv1d
             dims=lambda c: {
                 "kda_key": c.kda_num_heads * c.kda_head_dim,
                 "kda_value": c.kda_num_heads * c.kda_head_v_dim,
@@ -126,6 +202,12 @@ KDA = register_mixer(
         ),
         upcycle=upcycle_from_attention(
             "KDA from attention has no published recipe: the Q/K/V/O copy of GDN is used", value_heads=False
+        ),
+        native=NativeAdapter(
+            tensors=_native_tensors,
+            blockers=_native_blockers,
+            config=_native_config,
+            servable="1b-kda-mla-kimi (KDA + NoPE MLA, --to kimi-linear)",
         ),
     )
 )

@@ -7,13 +7,33 @@ from typing import Any
 from zebra.mixers.spec import (
     HEAD_DIM,
     HEADS,
+    MEGATRON_LAYER,
+    RECURRENT_PRE_NORM,
+    ZEBRA_LAYER,
+    Blocker,
     ConfigField,
     MegatronAdapter,
     MixerSpec,
+    NativeAdapter,
+    NativeTensor,
     Shapes,
     UpcycleAdapter,
     conv_check,
     register_mixer,
+)
+
+# Megatron's MambaMixer builds its gated norm with eps=1e-5 whatever the model's norm epsilon.
+MAMBA_NORM_EPS = 1e-5
+# its parameters: Zebra and Bamba keep Megatron's MambaMixer names and layouts
+_PARAMS = (
+    "in_proj.weight",
+    "conv1d.weight",
+    "conv1d.bias",
+    "A_log",
+    "D",
+    "dt_bias",
+    "norm.weight",
+    "out_proj.weight",
 )
 
 
@@ -81,6 +101,27 @@ def _upcycle_fields(shape: Any, problems: list[str]) -> dict[str, Any]:
     )
 
 
+def _native_blockers(cfg: Any) -> list[Blocker]:
+    if cfg.rms_norm_eps != MAMBA_NORM_EPS:
+        why = "one epsilon serves every norm there, and Zebra's Mamba2 gated norm uses 1e-5"
+        return [Blocker("model.norm_eps", cfg.rms_norm_eps, MAMBA_NORM_EPS, why)]
+    return []
+
+
+def _native_config(cfg: Any) -> dict[str, Any]:
+    """Bamba's Mamba2 sizes."""
+    return {
+        "mamba_n_heads": mamba_num_heads(cfg),
+        "mamba_d_head": cfg.mamba_head_dim,
+        "mamba_n_groups": cfg.mamba_num_groups,
+        "mamba_d_state": cfg.mamba_state_dim,
+        "mamba_d_conv": cfg.mamba_conv_size,
+        "mamba_expand": cfg.mamba_expand,
+        "mamba_conv_bias": True,
+        "mamba_proj_bias": False,
+    }
+
+
 MAMBA2 = register_mixer(
     MixerSpec(
         char="M",
@@ -110,13 +151,23 @@ MAMBA2 = register_mixer(
         megatron=MegatronAdapter(
             detect=lambda names: "mixer.D" in names,
             fields=_megatron_fields,
-            keys="zebra.convert.megatron_keys:MAMBA2",
+            keys={  # megatron-core's MambaMixer (ssm/mamba_mixer.py): Zebra keeps its fused in_proj / conv1d
+                **RECURRENT_PRE_NORM,
+                **{MEGATRON_LAYER + f"mixer.{p}": ZEBRA_LAYER + f"mixer.{p}" for p in _PARAMS},
+            },
+            parts=(("z", "x", "B", "C", "dt"), ("x", "B", "C")),  # in_proj; conv1d weight and bias
         ),
         upcycle=UpcycleAdapter(
             fields=_upcycle_fields,
             copy="zebra.upcycle.recurrent:mamba2_from_attention",
             gates="zebra.upcycle.gates:mamba2_gates",
             aliases=("mamba",),
+        ),
+        native=NativeAdapter(
+            tensors=lambda cfg, z, n, to: [NativeTensor(n + p, (z + p,)) for p in _PARAMS],
+            blockers=_native_blockers,
+            config=_native_config,
+            servable="tiny-mamba's pure Mamba2 form (--to bamba)",
         ),
     )
 )

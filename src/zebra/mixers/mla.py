@@ -1,11 +1,29 @@
-"""Multi-Latent Attention, the `*` sublayer (`zebra.models.layers.mla`); its keys are plain HF names, declared by
-`ZebraConfig` itself and the recipe's `model.mla` section."""
+"""Multi-Latent Attention, the `*` sublayer (`zebra.models.layers.mla`); its `ZebraConfig` keys are plain HF names
+(`num_attention_heads`, `q_lora_rank`, ...; the YaRN pair is `rope_scaling`), its recipe section `model.mla`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from zebra.mixers.spec import ATTENTION, MegatronAdapter, MixerSpec, register_mixer
+from zebra.mixers.spec import (
+    ATTENTION,
+    HEAD_DIM,
+    HEADS,
+    MEGATRON_LAYER,
+    POSITIONS,
+    RANK,
+    ZEBRA_LAYER,
+    Blocker,
+    ConfigField,
+    MegatronAdapter,
+    MixerSpec,
+    NativeAdapter,
+    NativeTensor,
+    register_mixer,
+)
+
+# Kimi-Linear's KimiLinearAttention builds its latent RMSNorms with the default epsilon
+KIMI_LATENT_NORM_EPS = 1e-6
 
 # Where a Megatron MLA layer keeps its key/value latent norm (its own module, or fused into linear_kv_up_proj);
 # a checkpoint with neither was built with `q_layernorm/kv_layernorm = IdentityOp` (no latent norms).
@@ -13,6 +31,24 @@ _KV_LATENT_NORMS = (
     "self_attention.kv_layernorm.weight",
     "self_attention.linear_kv_up_proj.layer_norm_weight",
 )
+
+
+_SA, _ZM = MEGATRON_LAYER + "self_attention.", ZEBRA_LAYER + "mixer."
+# megatron-core's MultiLatentAttention (transformer/multi_latent_attention.py): each latent norm TE-fused into
+# its up projection or its own module (q_layernorm / kv_layernorm), both accepted.
+_MEGATRON_KEYS = {
+    MEGATRON_LAYER + "input_layernorm.weight": ZEBRA_LAYER + "norm.weight",
+    _SA + "linear_q_proj.weight": _ZM + "q_proj.weight",
+    _SA + "linear_q_down_proj.weight": _ZM + "q_down_proj.weight",
+    _SA + "linear_q_up_proj.layer_norm_weight": _ZM + "q_norm.weight",
+    _SA + "q_layernorm.weight": _ZM + "q_norm.weight",
+    _SA + "linear_q_up_proj.weight": _ZM + "q_up_proj.weight",
+    _SA + "linear_kv_down_proj.weight": _ZM + "kv_down_proj.weight",
+    _SA + "linear_kv_up_proj.layer_norm_weight": _ZM + "kv_norm.weight",
+    _SA + "kv_layernorm.weight": _ZM + "kv_norm.weight",
+    _SA + "linear_kv_up_proj.weight": _ZM + "kv_up_proj.weight",
+    _SA + "linear_proj.weight": _ZM + "o_proj.weight",
+}
 
 
 def _params(cfg: Any) -> int:
@@ -54,6 +90,52 @@ def _megatron_fields(arg, first) -> dict[str, Any]:
     }
 
 
+def _native_blockers(cfg: Any) -> list[Blocker]:
+    """Kimi-Linear's MLA: NoPE, latent norms with epsilon 1e-6."""
+    out = []
+    if cfg.mla_rope:
+        out.append(Blocker("model.mla.rope", True, False, "its MLA has no positional encoding (NoPE)"))
+    if not cfg.mla_latent_norm:
+        out.append(Blocker("model.mla.latent_norm", False, True, "it normalises the key/value latent"))
+    if cfg.rms_norm_eps != KIMI_LATENT_NORM_EPS:
+        out.append(
+            Blocker("model.norm_eps", cfg.rms_norm_eps, KIMI_LATENT_NORM_EPS, "its MLA latent norms use 1e-6")
+        )
+    return out
+
+
+def _native_tensors(cfg: Any, z: str, n: str, to: str) -> list[NativeTensor]:
+    """Kimi-Linear's KimiMLAAttention."""
+    if cfg.q_lora_rank:
+        query = [
+            NativeTensor(n + "q_a_proj.weight", (z + "q_down_proj.weight",)),
+            NativeTensor(n + "q_a_layernorm.weight", (z + "q_norm.weight",)),
+            NativeTensor(n + "q_b_proj.weight", (z + "q_up_proj.weight",)),
+        ]
+    else:
+        query = [NativeTensor(n + "q_proj.weight", (z + "q_proj.weight",))]
+    return [
+        *query,
+        NativeTensor(n + "kv_a_proj_with_mqa.weight", (z + "kv_down_proj.weight",)),
+        NativeTensor(n + "kv_a_layernorm.weight", (z + "kv_norm.weight",)),
+        NativeTensor(n + "kv_b_proj.weight", (z + "kv_up_proj.weight",)),
+        NativeTensor(n + "o_proj.weight", (z + "o_proj.weight",)),
+    ]
+
+
+def _native_config(cfg: Any) -> dict[str, Any]:
+    return {
+        "mla_use_nope": True,  # Moonshot's flag; vLLM's KimiMLAAttention asserts it (transformers is NoPE always)
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_key_value_heads": cfg.num_attention_heads,
+        "q_lora_rank": cfg.q_lora_rank or None,
+        "kv_lora_rank": cfg.kv_lora_rank,
+        "qk_nope_head_dim": cfg.qk_nope_head_dim,
+        "qk_rope_head_dim": cfg.qk_rope_head_dim,
+        "v_head_dim": cfg.v_head_dim,
+    }
+
+
 MLA = register_mixer(
     MixerSpec(
         char=ATTENTION,
@@ -67,7 +149,52 @@ MLA = register_mixer(
             "latent": (batch_size, max_length, c.kv_lora_rank),
             "k_rope": (batch_size, max_length, c.qk_rope_head_dim),
         },
+        fields=(
+            ConfigField("num_heads", 32, "attention heads", 1, HEADS, key="num_attention_heads"),
+            ConfigField("q_lora_rank", 1344, "query latent rank (0 = no query compression)", 0, RANK),
+            ConfigField("kv_lora_rank", 128, "key/value latent rank: the cached latent per token", 1, RANK),
+            ConfigField("qk_nope_head_dim", 32, "per-head query/key channels without RoPE", 0, HEAD_DIM),
+            ConfigField(
+                "qk_rope_head_dim",
+                32,
+                "per-head query/key channels with RoPE (key part shared and cached)",
+                2,
+                HEAD_DIM,
+            ),
+            ConfigField("v_head_dim", 64, "per-head value channels", 1, HEAD_DIM),
+            ConfigField(
+                "latent_norm",
+                True,
+                "RMSNorm on the query and key/value latents (false: none, as the published upcycled students)",
+                key="mla_latent_norm",
+            ),
+            ConfigField(
+                "rope",
+                True,
+                "rotate the qk_rope_head_dim channels by position (false: NoPE, the shared key part unrotated, "
+                "Kimi-Linear's form)",
+                key="mla_rope",
+            ),
+            ConfigField("rope_theta", 500000.0, "RoPE base", 1.0, 1e12),
+            ConfigField(
+                "rope_scaling_factor",
+                1.0,
+                "YaRN scaling factor (1.0 = plain RoPE)",
+                1.0,
+                1024.0,
+                key="rope_scaling.factor",
+            ),
+            ConfigField(
+                "original_max_position_embeddings",
+                8192,
+                "YaRN: the context the base model was trained at",
+                1,
+                POSITIONS,
+                key="rope_scaling.original_max_position_embeddings",
+            ),
+        ),
         section="mla",
+        section_doc="Multi-Latent Attention dimensions",
         check=_check,
         summary=lambda c: (
             f"{c.num_attention_heads} heads, q rank {c.q_lora_rank}, kv rank {c.kv_lora_rank}, nope/rope/v "
@@ -82,8 +209,14 @@ MLA = register_mixer(
         megatron=MegatronAdapter(
             detect=lambda names: any(n.startswith("self_attention.") for n in names),
             fields=_megatron_fields,
-            keys="zebra.convert.megatron_keys:MLA",
+            keys=_MEGATRON_KEYS,
             pre_norms=("input_layernorm.weight",),
+        ),
+        native=NativeAdapter(
+            tensors=_native_tensors,
+            blockers=_native_blockers,
+            config=_native_config,
+            servable="1b-kda-mla-kimi (KDA + NoPE MLA, --to kimi-linear)",
         ),
     )
 )

@@ -2,7 +2,38 @@
 
 from __future__ import annotations
 
-from zebra.mixers.spec import MLP, MegatronAdapter, MixerSpec, register_mixer
+from typing import Any
+
+from zebra.mixers.spec import (
+    MEGATRON_LAYER,
+    MLP,
+    ZEBRA_LAYER,
+    MegatronAdapter,
+    MixerSpec,
+    NativeAdapter,
+    NativeTensor,
+    Split,
+    register_mixer,
+)
+
+_L, _Z = MEGATRON_LAYER, ZEBRA_LAYER
+# megatron-core's MLP (transformer/mlp.py): linear_fc1 rows [gate | up]; the pre-norm TE-fused or its own module
+_MEGATRON_KEYS = {
+    _L + "mlp.linear_fc1.layer_norm_weight": _Z + "norm.weight",
+    _L + "pre_mlp_layernorm.weight": _Z + "norm.weight",
+    _L + "mlp.linear_fc1.weight": Split(
+        0, (_Z + "mixer.gate_proj.weight", "ffn"), (_Z + "mixer.up_proj.weight", "ffn")
+    ),
+    _L + "mlp.linear_fc2.weight": _Z + "mixer.down_proj.weight",
+}
+
+
+def _native_tensors(cfg: Any, z: str, n: str, to: str) -> list[NativeTensor]:
+    """Every native class's SwiGLU MLP has the same three projections."""
+    return [
+        NativeTensor(f"{n}{p}.weight", (f"{z}{p}.weight",)) for p in ("gate_proj", "up_proj", "down_proj")
+    ]
+
 
 SWIGLU = register_mixer(
     MixerSpec(
@@ -15,8 +46,10 @@ SWIGLU = register_mixer(
         megatron=MegatronAdapter(
             detect=lambda names: any(n.startswith("mlp.") for n in names),
             fields=lambda arg, first: {},
-            keys="zebra.convert.megatron_keys:MLP",
+            keys=_MEGATRON_KEYS,
+            dims=lambda c: {"ffn": c.intermediate_size},
             pre_norms=("mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"),
         ),
+        native=NativeAdapter(tensors=_native_tensors),
     )
 )

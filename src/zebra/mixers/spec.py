@@ -39,13 +39,15 @@ LAYER_ARGS = {"hidden_size": "hidden_size", "norm_eps": "rms_norm_eps", "backend
 @dataclass(frozen=True)
 class ConfigField:
     """One setting of a mixer: its recipe key `model.<section>.<name>` and its `ZebraConfig` key
-    `<config_prefix>_<name>` (one default, one doc, one range for both).
+    `<config_prefix>_<name>` or `key` (one default, one doc, one range for both).
 
     Attributes:
         name: the field name ("num_heads").
         default: its default (its type is the field's type: int, float or bool).
         doc: one line for `docs/recipes.md` and `zebra recipes show`.
         min, max: the allowed range of a number (None: unbounded).
+        key: its `ZebraConfig` key where that is not `<config_prefix>_<name>` (MLA's `num_heads` is HF's
+            `num_attention_heads`); a dotted key is an entry of a dict-valued key (`rope_scaling.factor`).
     """
 
     name: str
@@ -53,6 +55,7 @@ class ConfigField:
     doc: str
     min: float | None = None
     max: float | None = None
+    key: str = ""
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,38 @@ class FLAAdapter:
 
 
 @dataclass(frozen=True)
+class Split:
+    """A key-table entry (`zebra.convert.keymap`): cut a fused tensor along `dim` into `parts`,
+    `(target_template, size_name)` in order."""
+
+    dim: int
+    parts: tuple[tuple[str, str], ...]
+
+    def __init__(self, dim: int, *parts: tuple[str, str]):
+        object.__setattr__(self, "dim", dim)
+        object.__setattr__(self, "parts", tuple(parts))
+
+
+@dataclass(frozen=True)
+class Reshape:
+    """A key-table entry (`zebra.convert.keymap`): same values, new shape; `shape` is a tuple of size names
+    (entries of `dims`) or ints."""
+
+    target: str
+    shape: tuple[str | int, ...]
+
+
+# A Megatron key table's templates (`MegatronAdapter.keys`): Megatron numbers sublayers as Zebra does.
+MEGATRON_LAYER = "decoder.layers.{i}."
+ZEBRA_LAYER = "model.layers.{i}."
+# Where a recurrent layer keeps its pre-norm: TE-fused into in_proj, or its own module (the local spec).
+RECURRENT_PRE_NORM = {
+    MEGATRON_LAYER + "mixer.in_proj.layer_norm_weight": ZEBRA_LAYER + "norm.weight",
+    MEGATRON_LAYER + "norm.weight": ZEBRA_LAYER + "norm.weight",
+}
+
+
+@dataclass(frozen=True)
 class MegatronAdapter:
     """How a Primus / Megatron-LM checkpoint holds the mixer (`zebra.convert.megatron`).
 
@@ -88,16 +123,20 @@ class MegatronAdapter:
             registry order; the names are relative, `mixer.in_proj.weight`).
         fields: `(arg, first) -> {field: value}`: its fields from `arg(name, default=...)` (a saved argument;
             no default: required) and `first(name) -> shape or None` (a tensor of the first such layer, `mixer.D`).
-        keys: `"module:NAME"`, the table `{Megatron key: Zebra key or Split/Reshape}` of one such layer.
+        keys: the table `{Megatron key: Zebra key, Split, Reshape or None (dropped)}` of one such layer
+            (`MEGATRON_LAYER` / `ZEBRA_LAYER` templates; `zebra.convert.keymap`).
         pre_norms: where the layer keeps its pre-norm (TE-fused, or its own module): one must be present.
         dims: `cfg -> {size name: int}`, the sizes its table's `Split` / `Reshape` entries name.
+        parts: the part names a torch_dist checkpoint stores its fused tensors as (`in_proj.weight.query`, ...,
+            through Megatron's ShardedTensorFactory), in row order, one tuple per fused module.
     """
 
     detect: Callable[[set[str]], bool]
     fields: Callable[[Callable[..., Any], Callable[[str], tuple[int, ...] | None]], dict[str, Any]]
-    keys: str
+    keys: dict[str, Any]
     pre_norms: tuple[str, ...] = ("mixer.in_proj.layer_norm_weight", "norm.weight")
     dims: Callable[[Any], dict[str, int]] = lambda cfg: {}
+    parts: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,6 +161,57 @@ class UpcycleAdapter:
     aliases: tuple[str, ...] = ()
     gates: str | None = None
     note: str = ""
+
+
+@dataclass(frozen=True)
+class NativeTensor:
+    """One tensor of a transformers-native checkpoint: `name`, the Zebra tensors it is made of, and how
+    (`build(parts)`: concatenation, row permutation or reshape alone, torch imported inside)."""
+
+    name: str
+    sources: tuple[str, ...]
+    build: Callable[[list[Any]], Any] = staticmethod(lambda parts: parts[0])  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """A setting with no exact native equivalent: the recipe field, its value, and the value that fits."""
+
+    field: str
+    value: Any
+    fits: Any
+    why: str
+
+
+@dataclass(frozen=True)
+class NativeAdapter:
+    """How the mixer becomes the mixer (or MLP) of a transformers class's decoder layer (`zebra.convert.native`,
+    whose `TARGETS` say which class holds which mixer, in which module).
+
+    Attributes:
+        tensors: `(cfg, zebra prefix, native prefix, target name) -> [NativeTensor]`; the prefixes end in a dot.
+        blockers: `cfg -> [Blocker]`: what stops an exact export.
+        config: `cfg -> {config.json field: value}`, the mixer's sizes in the native config (a dict value is
+            merged into the target's own dict of that name); written for every target that holds the mixer.
+        servable: the recipe that exports this mixer, named when a model's mix of mixers has no native class.
+    """
+
+    tensors: Callable[[Any, str, str, str], list[NativeTensor]]
+    blockers: Callable[[Any], list[Blocker]] = lambda cfg: []
+    config: Callable[[Any], dict[str, Any]] = lambda cfg: {}
+    servable: str = ""
+
+
+def weights(prefix: str, *modules: str) -> tuple[str, ...]:
+    """The weight names `<prefix><module>.weight` of `modules` (a native adapter's sources)."""
+    return tuple(f"{prefix}{m}.weight" for m in modules)
+
+
+def concat(parts: list[Any], dim: int = 0) -> Any:
+    """The tensors `parts` joined along `dim` (`torch.cat`; with the default, a `NativeTensor.build`)."""
+    import torch
+
+    return torch.cat(parts, dim=dim)
 
 
 @dataclass(frozen=True)
@@ -153,7 +243,7 @@ class MixerSpec:
         check: `cfg -> [(field, problem)]`, the rules between its sizes that one field's range cannot express;
             `field` is named within `section`; run only when the pattern uses the mixer.
         summary: `cfg -> str`, its sizes in one line (the model card).
-        fla, megatron, upcycle: the optional adapters (None: that route does not take this mixer).
+        fla, megatron, upcycle, native: the optional adapters (None: that route does not take this mixer).
     """
 
     char: str
@@ -175,18 +265,22 @@ class MixerSpec:
     fla: FLAAdapter | None = None
     megatron: MegatronAdapter | None = None
     upcycle: UpcycleAdapter | None = None
+    native: NativeAdapter | None = None
 
     def __post_init__(self) -> None:
         if self.fields and not self.config_defaults:
             object.__setattr__(self, "config_defaults", {f.name: f.default for f in self.fields})
 
     def config_key(self, field_name: str) -> str:
-        """The `ZebraConfig` key of one of its fields (`num_heads` -> `gdn_num_heads`)."""
-        return f"{self.config_prefix}_{field_name}" if self.config_prefix else field_name
+        """The `ZebraConfig` key of one of its fields (`num_heads` -> `gdn_num_heads`; MLA's `num_heads` ->
+        `num_attention_heads`, its field's `key`)."""
+        declared = next((f.key for f in self.fields if f.name == field_name and f.key), "")
+        return declared or (f"{self.config_prefix}_{field_name}" if self.config_prefix else field_name)
 
     def config_kwargs(self) -> dict[str, Any]:
-        """`{ZebraConfig key: default}` of its prefixed keys."""
-        return {self.config_key(k): v for k, v in self.config_defaults.items()}
+        """`{ZebraConfig key: default}` of its keys (an entry of a dict-valued key left out)."""
+        keys = {k: self.config_key(k) for k in self.config_defaults}
+        return {keys[k]: v for k, v in self.config_defaults.items() if "." not in keys[k]}
 
     def layer_kwargs(self, cfg: Any, layer_idx: int) -> dict[str, Any]:
         """The layer's constructor arguments: `layer_args` and every field, by name."""
@@ -194,8 +288,10 @@ class MixerSpec:
         return {**{a: common[a] for a in self.layer_args or ()}, **self.values(cfg)}
 
     def values(self, cfg: Any) -> dict[str, Any]:
-        """`{field: value}` of its fields in a flat configuration."""
-        return {k: getattr(cfg, self.config_key(k)) for k in self.config_defaults}
+        """`{field: value}` of its fields that are keys of their own in a flat configuration."""
+        return {
+            k: getattr(cfg, self.config_key(k)) for k in self.config_defaults if "." not in self.config_key(k)
+        }
 
     def prefixed(self, values: dict[str, Any]) -> dict[str, Any]:
         """`{ZebraConfig key: value}` of `{field: value}`."""
@@ -277,6 +373,8 @@ def conv_check(width: int) -> list[tuple[str, str]]:
 # typo (an extra zero or ten) is refused when the recipe loads (as `zebra.recipes.schema`'s own bounds).
 HEADS = 4096
 HEAD_DIM = 65_536
+RANK = 65_536  # a latent rank
+POSITIONS = 1 << 24  # tokens in a sequence
 
 
 def fla_value_dim(cfg: dict[str, Any]) -> int:

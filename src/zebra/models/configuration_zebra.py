@@ -13,19 +13,23 @@ from typing import Any, ClassVar
 
 from transformers import PretrainedConfig
 
-from zebra.arch import resolve_pattern, used_mixers
-from zebra.mixers import MIXERS, mamba_num_heads, recurrent_names
+from zebra.arch import KERNEL_BACKENDS, resolve_pattern, used_mixers
+from zebra.arch import MODEL_DEFAULTS as DEFAULT
+from zebra.mixers import MIXERS, MLA, mamba_num_heads, recurrent_names
 
-KERNEL_BACKENDS = ("auto", "torch", "fla", "mamba_ssm")
 POSITIVE_SIZES = (
     *("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "max_position_embeddings"),
     *("num_attention_heads", "kv_lora_rank", "v_head_dim"),
 )
-# YaRN keys and their defaults (Megatron's MLATransformerConfig: beta_fast 32, beta_slow 1, mscale 1, mscale_all_dim 0).
+# YaRN keys and their defaults (Megatron's MLATransformerConfig: beta_fast 32, beta_slow 1, mscale 1, mscale_all_dim 0;
+# factor and original_max_position_embeddings: MLA's fields, `zebra.mixers.mla`).
 YARN_DEFAULTS: dict[str, Any] = {
     "rope_type": "yarn",
-    "factor": 1.0,
-    "original_max_position_embeddings": 8192,
+    **{
+        MLA.config_key(name).partition(".")[2]: default
+        for name, default in MLA.config_defaults.items()
+        if MLA.config_key(name).startswith("rope_scaling.")
+    },
     "beta_fast": 32.0,
     "beta_slow": 1.0,
     "mscale": 1.0,
@@ -37,7 +41,7 @@ class ZebraConfig(PretrainedConfig):
     """Configuration of `ZebraForCausalLM`: a stack of pre-norm residual sublayers (Mamba2 `M`, Gated DeltaNet `G`,
     Kimi Delta Attention `K`, Multi-Latent Attention `*`, SwiGLU MLP `-`: the kinds of `zebra.mixers.MIXERS`).
 
-    Args:
+    Args (the defaults: `zebra.arch.MODEL_DEFAULTS` and the mixers' `fields`):
         vocab_size: vocabulary size V.
         hidden_size: model width D.
         intermediate_size: SwiGLU inner width F.
@@ -52,7 +56,8 @@ class ZebraConfig(PretrainedConfig):
         max_position_embeddings: longest position RoPE is set up for.
         kernel_backend: "auto", "torch", "fla" or "mamba_ssm" (see `zebra_kernels.resolve_backend`).
         num_attention_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim: MLA shape
-            (q_lora_rank 0 = an uncompressed query projection).
+            (q_lora_rank 0 = an uncompressed query projection); these and the next three are MLA's fields, with
+            their defaults, in `zebra.mixers.mla`.
         mla_latent_norm: an RMSNorm on the MLA query and key/value latents (DeepSeek-V2, recipes trained from
             scratch); False: none, the down factor feeds the up factor directly (the published Zebra-Llama
             students, `use_lora_layer_norm: false`: what `zebra upcycle` makes).
@@ -73,27 +78,18 @@ class ZebraConfig(PretrainedConfig):
 
     def __init__(
         self,
-        vocab_size: int = 128256,
-        hidden_size: int = 2048,
-        intermediate_size: int = 8192,
-        num_hidden_layers: int = 32,
-        recurrent_type: str = "gdn",
-        hybrid_attention_ratio: float = 0.0,
-        layer_pattern: str | None = None,
-        rms_norm_eps: float = 1e-6,
-        tie_word_embeddings: bool = True,
-        initializer_range: float = 0.02,
-        max_position_embeddings: int = 8192,
-        kernel_backend: str = "auto",
-        num_attention_heads: int = 32,
-        q_lora_rank: int = 1344,
-        kv_lora_rank: int = 128,
-        qk_nope_head_dim: int = 32,
-        qk_rope_head_dim: int = 32,
-        v_head_dim: int = 64,
-        mla_latent_norm: bool = True,
-        mla_rope: bool = True,
-        rope_theta: float = 500000.0,
+        vocab_size: int = DEFAULT["vocab_size"],
+        hidden_size: int = DEFAULT["hidden_size"],
+        intermediate_size: int = DEFAULT["intermediate_size"],
+        num_hidden_layers: int = DEFAULT["num_hidden_layers"],
+        recurrent_type: str = DEFAULT["recurrent_type"],
+        hybrid_attention_ratio: float = DEFAULT["hybrid_attention_ratio"],
+        layer_pattern: str | None = DEFAULT["layer_pattern"],
+        rms_norm_eps: float = DEFAULT["rms_norm_eps"],
+        tie_word_embeddings: bool = DEFAULT["tie_word_embeddings"],
+        initializer_range: float = DEFAULT["initializer_range"],
+        max_position_embeddings: int = DEFAULT["max_position_embeddings"],
+        kernel_backend: str = DEFAULT["kernel_backend"],
         rope_scaling: dict[str, Any] | None = None,
         rope_parameters: dict[str, Any] | None = None,
         use_cache: bool = True,
@@ -113,20 +109,12 @@ class ZebraConfig(PretrainedConfig):
         self.initializer_range = initializer_range
         self.max_position_embeddings = max_position_embeddings
         self.kernel_backend = kernel_backend
-        self.num_attention_heads = num_attention_heads
-        self.q_lora_rank = q_lora_rank
-        self.kv_lora_rank = kv_lora_rank
-        self.qk_nope_head_dim = qk_nope_head_dim
-        self.qk_rope_head_dim = qk_rope_head_dim
-        self.v_head_dim = v_head_dim
-        self.mla_latent_norm = mla_latent_norm
-        self.mla_rope = mla_rope
         self.use_cache = use_cache
-        self.rope_parameters = _rope_parameters(rope_theta, rope_scaling, rope_parameters)
-        self.rope_theta = self.rope_parameters["rope_theta"]
-        for spec in MIXERS.values():
+        for spec in MIXERS.values():  # MLA's keys (rope_theta among them) and the recurrent mixers' sizes
             for key, default in spec.config_kwargs().items():
                 setattr(self, key, kwargs.pop(key, default))
+        self.rope_parameters = _rope_parameters(self.rope_theta, rope_scaling, rope_parameters)
+        self.rope_theta = self.rope_parameters["rope_theta"]
         self.layer_pattern = layer_pattern
         self._validate()
         try:
@@ -200,7 +188,10 @@ class ZebraConfig(PretrainedConfig):
         """The sizes of the mixers the resolved pattern uses: integers >= 1, then each mixer's own rules."""
         for spec in used_mixers(self.layer_pattern):
             sizes = {k: getattr(self, k) for k, v in spec.config_kwargs().items() if _is_int(v, 0)}
-            bad = {k: v for k, v in sizes.items() if not _is_int(v, 1)}
+            floor = {
+                spec.config_key(f.name): 0 if f.min == 0 else 1 for f in spec.fields
+            }  # MLA's ranks: 0 too
+            bad = {k: v for k, v in sizes.items() if not _is_int(v, floor.get(k, 1))}
             if bad:
                 raise ValueError(f"ZebraConfig: these sizes must be positive integers: {bad}")
             for name, problem in spec.check(self):

@@ -12,18 +12,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, make_dataclass
 from typing import Any
 
-from zebra.mixers import MIXERS, MixerSpec, recurrent_names
+from zebra.arch import KERNEL_BACKENDS, MODEL_DEFAULTS
+from zebra.mixers import MIXERS, MLA, MixerSpec, recurrent_names
+from zebra.mixers.spec import HEAD_DIM, HEADS, POSITIONS
 
 # Upper bounds of the counts and sizes a recipe takes: far above any real model or run, low enough that a typo
 # (an extra zero or ten) is refused when the recipe loads (`recipes show`, `train --dry-run`) instead of a
-# training that allocates terabytes or loops for hours building its data index.
-HEADS = 4096
-HEAD_DIM = 65_536
-RANK = 65_536
+# training that allocates terabytes or loops for hours building its data index (the mixers' own sizes:
+# `zebra.mixers.spec`).
 WIDTH = 1 << 18  # model width
 LAYERS = 4096  # sublayers
 VOCAB = 1 << 24
-POSITIONS = 1 << 24  # tokens in a sequence
 STEPS = 1_000_000_000
 BATCH = 1 << 24  # sequences in a batch
 MAX_SEQUENCES = (
@@ -54,42 +53,36 @@ def field_choices(meta: Mapping[str, Any]) -> tuple | None:
     return choices() if callable(choices) else choices
 
 
-@dataclass(kw_only=True)
-class MLASpec:
-    """Multi-Latent Attention (DeepSeek-V2 style, as in Zebra-Llama)."""
-
-    num_heads: int = spec(32, doc="attention heads", min=1, max=HEADS)
-    q_lora_rank: int = spec(1344, doc="query latent rank (0 = no query compression)", min=0, max=RANK)
-    kv_lora_rank: int = spec(128, doc="key/value latent rank: the cached latent per token", min=1, max=RANK)
-    qk_nope_head_dim: int = spec(32, doc="per-head query/key channels without RoPE", min=0, max=HEAD_DIM)
-    qk_rope_head_dim: int = spec(
-        32, doc="per-head query/key channels with RoPE (key part shared and cached)", min=2, max=HEAD_DIM
-    )
-    v_head_dim: int = spec(64, doc="per-head value channels", min=1, max=HEAD_DIM)
-    latent_norm: bool = spec(
-        True,
-        doc="RMSNorm on the query and key/value latents (false: none, as the published upcycled students)",
-    )
-    rope: bool = spec(
-        True,
-        doc="rotate the qk_rope_head_dim channels by position (false: NoPE, the shared key part unrotated, "
-        "Kimi-Linear's form)",
-    )
-    rope_theta: float = spec(500000.0, doc="RoPE base", min=1.0, max=1e12)
-    rope_scaling_factor: float = spec(1.0, doc="YaRN scaling factor (1.0 = plain RoPE)", min=1.0, max=1024.0)
-    original_max_position_embeddings: int = spec(
-        8192, doc="YaRN: the context the base model was trained at", min=1, max=POSITIONS
-    )
-
-
 def mixer_section(mixer: MixerSpec) -> type:
     """The recipe section `model.<section>` of a mixer, made from its `fields` (names, defaults, docs, ranges:
     declared once, in the mixer's module)."""
     return make_dataclass(
-        f"{mixer.name.capitalize()}Spec",
+        f"{mixer.label}Spec",
         [(f.name, type(f.default), spec(f.default, doc=f.doc, min=f.min, max=f.max)) for f in mixer.fields],
         kw_only=True,
     )
+
+
+MLASpec = mixer_section(MLA)  # Multi-Latent Attention (DeepSeek-V2 style, as in Zebra-Llama)
+
+
+# The one map between the recipe's and the model config's names: recipe path (`model.<path>`) -> ZebraConfig key,
+# where they differ. Every other field of `model` is its ZebraConfig key, and a mixer section's field is its
+# spec's `config_key` (`<config_prefix>_<field>`, or the field's own `key`: MLA's `num_heads` is
+# `num_attention_heads`, its YaRN pair entries of `rope_scaling`); `flat` and `overrides_from_config` both read
+# `config_paths`.
+CONFIG_KEYS = {
+    "num_layers": "num_hidden_layers",
+    "pattern": "layer_pattern",
+    "norm_eps": "rms_norm_eps",
+    "tie_embeddings": "tie_word_embeddings",
+    "init_std": "initializer_range",
+}
+
+
+def _default(path: str) -> Any:
+    """The default of a model-wide recipe field: `zebra.arch.MODEL_DEFAULTS` of its ZebraConfig key."""
+    return MODEL_DEFAULTS[CONFIG_KEYS.get(path, path)]
 
 
 @dataclass(kw_only=True)
@@ -106,38 +99,51 @@ class TeacherSpec:
 class _ModelFields:
     """The model section's own fields; `ModelSpec` adds one section per mixer with fields (`mixer_section`)."""
 
-    vocab_size: int = spec(128256, doc="vocabulary size (must cover the tokenizer)", min=2, max=VOCAB)
-    hidden_size: int = spec(2048, doc="model width D", min=8, max=WIDTH)
-    intermediate_size: int = spec(8192, doc="SwiGLU inner width", min=8, max=WIDTH * 16)
-    num_layers: int = spec(32, doc="sublayers (mixers + MLPs), Megatron numbering", min=2, max=LAYERS)
+    vocab_size: int = spec(
+        _default("vocab_size"), doc="vocabulary size (must cover the tokenizer)", min=2, max=VOCAB
+    )
+    hidden_size: int = spec(_default("hidden_size"), doc="model width D", min=8, max=WIDTH)
+    intermediate_size: int = spec(
+        _default("intermediate_size"), doc="SwiGLU inner width", min=8, max=WIDTH * 16
+    )
+    num_layers: int = spec(
+        _default("num_layers"), doc="sublayers (mixers + MLPs), Megatron numbering", min=2, max=LAYERS
+    )
     recurrent_type: str = spec(
-        "gdn", doc="recurrent mixer kind placed by hybrid_attention_ratio", choices=recurrent_names
+        _default("recurrent_type"),
+        doc="recurrent mixer kind placed by hybrid_attention_ratio",
+        choices=recurrent_names,
     )
     hybrid_attention_ratio: float = spec(
-        0.0, doc="fraction of mixer sublayers that are MLA", min=0.0, max=1.0
+        _default("hybrid_attention_ratio"), doc="fraction of mixer sublayers that are MLA", min=0.0, max=1.0
     )
     pattern: str | None = spec(
-        None, doc=f"explicit sublayer pattern over '{' '.join(MIXERS)}' (overrides the ratio)"
+        _default("pattern"), doc=f"explicit sublayer pattern over '{' '.join(MIXERS)}' (overrides the ratio)"
     )
-    norm_eps: float = spec(1e-6, doc="RMSNorm epsilon", min=0.0, max=1e-2)
-    tie_embeddings: bool = spec(True, doc="share the input embedding and the output head")
-    init_std: float = spec(0.02, doc="initialiser standard deviation", min=0.0, max=1.0)
-    max_position_embeddings: int = spec(8192, doc="longest position RoPE is set up for", min=1, max=POSITIONS)
+    norm_eps: float = spec(_default("norm_eps"), doc="RMSNorm epsilon", min=0.0, max=1e-2)
+    tie_embeddings: bool = spec(
+        _default("tie_embeddings"), doc="share the input embedding and the output head"
+    )
+    init_std: float = spec(_default("init_std"), doc="initialiser standard deviation", min=0.0, max=1.0)
+    max_position_embeddings: int = spec(
+        _default("max_position_embeddings"), doc="longest position RoPE is set up for", min=1, max=POSITIONS
+    )
     kernel_backend: str = spec(
-        "auto",
+        _default("kernel_backend"),
         doc="kernel backend (mamba_ssm: FLA, with mamba-ssm's chunked Mamba2 scan)",
-        choices=("auto", "torch", "fla", "mamba_ssm"),
+        choices=KERNEL_BACKENDS,
     )
-    mla: MLASpec = spec(doc="Multi-Latent Attention dimensions", factory=MLASpec)
+    mla: MLASpec = spec(doc=MLA.section_doc, factory=MLASpec)  # type: ignore[valid-type]
 
     def flat(self) -> dict[str, Any]:
         """The keyword arguments of `zebra.models.ZebraConfig` (flat, HF style), named by `config_paths`."""
-        out = {key: _at(self, path) for path, key in config_paths(type(self)).items()}
-        out["rope_scaling"] = {
-            "type": "yarn",
-            "factor": self.mla.rope_scaling_factor,
-            "original_max_position_embeddings": self.mla.original_max_position_embeddings,
-        }
+        paths = config_paths(type(self))
+        out = {key: _at(self, path) for path, key in paths.items() if "." not in key}
+        out["rope_scaling"] = {"type": "yarn"}
+        for path, key in paths.items():  # `rope_scaling.factor`: an entry of `rope_scaling`
+            if "." in key:
+                outer, _, inner = key.partition(".")
+                out[outer][inner] = _at(self, path)
         for mixer in MIXERS.values():  # a mixer without a recipe section: its defaults
             if mixer.config_defaults and not (mixer.section and mixer.fields):
                 out.update(mixer.config_kwargs())
@@ -154,17 +160,15 @@ class _ModelFields:
         """`model.*=value` overrides that give a recipe the shapes of a ZebraConfig dict (an export's
         config.json): the inverse of `flat`, over the keys `flat` fills. Keys the config lacks are left out."""
         out = []
-        for path, key in config_paths(cls).items():
-            if key in config:
-                value = config[key]
+        for path, key in sorted(
+            config_paths(cls).items(), key=lambda item: "." in item[1]
+        ):  # dict entries last
+            outer, _, inner = key.partition(".")
+            held = (config.get(outer) or {}) if inner else config
+            if (inner or key) in held:
+                value = held[inner or key]
                 text = "null" if value is None else str(value).lower() if isinstance(value, bool) else value
                 out.append(f"model.{path}={text}")
-        scaling = config.get("rope_scaling") or {}
-        if "factor" in scaling:
-            out.append(f"model.mla.rope_scaling_factor={float(scaling['factor'])}")
-        if "original_max_position_embeddings" in scaling:
-            original = int(scaling["original_max_position_embeddings"])
-            out.append(f"model.mla.original_max_position_embeddings={original}")
         return out
 
 
@@ -173,7 +177,7 @@ ModelSpec = make_dataclass(
     [
         (m.section, (section := mixer_section(m)), spec(doc=m.section_doc, factory=section))
         for m in MIXERS.values()
-        if m.section and m.fields
+        if m.section and m.fields and m is not MLA  # MLA's section: a field of `_ModelFields`, first
     ]
     + [("teacher", TeacherSpec, spec(doc="Llama teacher (KV-cache comparison only)", factory=TeacherSpec))],
     bases=(_ModelFields,),
@@ -183,25 +187,11 @@ ModelSpec.__doc__ = "The `model` section: sizes, the layer pattern, and one sect
 ModelSpec.__module__ = __name__
 
 
-# The one map between the recipe's and the model config's names: recipe path (`model.<path>`) -> ZebraConfig key,
-# where they differ. Every other field of `model` and `model.mla` is its ZebraConfig key, and a mixer section's
-# field is `<config_prefix>_<field>` (its spec); `flat` and `overrides_from_config` both read `config_paths`.
-CONFIG_KEYS = {
-    "num_layers": "num_hidden_layers",
-    "pattern": "layer_pattern",
-    "norm_eps": "rms_norm_eps",
-    "tie_embeddings": "tie_word_embeddings",
-    "init_std": "initializer_range",
-    "mla.num_heads": "num_attention_heads",
-    "mla.latent_norm": "mla_latent_norm",
-    "mla.rope": "mla_rope",
-}
-# Recipe fields that are no ZebraConfig key of their own: the YaRN pair (together `rope_scaling`) and the teacher.
-_NOT_CONFIG_KEYS = ("mla.rope_scaling_factor", "mla.original_max_position_embeddings", "teacher")
+_NOT_CONFIG_KEYS = ("teacher",)  # a recipe section that is no part of the model config
 
 
 def config_paths(cls: type = ModelSpec) -> dict[str, str]:
-    """`{recipe path under model: ZebraConfig key}` of every model field that is one ZebraConfig key."""
+    """`{recipe path under model: ZebraConfig key}` of every model field (a dotted key: an entry of a dict)."""
     paths = {}
     for f in fields(cls):
         if f.name in _NOT_CONFIG_KEYS:
@@ -209,11 +199,10 @@ def config_paths(cls: type = ModelSpec) -> dict[str, str]:
         if not is_dataclass(f.default_factory if f.default_factory is not MISSING else None):
             paths[f.name] = CONFIG_KEYS.get(f.name, f.name)
             continue
-        mixer = next((m for m in MIXERS.values() if m.section == f.name and m.fields), None)
-        for sub in fields(f.default_factory):
-            path = f"{f.name}.{sub.name}"
-            if path not in _NOT_CONFIG_KEYS:
-                paths[path] = mixer.config_key(sub.name) if mixer else CONFIG_KEYS.get(path, sub.name)
+        mixer = next(m for m in MIXERS.values() if m.section == f.name and m.fields)
+        paths.update(
+            {f"{f.name}.{sub.name}": mixer.config_key(sub.name) for sub in fields(f.default_factory)}
+        )
     return paths
 
 

@@ -21,6 +21,7 @@ from zebra.caches import kernel_cache_dir, use_kernel_cache
 from zebra.checkpoint_dir import step_name
 from zebra.data import load_tokenizer
 from zebra.errors import ZebraError, first_line
+from zebra.mixers import MAMBA2
 from zebra.recipes import Recipe, load_recipe
 from zebra.train import checkpoint as ckpt
 from zebra.train.data import batch_plan, build_train_order, micro_batches
@@ -585,7 +586,7 @@ def kernels_in_use(config, device: torch.device) -> str:
 
     try:
         chosen = resolve_backend(config.kernel_backend, device)
-        mamba2 = any(spec.name == "mamba2" for spec in arch.used_mixers(config.layer_pattern))
+        mamba2 = MAMBA2 in arch.used_mixers(config.layer_pattern)
         scan = resolve_ssd_backend(config.kernel_backend, device, "chunk") if mamba2 else chosen
     except ValueError as error:
         raise ZebraError(

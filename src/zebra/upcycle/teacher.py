@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zebra.errors import ZebraError
+from zebra.mixers import MIXERS
 
 if TYPE_CHECKING:
     import torch
@@ -45,7 +46,10 @@ LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3")
 NOT_DENSE = {
     "zebra": "a Zebra export (already a hybrid)",
     **dict.fromkeys(
-        ("gated_deltanet", "kda", "gla", "delta_net", "gsa", "hgrn", "hgrn2", "retnet", "rwkv6", "rwkv7"),
+        (
+            *(s.fla.model_type for s in MIXERS.values() if s.fla),  # what `zebra convert` reads
+            *("delta_net", "gsa", "hgrn", "hgrn2", "retnet", "rwkv6", "rwkv7"),
+        ),
         "an FLA model (recurrent layers, no attention to upcycle)",
     ),
     **dict.fromkeys(("mamba", "mamba2", "samba", "jamba", "zamba", "zamba2"), "a state-space model"),

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
 
+from zebra.mixers.mamba2 import MAMBA_NORM_EPS
 from zebra.models.layers.norm import GatedRMSNorm
 from zebra.models.layers.packed import derived
 from zebra.models.layers.recurrent import (
@@ -20,9 +21,6 @@ from zebra.models.layers.recurrent import (
     zero_padding,
 )
 from zebra_kernels import mamba2_ssd, mamba2_ssd_step
-
-# Megatron's MambaMixer builds its gated norm with eps=1e-5 whatever the model's norm epsilon.
-MAMBA_NORM_EPS = 1e-5
 
 
 class Mamba2(RecurrentMixer):
