@@ -83,7 +83,8 @@ def test_bench_decode_lengths_and_profile_json(tmp_path):
     result = runner.invoke(
         app,
         ["bench", "decode", "tiny", "--device", "cpu", "--dtype", "fp32", "--batch", "1", "--prompt", "8",
-         "--new", "3", "--no-hf", "--lengths", "5,20", "--capacity", "40", "--profile", "--json"],
+         "--new", "3", "--no-hf", "--lengths", "5,20", "--capacity", "40", "--profile", "--json",
+         "--cache", "static"],  # a static cache: the profile reuses the timed runs' slot
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)

@@ -64,6 +64,21 @@ def test_decode_step_is_captured_and_replayed():
     assert int(state.cache.offset_tensor) == 13
 
 
+def test_the_step_profile_follows_timed_runs_in_inference_mode():
+    # `zebra bench decode --profile` failed on a GPU after the timed runs: they make the graphed slot in inference
+    # mode, and the profile asked for a state (a reset of that slot) outside it
+    from zebra.bench.decode_profile import profile_step
+
+    model = cuda_model("tiny", torch.float32)
+    engine = Engine(model, max_seq_len=64)
+    prompts = torch.tensor(PROMPTS[:1])
+    with torch.inference_mode():
+        state = engine.new_state(batch=1, capacity=prompts.shape[1] + 8)
+        engine.prefill(state, prompts.cuda())
+    profile = profile_step(engine, prompts, 8)
+    assert profile.mode == "cuda graph" and profile.steps > 0
+
+
 def test_chat_state_continues_across_turns_with_the_graph():
     model = cuda_model("tiny", torch.float32)
     graph, eager = Engine(model, max_seq_len=128), Engine(model, cache="dynamic")

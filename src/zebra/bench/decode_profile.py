@@ -42,10 +42,15 @@ class DecodeProfile:
 
 
 def profile_step(engine: Any, prompts: torch.Tensor, new: int, *, top: int = 40) -> DecodeProfile:
-    """Prefill `prompts` into a cache of `prompt + new` tokens, warm up, then profile `PROFILED_STEPS` steps."""
+    """Prefill `prompts` into a cache of `prompt + new` tokens (room for the profiled steps at least), warm up,
+    then profile `PROFILED_STEPS` steps."""
     device = engine.device
-    state = engine.new_state(prompts.shape[0], capacity=prompts.shape[1] + new)
-    with torch.inference_mode():
+    with (
+        torch.inference_mode()
+    ):  # the state too: the timed runs made the graphed slot it reuses in inference mode
+        state = engine.new_state(
+            prompts.shape[0], capacity=prompts.shape[1] + max(new, WARMUP_STEPS + PROFILED_STEPS)
+        )
         engine.prefill(state, prompts.to(device))
         tokens = state.logits.argmax(-1)
         for _ in range(WARMUP_STEPS):
