@@ -156,7 +156,7 @@ def teacher_part(args, windows, device) -> dict:
 
     from zebra.train.metrics import device_peak_flops
     from zebra.upcycle import open_teacher
-    from zebra.upcycle.teacher_model import build_teacher_model
+    from zebra.upcycle.teachers.causal_lm import build_teacher_model
 
     teacher = open_teacher(args.teacher)
     model = build_teacher_model(teacher, torch.float32).to(device)
@@ -404,7 +404,7 @@ def plot(record: dict, path: Path) -> None:
 
 
 def save(args, record: dict) -> None:
-    from zebra.atomic import write_atomic
+    from zebra.core.atomic import write_atomic
 
     write_atomic(args.output / "figure.json", json.dumps(record, indent=1, default=str) + "\n")
     plot(record, args.output / "figure.png")
@@ -451,7 +451,7 @@ def parse_args():
 def main() -> int:
     import torch
 
-    from zebra.device import resolve_device
+    from zebra.core.device import resolve_device
 
     args = parse_args()
     deadline = Deadline(args.deadline_seconds)

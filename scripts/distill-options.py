@@ -103,7 +103,7 @@ def run_variant(name: str, args, ctx) -> dict:
 def main() -> None:
     import torch
 
-    from zebra.atomic import write_atomic
+    from zebra.core.atomic import write_atomic
     from zebra.upcycle import StudentOptions, upcycle
 
     helpers = figure_helpers()

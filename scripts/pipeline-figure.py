@@ -243,7 +243,7 @@ def main() -> None:
     }
 
     def save(pipelines: list[dict]) -> None:  # after every pipeline: a run cut short keeps what it finished
-        from zebra.atomic import write_atomic
+        from zebra.core.atomic import write_atomic
 
         result.update(pipelines=pipelines, smart=ctx.get("smart"))
         write_atomic(args.output / "pipeline.json", json.dumps(result, indent=2) + "\n")

@@ -228,7 +228,7 @@ def svd_calibration(args):
 def open_inputs(args, device):
     """The held-out windows `[W, seq + 1]` and the teacher on `device`, for a parsed `figure_parser`."""
     from zebra.train.dist import DistEnv
-    from zebra.train.teacher import load_teacher
+    from zebra.train.distill_teacher import load_teacher
 
     held = token_stream(args.heldout)
     heldout = windows(held, args.seq, min(args.heldout_windows, max(1, len(held) // (args.seq + 1))))
@@ -248,7 +248,7 @@ def run_facts(args, device, heldout) -> dict:
 
 def save(result: dict, output: Path) -> None:
     """figure.json (written whole, then renamed) and figure.png of the students so far."""
-    from zebra.atomic import write_atomic
+    from zebra.core.atomic import write_atomic
 
     write_atomic(output / "figure.json", json.dumps(result, indent=2) + "\n")
     plot(result, output / "figure.png")

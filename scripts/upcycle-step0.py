@@ -142,7 +142,7 @@ def main() -> None:
     from zebra.models import ZebraForCausalLM
     from zebra.upcycle import open_teacher
     from zebra.upcycle.run import upcycle
-    from zebra.upcycle.teacher_model import build_teacher_model
+    from zebra.upcycle.teachers.causal_lm import build_teacher_model
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("teacher")

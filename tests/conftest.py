@@ -35,7 +35,7 @@ from optional_inputs import OPTIONAL_FIXTURES, RUNNING, require_input, required
 for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ[_var] = "1"
 if os.environ.get("ZEBRA_PYCACHE") is None:
-    from zebra.caches import bytecode_cache_dir
+    from zebra.core.caches import bytecode_cache_dir
 
     os.environ["ZEBRA_PYCACHE"] = str(bytecode_cache_dir())
 
@@ -153,7 +153,7 @@ def slurm_cluster() -> str:
 
 
 _HOLDER = """import sys, time
-from zebra.locks import FolderLock
+from zebra.core.locks import FolderLock
 lock = FolderLock(sys.argv[1], fix="").acquire()
 print("held", flush=True)
 time.sleep(float(sys.argv[2]))
@@ -163,7 +163,7 @@ time.sleep(float(sys.argv[2]))
 @pytest.fixture
 def hold_folder():
     """hold_folder(folder, seconds=600, env=None) -> pid of another process holding `folder/.lock`
-    (zebra.locks.FolderLock) for `seconds`; it is killed when the test ends."""
+    (zebra.core.locks.FolderLock) for `seconds`; it is killed when the test ends."""
     holders: list[subprocess.Popen] = []
 
     def hold(folder, seconds: float = 600, env: dict[str, str] | None = None) -> int:

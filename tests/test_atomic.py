@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from zebra.atomic import fsync_tree, write_atomic
+from zebra.core.atomic import fsync_tree, write_atomic
 
 
 @pytest.fixture
@@ -95,8 +95,8 @@ def test_an_output_under_a_file_is_one_line_naming_the_file(tmp_path, args, trai
 
 
 def test_make_folder_names_the_file_in_the_way(tmp_path):
-    from zebra.atomic import make_folder
-    from zebra.errors import ZebraError
+    from zebra.core.atomic import make_folder
+    from zebra.core.errors import ZebraError
 
     (tmp_path / "f").write_text("")
     make_folder(tmp_path / "a" / "b")
@@ -109,8 +109,8 @@ def test_make_folder_names_the_file_in_the_way(tmp_path):
 def test_make_folder_says_why_a_folder_cannot_be_made():
     """/proc takes no new folders (a permission error would do, but the tests may run as root): one line with the
     reason, not an OSError taken for a bug."""
-    from zebra.atomic import make_folder
-    from zebra.errors import ZebraError
+    from zebra.core.atomic import make_folder
+    from zebra.core.errors import ZebraError
 
     with pytest.raises(ZebraError, match=r"/proc/zebra-test/run: cannot create this folder \(.+\)") as e:
         make_folder(Path("/proc/zebra-test/run"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zebra.caches import kernel_cache_dir, use_kernel_cache, zebra_cache_dir
+from zebra.core.caches import kernel_cache_dir, use_kernel_cache, zebra_cache_dir
 
 
 def test_kernel_cache_folder_follows_the_variables():
@@ -32,7 +32,7 @@ def test_inductors_own_default_counts_as_unset():
     no choice of the user's, so zebra's cache replaces it."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-    from zebra.caches import inductor_default_dir, set_by_torch
+    from zebra.core.caches import inductor_default_dir, set_by_torch
 
     assert inductor_default_dir() == default_cache_dir()  # computed as torch does
     env = {"ZEBRA_KERNEL_CACHE": "/fast/k", "TORCHINDUCTOR_CACHE_DIR": default_cache_dir()}
@@ -69,7 +69,7 @@ def torchs_own_values(monkeypatch, inductor: str | None = None) -> dict[str, str
 def test_every_value_torch_writes_itself_counts_as_unset_unless_the_process_started_with_it(
     monkeypatch, tmp_path
 ):
-    from zebra.caches import TORCH_WRITES, torch_writes
+    from zebra.core.caches import TORCH_WRITES, torch_writes
 
     theirs = torchs_own_values(monkeypatch)
     assert sorted(theirs) == sorted(TORCH_WRITES)
@@ -105,7 +105,7 @@ def test_zebras_cache_replaces_both_of_torchs_folders(monkeypatch):
 
 
 def test_child_processes_start_without_torchs_writes_and_with_yours(monkeypatch):
-    from zebra.caches import without_torch_writes
+    from zebra.core.caches import without_torch_writes
 
     theirs = torchs_own_values(monkeypatch)
     env = {**theirs, "NCCL_DEBUG": "INFO"}
@@ -127,7 +127,7 @@ def test_the_table_knows_every_variable_torch_triton_and_fla_write_for_the_ranks
     import importlib.util
     import re
 
-    from zebra.caches import TORCH_WRITES, cache_settings
+    from zebra.core.caches import TORCH_WRITES, cache_settings
     from zebra.launch.environment import allowed
 
     write = re.compile(r"""os\.environ\[\s*["']([A-Za-z0-9_]+)["']\s*\]\s*=(?!=)""")
@@ -149,7 +149,7 @@ def test_the_table_knows_every_variable_torch_triton_and_fla_write_for_the_ranks
 def test_bytecode_goes_to_zebras_cache_only_where_python_was_told_to_write_none():
     from types import SimpleNamespace
 
-    from zebra.caches import use_bytecode_cache
+    from zebra.core.caches import use_bytecode_cache
 
     env = {"ZEBRA_CACHE": "/data/zc"}
     told_not_to = SimpleNamespace(dont_write_bytecode=True, pycache_prefix=None)

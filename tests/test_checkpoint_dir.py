@@ -9,7 +9,7 @@ import sys
 
 def test_convert_formats_loads_no_training_module_and_checkpoint_dir_no_torch():
     script = (
-        "import sys, zebra.checkpoint_dir\n"
+        "import sys, zebra.folders.checkpoint_dir\n"
         "print('torch' in sys.modules)\n"
         "import zebra.convert.formats\n"
         "print(sorted(m for m in sys.modules if m.startswith('zebra.train')))\n"
@@ -36,7 +36,7 @@ def test_a_reader_waiting_while_its_step_is_replaced_holds_the_new_folder(tmp_pa
     import os
     import threading
 
-    from zebra import checkpoint_dir as cd
+    from zebra.folders import checkpoint_dir as cd
 
     final = _checkpoint(tmp_path / "checkpoints" / "step_0000002", 2, "old")
     new = _checkpoint(tmp_path / "checkpoints" / "step_0000002.partial", 2, "new")
@@ -73,7 +73,7 @@ def test_a_reader_waiting_while_its_step_is_replaced_holds_the_new_folder(tmp_pa
 def test_the_newest_pruned_before_it_was_held_is_listed_again(tmp_path):
     """Between listing a live run's checkpoints and holding them, the run may save and prune the one listed
     first: `held` lists them again and holds the newest, instead of falling back to an older one."""
-    from zebra.checkpoint_dir import committed, held, remove_unless_held
+    from zebra.folders.checkpoint_dir import committed, held, remove_unless_held
 
     ck = tmp_path / "checkpoints"
     _checkpoint(ck / "step_0000002", 2, "a")

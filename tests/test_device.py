@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from zebra.device import resolve_device, resolve_dtype
-from zebra.errors import ZebraError
+from zebra.core.device import resolve_device, resolve_dtype
+from zebra.core.errors import ZebraError
 
 
 def test_default_device_is_cuda_only_when_there_is_one():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zebra.errors import error_summary, first_line
+from zebra.core.errors import error_summary, first_line
 
 
 def test_first_line_skips_blank_lines_and_cuts_long_ones():

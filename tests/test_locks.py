@@ -1,4 +1,4 @@
-"""Folder locks (`zebra.locks.FolderLock`): one holder at a time, named to the next; the kernel drops a lock
+"""Folder locks (`zebra.core.locks.FolderLock`): one holder at a time, named to the next; the kernel drops a lock
 with its process; a requeued Slurm job waits for its own earlier attempt instead of being refused."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from zebra.errors import ZebraError
-from zebra.locks import FolderLock
+from zebra.core.errors import ZebraError
+from zebra.core.locks import FolderLock
 
 
 def test_a_second_holder_is_refused_naming_the_first(tmp_path, hold_folder):

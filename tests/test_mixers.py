@@ -12,9 +12,9 @@ import torch
 from torch import nn
 from typer.testing import CliRunner
 
-from zebra import arch
 from zebra.mixers import MIXERS, MixerSpec, mixer_spec, register_mixer
 from zebra.recipes.schema import ModelSpec
+from zebra.spec import arch
 
 TOY = "T"  # a pattern character no built-in mixer uses
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from zebra.errors import ZebraError
-from zebra.model_folder import check_output, config_model_type
+from zebra.core.errors import ZebraError
+from zebra.folders.model_folder import check_output, config_model_type
 
 
 @pytest.mark.parametrize(

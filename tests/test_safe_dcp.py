@@ -98,8 +98,8 @@ def test_the_allow_list_reads_zebra_and_megatron_checkpoints(run_dir, tmp_path):
         from megatron_writer import write_torch_dist
     finally:
         sys.path.pop(0)
-    from zebra import arch
-    from zebra.safe_dcp import load_metadata
+    from zebra.core.safe_dcp import load_metadata
+    from zebra.spec import arch
 
     _, model = build_model("mamba-mla")
     megatron = write_torch_dist(tmp_path / "mg", model, arch.resolve_pattern(model.config), te=True)

@@ -8,8 +8,8 @@ takes `initial_state`, `output_final_state`, packed sequences through `cu_seqlen
 
 from zebra_kernels.backend import resolve_backend
 from zebra_kernels.conv import causal_conv1d, causal_conv1d_step_
-from zebra_kernels.gdn import gated_delta_rule, gdn_gate
-from zebra_kernels.kda import kda_gate, kimi_delta_rule
+from zebra_kernels.delta_rule.gdn import gated_delta_rule, gdn_gate
+from zebra_kernels.delta_rule.kda import kda_gate, kimi_delta_rule
 from zebra_kernels.loss import linear_cross_entropy
 from zebra_kernels.mamba2 import mamba2_ssd, mamba2_ssd_step
 from zebra_kernels.norm import rms_norm, rms_norm_gated

@@ -44,7 +44,7 @@ from typer.testing import CliRunner
 from zebra.cli.main import app
 
 UNWRITABLE = "/sys/zebra-bad-input"  # sysfs: no new file or folder, even for root
-# the run folder's lock file (zebra.locks), which stays beside a run as it does after any run; the question about
+# the run folder's lock file (zebra.core.locks), which stays beside a run as it does after any run; the question about
 # an earlier run's results is asked with the lock held, so that a run in progress is told as one
 LOCK = "runs/r/.lock"
 TASKS = Path(__file__).parents[1] / "eval" / "tasks"  # lm-eval task YAMLs with local data (offline)

@@ -317,8 +317,8 @@ def test_convert_without_source_on_a_terminal_offers_the_runs(tmp_path):
 def test_a_live_run_pruning_its_checkpoints_converts_the_step_it_read(tmp_path, monkeypatch):
     """The trainer's keep_last pruning used to delete the checkpoint `convert` was reading ('a .distcp file is
     truncated or missing'): it now leaves a checkpoint being read, and convert says which step it converted."""
-    from zebra.checkpoint_dir import committed
     from zebra.convert.tensor_sources import DCPSource
+    from zebra.folders.checkpoint_dir import committed
     from zebra.train.checkpoint import Checkpointer
     from zebra.train.dist import DistEnv
 

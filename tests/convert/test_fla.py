@@ -10,8 +10,8 @@ from convert_helpers import build_model, load_zebra, logits, tokens
 from safetensors.torch import load_file
 
 from zebra.convert import convert, open_checkpoint
-from zebra.convert.fla import FLA_TO_ZEBRA, ZEBRA_TO_FLA
-from zebra.errors import ZebraError
+from zebra.convert.fla_format import FLA_TO_ZEBRA, ZEBRA_TO_FLA
+from zebra.core.errors import ZebraError
 
 
 def _export(tmp_path, kind, tie=True):

@@ -14,7 +14,7 @@ from convert_helpers import build_model, load_zebra, logits, tokens, write_run
 from safetensors.torch import load_file
 
 from zebra.convert import convert, export_hf, export_run
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 
 def test_run_to_hf_to_zebra_is_bitwise(tmp_path):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from zebra.convert.keymap import KeyMap, Reshape, Split, plan_keys
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 FLA_LIKE = KeyMap(
     {

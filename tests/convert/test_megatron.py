@@ -7,9 +7,9 @@ import torch
 from convert_helpers import build_model, load_zebra, logits, tokens
 from megatron_writer import megatron_tensors, write_torch, write_torch_dist
 
-from zebra import arch
 from zebra.convert import convert, open_checkpoint
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
+from zebra.spec import arch
 
 CASES = [  # (model kind, TE-fused norms, tied embeddings)
     pytest.param("gdn", True, True, id="gdn-te-tied"),

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from zebra.convert.writer import TensorSpec, output_dir, parse_size, plan_shards, write_safetensors
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 
 def test_parse_size():

@@ -84,7 +84,7 @@ def write_fla_data(
     """
     import datasets
 
-    from zebra.data.fla import convert_fla
+    from zebra.data.fla_dataset import convert_fla
 
     arrow = folder / "arrow"
     datasets.Dataset.from_dict({"input_ids": chunks}).save_to_disk(str(arrow), num_shards=2)

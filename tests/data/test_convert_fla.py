@@ -7,10 +7,10 @@ from itertools import chain
 import numpy as np
 import pytest
 
-from zebra.data.fla import convert_fla, fla_arrow_files, verify_against_arrow
+from zebra.core.errors import ZebraError
+from zebra.data.fla_dataset import convert_fla, fla_arrow_files, verify_against_arrow
 from zebra.data.manifest import read_manifest
 from zebra.data.prefixes import resolve_prefixes
-from zebra.errors import ZebraError
 
 from .helpers import read_all
 

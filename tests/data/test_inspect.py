@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from zebra.core.errors import ZebraError
 from zebra.data.inspection import inspect_data
 from zebra.data.prep import plan_prep, run_prep
 from zebra.data.text_sources import open_source
-from zebra.errors import ZebraError
 
 from .helpers import expected_ids, write_source
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from zebra.core.errors import ZebraError
 from zebra.data.paths import parse_data_path, prep_folder
 from zebra.data.prefixes import resolve_prefixes
 from zebra.data.prep import plan_prep, run_prep
 from zebra.data.text_sources import open_source
-from zebra.errors import ZebraError
 from zebra.recipes import load_recipe
 from zebra.train.data import parse_blend
 

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
+from zebra.core.errors import ZebraError
 from zebra.data.indexed import sha256_file
 from zebra.data.manifest import read_manifest
 from zebra.data.prefixes import resolve_prefixes
 from zebra.data.prep import plan_prep, run_prep
 from zebra.data.text_sources import open_source
-from zebra.errors import ZebraError
 
 from .helpers import expected_ids, read_all, write_jsonl, write_source
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from zebra.core.errors import ZebraError
 from zebra.data.python_docs import html_to_text, is_heldout, write_python_docs_corpus
-from zebra.errors import ZebraError
 
 PAGE = """<html><head><script>var x = 1;</script><style>p {}</style></head><body>
 <div class="sphinxsidebar"><p>Table of contents</p></div>

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from zebra.core.errors import ZebraError
 from zebra.data.folder import ShardFolder
 from zebra.data.manifest import read_manifest
 from zebra.data.prep import plan_prep, run_prep
 from zebra.data.text_sources import fineweb_sample_source, open_source
-from zebra.errors import ZebraError
 
 from .helpers import expected_ids, read_all, write_source
 

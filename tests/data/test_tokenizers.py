@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
+from zebra.core.errors import ZebraError
 from zebra.data.tokenizers import byte_tokenizer, load_tokenizer, token_dtype, vocab_hash
-from zebra.errors import ZebraError
 
 
 def test_byte_ids_are_the_utf8_bytes_and_specials_are_fixed():

@@ -11,10 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from zebra.cli.main import app
+from zebra.core.errors import ZebraError
 from zebra.doctor import CHECK_NAMES, promote, run_checks
 from zebra.doctor.check import fail, ok, warn
 from zebra.doctor.run import _guarded
-from zebra.errors import ZebraError
 
 runner = CliRunner()
 

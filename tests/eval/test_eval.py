@@ -97,7 +97,7 @@ def test_bad_input_is_one_line(export, task_dir, args, message):
 
 def test_an_unknown_task_suggests_names_spelled_alike():
     """`piqaa` holds no known name, yet `piqa` is one letter away."""
-    from zebra.errors import ZebraError
+    from zebra.core.errors import ZebraError
     from zebra.eval.tasks import load_tasks, task_manager
 
     with pytest.raises(ZebraError) as raised:
@@ -108,7 +108,7 @@ def test_an_unknown_task_suggests_names_spelled_alike():
 
 def test_an_unknown_task_names_a_yaml_of_the_include_path_that_does_not_parse(tmp_path):
     """lm-eval's index skips a task YAML it cannot parse without a word: the error names it and its line."""
-    from zebra.errors import ZebraError
+    from zebra.core.errors import ZebraError
     from zebra.eval.tasks import load_tasks, task_manager
 
     bad = tmp_path / "bad.yaml"
@@ -160,7 +160,7 @@ def task_yaml_like_toy_mc(task_dir, folder, replace: dict[str, str]):
     ids=["yaml", "undefined-field", "template-syntax", "output-type"],
 )
 def test_a_bad_task_yaml_by_path_is_one_line_naming_the_key(task_dir, tmp_path, replace, message, fix):
-    from zebra.errors import ZebraError
+    from zebra.core.errors import ZebraError
     from zebra.eval.tasks import load_tasks, task_manager
 
     path = task_yaml_like_toy_mc(task_dir, tmp_path, replace)
@@ -243,7 +243,7 @@ def test_a_run_whose_export_is_older_than_its_newest_checkpoint_is_exported_agai
     import os
     import shutil
 
-    from zebra.checkpoint_dir import committed
+    from zebra.folders.checkpoint_dir import committed
     from zebra.generation.loading import load_model, resolve_model_dir
 
     run = tmp_path / "run"

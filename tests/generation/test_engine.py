@@ -105,7 +105,7 @@ def test_static_cache_capacity_is_enforced(hybrid):
 
 
 def test_cache_bytes_static_matches_arch(hybrid):
-    from zebra import arch
+    from zebra.spec import arch
 
     engine = Engine(hybrid, cache="static", max_seq_len=40)
     state = engine.new_state(batch=2)

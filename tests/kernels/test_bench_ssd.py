@@ -24,13 +24,13 @@ def test_advice_names_the_setting_that_makes_auto_take_the_fastest_row():
     assert r.fastest is rows[1]
     assert r.advice == (
         "SSD_AUTO_CHUNK_BACKEND = 'mamba_ssm' in kernels/zebra_kernels/backend.py "
-        "and CHUNK_SIZE = 128 in kernels/zebra_kernels/mamba2/mamba_ssm.py"
+        "and CHUNK_SIZE = 128 in kernels/zebra_kernels/mamba2/mamba_ssm_backend.py"
     )
     assert r.to_dict()["fastest"]["chunk_size"] == 128
     # auto already on mamba-ssm: only the chunk size is left to change (or nothing, at the faster chunk)
     assert (
         report(rows, auto="mamba_ssm").advice
-        == "CHUNK_SIZE = 128 in kernels/zebra_kernels/mamba2/mamba_ssm.py"
+        == "CHUNK_SIZE = 128 in kernels/zebra_kernels/mamba2/mamba_ssm_backend.py"
     )
     assert report(rows, auto="mamba_ssm", auto_chunk=128).advice == ""
 

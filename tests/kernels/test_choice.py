@@ -68,7 +68,7 @@ INTERPRETED = """
 import torch
 from tests.kernels.test_choice import cloned, random_state
 from zebra_kernels.choice import torch_record_choice_
-from zebra_kernels.choice.triton_choice import triton_record_choice_
+from zebra_kernels.choice.triton_fused import triton_record_choice_
 
 for B, S, seed in [(1, 8, 0), (3, 8, 1), (8, 16, 2), (5, 8, 3), (8, 8, 4), (1, 8, 5)]:
     nxt, buffers = random_state(B, S, seed)
@@ -97,7 +97,7 @@ def test_fused_kernel_compiles_for_hopper():
     from tests.kernels.test_triton_steps import compile_for_hopper
 
     compile_for_hopper(
-        "zebra_kernels.choice.triton_choice:_record_choice_kernel",
+        "zebra_kernels.choice.triton_fused:_record_choice_kernel",
         ["*i64", "*i64", "*i1", "*i64", "*i1", "*i1", "*i64", "i32", "i32", "i32"],
         dict(BLOCK_B=8, BLOCK_S=8),
     )

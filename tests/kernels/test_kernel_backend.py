@@ -194,8 +194,8 @@ def test_compiled_norm_and_swiglu_leave_our_triton_kernels_to_inductor(monkeypat
     """Inside torch.compile the pre-norm and SwiGLU take the torch path even where the backend is FLA's (here
     pretended: the Triton kernels refuse to run), so inductor fuses them; eager calls still take the kernels."""
     import zebra_kernels.norm as norm_module
-    import zebra_kernels.norm.triton_rms as triton_rms
-    import zebra_kernels.triton_swiglu as triton_swiglu
+    import zebra_kernels.norm.triton_fused as triton_rms
+    import zebra_kernels.swiglu.triton_fused as triton_swiglu
     from zebra_kernels import rms_norm, swiglu_linear
     from zebra_kernels.norm import torch_rms_norm
 

@@ -68,7 +68,7 @@ INTERPRETED = """
 import torch
 from tests.kernels.test_kernel_mla_decode import inputs
 from zebra_kernels.mla_decode import torch_mla_decode
-from zebra_kernels.mla_decode.triton_decode import triton_mla_decode
+from zebra_kernels.mla_decode.triton_fused import triton_mla_decode
 from zebra_kernels.testing import relative_error
 
 cases = {  # name: (B, T, H, R, DR, L, lengths, dtype, splits)
@@ -126,4 +126,4 @@ SPLIT_TYPES = ["*bf16"] * 4 + ["*i64", "*fp32", "*fp32"] + ["i32"] * 6 + ["fp32"
 def test_kernels_compile_for_hopper(kernel, types, constexprs):
     from tests.kernels.test_triton_steps import compile_for_hopper
 
-    compile_for_hopper(f"zebra_kernels.mla_decode.triton_decode:{kernel}", types, constexprs)
+    compile_for_hopper(f"zebra_kernels.mla_decode.triton_fused:{kernel}", types, constexprs)

@@ -1,4 +1,4 @@
-"""The MLA decode Triton kernels (`zebra_kernels.mla_decode.triton_decode`) on a GPU against the float64 torch
+"""The MLA decode Triton kernels (`zebra_kernels.mla_decode.triton_fused`) on a GPU against the float64 torch
 reference, at 1b-mamba-mla's shapes (32 heads, latent 128, RoPE key 32): bf16 and fp32, lengths of 1, around the
 64-token block and the 128-token split, per-row lengths, chunks of several new tokens, and one CUDA graph
 replayed at changing lengths (the lengths a device tensor). Every relative error must be finite and under the
@@ -14,7 +14,7 @@ import torch
 from tests.conftest import gpu_report
 
 from zebra_kernels.mla_decode import mla_decode, torch_mla_decode
-from zebra_kernels.mla_decode.triton_decode import triton_mla_decode
+from zebra_kernels.mla_decode.triton_fused import triton_mla_decode
 from zebra_kernels.testing import relative_error
 
 pytestmark = [

@@ -46,7 +46,7 @@ def test_torch_form_is_the_models_apply_rotary_and_the_cpu_path():
 INTERPRETED = """
 import torch
 from tests.kernels.test_rope import reference, rope_inputs
-from zebra_kernels.rope.triton_rope import triton_rope_qk
+from zebra_kernels.rope.triton_fused import triton_rope_qk
 from zebra_kernels.testing import relative_error
 
 for B, T, H, D, shared in [(1, 1, 32, 32, True), (2, 3, 4, 16, False), (2, 5, 3, 12, True)]:
@@ -75,7 +75,7 @@ def test_kernel_compiles_for_hopper():
     from tests.kernels.test_triton_steps import compile_for_hopper
 
     compile_for_hopper(
-        "zebra_kernels.rope.triton_rope:_rope_kernel",
+        "zebra_kernels.rope.triton_fused:_rope_kernel",
         ["*bf16"] * 6 + ["i32"] * 9,
         dict(HALF=16, BLOCK_H=64, BLOCK_D=16),
     )

@@ -1,4 +1,4 @@
-"""`zebra_kernels.norm.triton_rms` (RMSNorm with its residual add, the sublayer pre-norms on a GPU) run by
+"""`zebra_kernels.norm.triton_fused` (RMSNorm with its residual add, the sublayer pre-norms on a GPU) run by
 Triton's interpreter on the CPU, forward and backward through autograd, against float64 autograd on the same
 values: residual or not, weight or not, the gradient of the returned sum used or not (or only it), bf16 x with a float32 or
 bf16 residual stream, rows spread over fewer backward programs than rows, a padded channel block, no rows; then
@@ -12,7 +12,7 @@ from tests.kernels.test_triton_steps import compile_for_hopper, interpreted, pyt
 
 RMS_NORM = """
 import torch
-from zebra_kernels.norm.triton_rms import triton_rms_norm
+from zebra_kernels.norm.triton_fused import triton_rms_norm
 
 def reference(x, w, r, eps, gy, gs):
     x, r = x.double().requires_grad_(), None if r is None else r.double().requires_grad_()
@@ -82,12 +82,12 @@ def test_rms_norm_kernels_forward_and_backward():
 # the types the model calls them with: bf16 activations, a float32 residual stream and weight
 RMS_SIGNATURES = {
     "forward": (
-        "zebra_kernels.norm.triton_rms:_rms_norm_fwd_kernel",
+        "zebra_kernels.norm.triton_fused:_rms_norm_fwd_kernel",
         ["*bf16", "*fp32", "*fp32", "*bf16", "*fp32", "*fp32", "i32", "fp32"],
         dict(HAS_RESIDUAL=True, HAS_WEIGHT=True, BLOCK_D=2048),
     ),
     "backward": (
-        "zebra_kernels.norm.triton_rms:_rms_norm_bwd_kernel",
+        "zebra_kernels.norm.triton_fused:_rms_norm_bwd_kernel",
         ["*bf16", "*fp32", "*fp32", "*fp32", "*fp32", "*bf16", "*fp32", "*fp32", "i32", "i32"],
         dict(HAS_DS=True, HAS_WEIGHT=True, STORE_DR=True, BLOCK_D=2048),
     ),

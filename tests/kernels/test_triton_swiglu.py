@@ -1,4 +1,4 @@
-"""`zebra_kernels.triton_swiglu` (the MLP's SwiGLU and down projection on a GPU) run by Triton's interpreter on
+"""`zebra_kernels.swiglu.triton_fused` (the MLP's SwiGLU and down projection on a GPU) run by Triton's interpreter on
 the CPU, forward and backward through autograd, against float64 autograd of `linear(silu(gate) * up)` on the same
 values: gate and up as strided views of one projection or contiguous, with and without bias, only the weight's
 or only the inputs' gradients, bf16 activations; a padded column block; then both kernels through Triton's real
@@ -13,7 +13,7 @@ from tests.kernels.test_triton_steps import compile_for_hopper, interpreted, pyt
 SWIGLU = """
 import torch
 import torch.nn.functional as F
-from zebra_kernels.triton_swiglu import triton_swiglu_linear
+from zebra_kernels.swiglu.triton_fused import triton_swiglu_linear
 
 gen = torch.Generator().manual_seed(0)
 T, Fd, D = 6, 1300, 12  # 1300 columns: one full block of 1024 and a padded one
@@ -60,12 +60,12 @@ def test_swiglu_linear_kernels_forward_and_backward():
 
 SWIGLU_SIGNATURES = {  # bf16 activations, as under autocast
     "forward": (
-        "zebra_kernels.triton_swiglu:_swiglu_fwd_kernel",
+        "zebra_kernels.swiglu.triton_fused:_swiglu_fwd_kernel",
         ["*bf16", "*bf16", "*bf16", "i32", "i32", "i32"],
         dict(BLOCK_F=1024),
     ),
     "backward": (
-        "zebra_kernels.triton_swiglu:_swiglu_bwd_kernel",
+        "zebra_kernels.swiglu.triton_fused:_swiglu_bwd_kernel",
         ["*bf16"] * 6 + ["i32", "i32", "i32"],
         dict(STORE_Z=True, BLOCK_F=1024),
     ),

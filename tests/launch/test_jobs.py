@@ -45,7 +45,7 @@ def test_registry_keeps_every_job_under_concurrent_writers(tmp_path, registry):
 
 
 def test_unknown_job_and_empty_registry_are_one_line_errors(tmp_path):
-    from zebra.errors import ZebraError
+    from zebra.core.errors import ZebraError
 
     with pytest.raises(ZebraError, match="no jobs submitted yet"):
         jobs.find_job(None)

@@ -313,7 +313,7 @@ def test_the_ranks_get_no_inductor_folder_torch_chose_for_this_process(zebra_env
     import subprocess
     import sys
 
-    from zebra.caches import inductor_default_dir
+    from zebra.core.caches import inductor_default_dir
 
     # the user sets none (an earlier test of this process may have left zebra's own cache folder there)
     zebra_env.pop("TORCHINDUCTOR_CACHE_DIR", None)
@@ -389,7 +389,7 @@ def test_the_ranks_get_what_the_shell_exported_not_what_torch_wrote(tmp_path, ex
 def test_each_plan_asks_sinfo_again(tmp_path, monkeypatch):
     """sinfo's answers are kept for one launch (its plan), not for the process: a partition added since the last
     plan is there for the next one."""
-    from zebra.errors import ZebraError
+    from zebra.core.errors import ZebraError
 
     sets = ["launch.launcher=slurm", "launch.partition=gpu", "data.mock=true"]
     recipe = load_recipe("tiny", overrides=sets)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from zebra.arch import resolve_pattern
 from zebra.models import ZebraConfig
 from zebra.recipes import list_recipes, load_recipe
+from zebra.spec.arch import resolve_pattern
 
 
 @pytest.mark.parametrize("name", list_recipes())
@@ -114,7 +114,7 @@ def test_mla_latent_norm_survives_save_load_and_maps_back_to_its_recipe_key(tmp_
 
 
 def test_an_empty_recipe_model_section_is_the_default_zebra_config():
-    """Each default is written once (a mixer's `fields`, MLA's too; `zebra.arch.MODEL_DEFAULTS`): a recipe that
+    """Each default is written once (a mixer's `fields`, MLA's too; `zebra.spec.arch.MODEL_DEFAULTS`): a recipe that
     sets nothing in `model` and `ZebraConfig()` are the same model, YaRN defaults included."""
     from zebra.recipes.schema import ModelSpec
 

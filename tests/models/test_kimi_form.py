@@ -9,7 +9,7 @@ from zebra.recipes import load_recipe
 
 
 def test_kda_without_gate_bias_has_no_bias_and_the_counted_parameters():
-    from zebra import arch
+    from zebra.spec import arch
 
     for gate_bias in (True, False):
         config = load_recipe("tiny-kimi").model.to_config(kernel_backend="torch", kda_gate_bias=gate_bias)
@@ -66,8 +66,8 @@ def test_kda_without_gate_bias_is_refused_by_the_fla_export_in_one_line():
     and the export that fits, instead of writing a checkpoint FLA would load with a missing tensor."""
     import pytest
 
-    from zebra.convert.fla import fla_config
-    from zebra.errors import ZebraError
+    from zebra.convert.fla_format import fla_config
+    from zebra.core.errors import ZebraError
 
     config = load_recipe("tiny-kimi").model.to_config(kernel_backend="torch")
     with pytest.raises(ZebraError, match=r"model\.kda\.gate_bias=false") as refused:

@@ -1,4 +1,4 @@
-"""Parameter counts and checkpoint names: the model matches zebra.arch, FLA's classes and docs/architecture.md."""
+"""Parameter counts and checkpoint names: the model matches zebra.spec.arch, FLA's classes and docs/architecture.md."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 from tests.models.tiny import tiny_config
 
-from zebra.arch import param_count
 from zebra.models import ZebraForCausalLM
 from zebra.recipes import list_recipes, load_recipe
+from zebra.spec.arch import param_count
 
 
 def meta_model(config) -> ZebraForCausalLM:

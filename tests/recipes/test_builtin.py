@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from zebra import arch
 from zebra.recipes import builtin_dir, list_recipes, load_recipe
+from zebra.spec import arch
 
 GUIDE = ("1b-mamba-mla", "1b-kda-mla", "1b-kda-pure", "1b-gdn", "1b-gdn-pure", "3b-mamba-mla", "8b-mamba-mla")
 TINY = ("tiny", "tiny-gdn", "tiny-kda", "tiny-gla", "tiny-mamba", "tiny-kimi")

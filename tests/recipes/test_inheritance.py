@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.recipes import load_recipe
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.recipes import load_recipe
 
 
@@ -111,8 +111,8 @@ def test_a_cross_field_error_of_the_file_names_the_file_despite_other_overrides(
 @pytest.mark.parametrize("name", ["tiny", "tiny-mamba", "1b-kda-mla", "8b-mamba-mla"])
 def test_an_exports_config_gives_back_the_recipes_model(name):
     """`zebra train --init DIR` sets model.* from DIR/config.json: the inverse of ModelSpec.flat."""
-    from zebra import arch
     from zebra.recipes.schema import ModelSpec
+    from zebra.spec import arch
 
     original = load_recipe(name).model
     config = original.to_config().to_dict()

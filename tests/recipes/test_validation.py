@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.recipes import find_recipe, load_recipe
 
 

@@ -119,7 +119,7 @@ def write_fla_folder(root: Path, seq_len: int, documents: int = 40) -> Path:
     import datasets
 
     from zebra.data.bundled_corpus import generate_documents
-    from zebra.data.fla import convert_fla
+    from zebra.data.fla_dataset import convert_fla
 
     stream = [b for text in generate_documents(seed=3, num_documents=documents) for b in text.encode()]
     chunks = [stream[i : i + seq_len] for i in range(0, len(stream) // seq_len * seq_len, seq_len)]

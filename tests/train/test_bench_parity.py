@@ -73,7 +73,7 @@ def test_fla_starts_from_zebras_initial_weights(recipe_name, tmp_path):
 
     from zebra.bench.train import fla_model
     from zebra.convert import convert
-    from zebra.convert.fla import ZEBRA_TO_FLA, fla_state_dict
+    from zebra.convert.fla_format import ZEBRA_TO_FLA, fla_state_dict
     from zebra.recipes import load_recipe
     from zebra.train.trainer import build_model
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from zebra.checkpoint_dir import committed, read_meta
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
+from zebra.folders.checkpoint_dir import committed, read_meta
 from zebra.recipes import load_recipe
 from zebra.train.checkpoint import Checkpointer
 from zebra.train.dist import DistEnv
@@ -202,8 +202,8 @@ from pathlib import Path
 
 import torch
 
-from zebra.checkpoint_dir import committed, read_meta
-from zebra.errors import ZebraError
+from zebra.folders.checkpoint_dir import committed, read_meta
+from zebra.core.errors import ZebraError
 from zebra.train.checkpoint import Checkpointer
 from zebra.train.dist import barrier, destroy_distributed, init_distributed
 from zebra.train.trainer import Progress
@@ -318,7 +318,7 @@ def test_a_save_of_a_step_being_read_waits_for_its_reader(tmp_path):
     while a reader (zebra convert of the run) read it. The save now waits, saying so, and then replaces it."""
     import threading
 
-    from zebra.checkpoint_dir import read_hold
+    from zebra.folders.checkpoint_dir import read_hold
 
     ck = _saved(tmp_path, steps=(2,))
     step2 = ck.dir / "step_0000002"
@@ -352,7 +352,7 @@ def test_a_save_of_a_step_being_read_waits_for_its_reader(tmp_path):
 def test_starting_over_is_refused_while_a_checkpoint_is_read(tmp_path):
     """`zebra train --resume never --yes` on a run deleted its checkpoints under a reader: it now refuses in one
     line, deleting nothing, and starts over once the reader is done."""
-    from zebra.checkpoint_dir import read_hold
+    from zebra.folders.checkpoint_dir import read_hold
     from zebra.train.run import prepare_run
 
     ck = _saved(tmp_path / "run", steps=(2, 4))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.recipes import load_recipe
 from zebra.train.data import RankBatchSampler, batch_plan, build_datasets, micro_batches, split_bounds
 from zebra.train.dist import DistEnv

@@ -161,7 +161,7 @@ def test_init_without_a_teacher_refuses_data_of_another_tokenizer(cli, tmp_path,
 
 def test_init_names_a_missing_folder_and_a_run_folder_for_what_they_are(tmp_path, monkeypatch):
     """Both used to say 'config.json unreadable (FileNotFoundError)'."""
-    from zebra.errors import ZebraError
+    from zebra.core.errors import ZebraError
     from zebra.train.init_weights import init_overrides
 
     monkeypatch.chdir(tmp_path)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from tests.upcycle.teachers import tiny_llama
 
-from zebra.checkpoint_dir import committed
+from zebra.folders.checkpoint_dir import committed
 
 from .helpers import invoke_in_process, records, wait_for, zebra_process
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from zebra.checkpoint_dir import read_meta
+from zebra.folders.checkpoint_dir import read_meta
 
 from .helpers import losses, sets
 
@@ -68,7 +68,7 @@ def test_sigusr1_to_the_launcher_reaches_every_rank_which_save_and_exit_zero(tmp
     ranks agree on the step, save one checkpoint together and the command exits 0."""
     import signal
 
-    from zebra.checkpoint_dir import committed
+    from zebra.folders.checkpoint_dir import committed
 
     from .helpers import logged_step, wait_for, zebra_process
 

@@ -15,7 +15,7 @@ import torch
 from tests.models.tiny import tiny_model
 from tests.train.helpers import cpu_and_gpu, losses, sets
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.recipes import load_recipe
 from zebra.train.parallelize import (
     apply_compile,

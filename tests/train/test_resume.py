@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from zebra.checkpoint_dir import committed, read_meta
+from zebra.folders.checkpoint_dir import committed, read_meta
 
 from .helpers import logged_step, losses, sets, wait_for, zebra_process
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import zebra_kernels.backend as backend_module
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.recipes import load_recipe
 from zebra.train.run import RankLayout, resolve_run
 from zebra.train.trainer import kernels_in_use

@@ -51,7 +51,7 @@ def _rank(rank: int, init_file: str, teacher: str, out: str) -> None:
 
     import zebra.upcycle
     from zebra.train.dist import DistEnv
-    from zebra.train.teacher import load_teacher
+    from zebra.train.distill_teacher import load_teacher
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
     try:
@@ -74,7 +74,7 @@ def teacher(tmp_path_factory):
 
 def test_each_rank_reads_one_tensor_at_a_time_and_keeps_its_shard(tmp_path, teacher):
     from zebra.train.dist import DistEnv
-    from zebra.train.teacher import load_teacher
+    from zebra.train.distill_teacher import load_teacher
 
     out = tmp_path / "rank"
     mp.spawn(_rank, args=(str(tmp_path / "init"), str(teacher), str(out)), nprocs=WORLD, join=True)

@@ -14,7 +14,7 @@ def write_hf_folder(folder: Path, teacher, *, num_layers: int | None = None) -> 
     (a GGUF-loaded transformers model refuses `save_pretrained`, so the folder is written from the tensors)."""
     from safetensors.torch import save_file
 
-    from zebra.upcycle.teacher_model import hf_config_from_shape
+    from zebra.upcycle.teachers.causal_lm import hf_config_from_shape
 
     s = teacher.shape
     layers = s.num_layers if num_layers is None else num_layers

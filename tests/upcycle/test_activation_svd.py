@@ -56,7 +56,7 @@ def test_the_moments_are_those_of_each_layers_attention_input(
 ):
     """The hooked second moments equal x^T x / N of the inputs HF's own attention receives."""
     from zebra.upcycle.calibration import calibration_tokens
-    from zebra.upcycle.teacher_model import build_teacher_model
+    from zebra.upcycle.teachers.causal_lm import build_teacher_model
 
     teacher = open_teacher(smollm2_4layer_dir)
     calibration = Calibration(str(python_docs_tokens), samples=2, seq_len=32, device="cpu")

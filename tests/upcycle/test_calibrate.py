@@ -11,11 +11,11 @@ import torch
 
 from zebra.mixers import recurrent_spec, resolve
 from zebra.upcycle import StudentOptions
+from zebra.upcycle.attention_records import attention_statistics, record_attention
 from zebra.upcycle.calibrate import CalibrateOptions
 from zebra.upcycle.fit import FitOptions, relative_error
 from zebra.upcycle.gates import beta_from_entropy, fit_value_scale
 from zebra.upcycle.run import upcycle
-from zebra.upcycle.teacher_records import attention_statistics, record_attention
 
 from .teachers import tiny_llama
 
@@ -40,7 +40,7 @@ def test_gates_give_each_head_the_half_life_of_its_attention_distance(tmp_path, 
     tokens; for the delta rules, beta at the mean input is 0.3 + 0.4 c (c = 1 for the sharpest head)."""
     from zebra.models.modeling_zebra import ZebraSublayer
     from zebra.upcycle.student import mixer_shapes
-    from zebra.upcycle.teacher import TeacherShape
+    from zebra.upcycle.teachers.teacher import TeacherShape
     from zebra_kernels import gdn_gate, kda_gate
 
     shape = TeacherShape(272, 64, 96, 2, 4, 2, 16, True, 1e4, 1e-5, 512)

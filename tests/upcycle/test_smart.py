@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.upcycle.smart import smart_selection
 
 from .teachers import tiny_llama

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.upcycle.student import (
     StudentOptions,
     default_ranks,
@@ -15,7 +15,7 @@ from zebra.upcycle.student import (
     parse_mla_layers,
     plan_student,
 )
-from zebra.upcycle.teacher import TeacherShape
+from zebra.upcycle.teachers.teacher import TeacherShape
 
 
 def llama(layers=16, hidden=2048, heads=32, kv_heads=8, head_dim=64, ffn=8192, vocab=128256) -> TeacherShape:
@@ -204,7 +204,7 @@ def test_a_teacher_context_extension_becomes_yarn_over_the_rope_channels():
 
 
 def test_the_context_extension_is_read_from_an_hf_config():
-    from zebra.upcycle.teacher import shape_from_hf_config
+    from zebra.upcycle.teachers.teacher import shape_from_hf_config
 
     cfg = dict(model_type="llama", vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0, max_position_embeddings=131072,

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.upcycle import open_teacher
 
 from .megatron_dense import write_torch, write_torch_dist

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.upcycle import StudentOptions, upcycle, upcycle_teacher
 from zebra.upcycle.mla import head_order
 from zebra.upcycle.report import ASSEMBLED, COPIED, INITIALISED, REPEATED, SVD

@@ -3,14 +3,14 @@
 `zebra.generation.token_sampling.TokenChooser` keeps its decode's state in device buffers (so a step and its
 choice replay from CUDA graphs without a host read); after drawing the tokens it updates them. In torch that is
 about a dozen one-element launches per step (`torch_record_choice_`); on a GPU it is one Triton launch
-(`zebra_kernels.choice.triton_choice`).
+(`zebra_kernels.choice.triton_fused`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from zebra_kernels.choice.torch_ref import torch_record_choice_
+from zebra_kernels.choice.naive import torch_record_choice_
 
 __all__ = ["record_choice_", "torch_record_choice_"]
 
@@ -48,7 +48,7 @@ def record_choice_(
     if fused is None:
         fused = nxt.device.type == "cuda"
     if fused:
-        from zebra_kernels.choice.triton_choice import supported, triton_record_choice_
+        from zebra_kernels.choice.triton_fused import supported, triton_record_choice_
 
         if supported(nxt, tokens, stop_ids):
             triton_record_choice_(nxt, **buffers)

@@ -6,8 +6,8 @@ import torch
 
 from zebra_kernels._common import check_state, compute_dtype, num_sequences, pack, unpack
 from zebra_kernels.backend import resolve_backend
+from zebra_kernels.conv.naive import torch_causal_conv1d
 from zebra_kernels.conv.step import causal_conv1d_step_
-from zebra_kernels.conv.torch_ref import torch_causal_conv1d
 
 __all__ = ["causal_conv1d", "causal_conv1d_step_", "torch_causal_conv1d"]
 
@@ -68,7 +68,7 @@ def causal_conv1d(
     state_dtype = dtype if initial_state is None else torch.promote_types(initial_state.dtype, x.dtype)
 
     if resolve_backend(backend, x.device) == "fla":
-        from zebra_kernels.conv.fla import fla_causal_conv1d
+        from zebra_kernels.conv.fla_backend import fla_causal_conv1d
 
         y, state = fla_causal_conv1d(
             x,

@@ -12,7 +12,7 @@ import torch
 
 from zebra_kernels._common import check_state, compute_dtype, store_state_
 from zebra_kernels.backend import resolve_backend
-from zebra_kernels.conv.torch_ref import torch_causal_conv1d
+from zebra_kernels.conv.naive import torch_causal_conv1d
 
 
 def causal_conv1d_step_(

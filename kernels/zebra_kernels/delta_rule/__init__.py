@@ -2,7 +2,7 @@
 one per key channel): input checks, mode and backend choice, grouped value heads, and the torch forms.
 
 The torch forms take the decay as `[..., K]` or `[..., 1]` (broadcast over the K channels), so one naive and one
-chunk implementation serve both.
+chunk implementation serve both. Each variant is a module of this folder: `gdn.py`, `kda.py`.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def delta_rule(
             raise ValueError(
                 f"FLA's recurrent {variant.name} kernel has no backward: use mode='chunk' (or 'auto') for training"
             )
-        from zebra_kernels.delta_rule.fla import fla_delta_rule
+        from zebra_kernels.delta_rule.fla_backend import fla_delta_rule
 
         return fla_delta_rule(
             q,

@@ -57,7 +57,7 @@ def gated_linear_attention(
     scale = K**-0.5 if scale is None else scale
     mode = choose_mode(mode, T, needs_grad(q, k, v, g, initial_state))
     if resolve_backend(backend, q.device) == "fla":
-        from zebra_kernels.gla.fla import fla_gla
+        from zebra_kernels.gla.fla_backend import fla_gla
 
         return fla_gla(
             q, k, v, g, scale=scale, initial_state=initial_state, output_final_state=output_final_state,

@@ -7,7 +7,7 @@ import torch
 
 from zebra_kernels._common import compute_dtype
 from zebra_kernels.backend import resolve_backend
-from zebra_kernels.loss.torch_ref import chunked_linear_cross_entropy, torch_chunk_cross_entropy
+from zebra_kernels.loss.naive import chunked_linear_cross_entropy, torch_chunk_cross_entropy
 
 __all__ = [
     "CHUNK_SIZE",
@@ -88,7 +88,7 @@ def linear_cross_entropy(
     acc_dtype = compute_dtype(hidden, weight)
     chunk_ce = torch_chunk_cross_entropy
     if resolve_backend(backend, hidden.device) == "fla" and acc_dtype == torch.float32:
-        from zebra_kernels.loss.fla import fla_chunk_cross_entropy
+        from zebra_kernels.loss.fla_backend import fla_chunk_cross_entropy
 
         chunk_ce = fla_chunk_cross_entropy
     return chunked_linear_cross_entropy(

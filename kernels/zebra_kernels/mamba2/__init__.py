@@ -134,7 +134,7 @@ def _gpu_ssd(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`mamba2_ssd` on the GPU backend `chosen` ("mamba_ssm" or "fla"; mode already resolved)."""
     if chosen == "mamba_ssm":
-        from zebra_kernels.mamba2.mamba_ssm import mamba_ssm_ssd
+        from zebra_kernels.mamba2.mamba_ssm_backend import mamba_ssm_ssd
 
         y, S = mamba_ssm_ssd(
             x,
@@ -152,7 +152,7 @@ def _gpu_ssd(
         raise ValueError(
             "FLA's recurrent simple-GLA kernel is for inference: use mode='chunk' (or 'auto') for training"
         )
-    from zebra_kernels.mamba2.fla import fla_ssd
+    from zebra_kernels.mamba2.fla_backend import fla_ssd
 
     y, S = fla_ssd(
         x,

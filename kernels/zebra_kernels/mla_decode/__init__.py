@@ -2,7 +2,7 @@
 
 A static decode cache has a fixed capacity L; masking the slots past the length (`MultiLatentAttention`'s
 general path) makes every step cost the capacity. This op takes the lengths as a device tensor instead: on a GPU
-one split-K Triton kernel and a merge (`zebra_kernels.mla_decode.triton_decode`) read only the cached tokens, and a
+one split-K Triton kernel and a merge (`zebra_kernels.mla_decode.triton_fused`) read only the cached tokens, and a
 captured CUDA graph stays valid at any length; elsewhere the torch form (`torch_mla_decode`) attends over the
 first `max_length` slots when the caller knows them on the host.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from zebra_kernels.backend import resolve_backend
-from zebra_kernels.mla_decode.torch_ref import torch_mla_decode, visible_keys
+from zebra_kernels.mla_decode.naive import torch_mla_decode, visible_keys
 
 __all__ = ["mla_decode", "torch_mla_decode", "visible_keys"]
 
@@ -60,7 +60,7 @@ def mla_decode(
         and resolve_backend(backend, latent.device) != "torch"
     )
     if use_triton:
-        from zebra_kernels.mla_decode.triton_decode import triton_mla_decode
+        from zebra_kernels.mla_decode.triton_fused import triton_mla_decode
 
         return triton_mla_decode(q_latent, q_rope, latent, k_rope, lengths, scale)
     if max_length is not None and max_length < latent.shape[1]:

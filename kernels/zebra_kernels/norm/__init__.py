@@ -7,7 +7,7 @@ import torch
 
 from zebra_kernels._common import compute_dtype
 from zebra_kernels.backend import as_fla_float, resolve_backend, resolve_fusible_backend
-from zebra_kernels.norm.torch_ref import torch_rms_norm, torch_rms_norm_gated
+from zebra_kernels.norm.naive import torch_rms_norm, torch_rms_norm_gated
 
 __all__ = ["rms_norm", "rms_norm_gated", "torch_rms_norm", "torch_rms_norm_gated"]
 
@@ -23,7 +23,7 @@ def rms_norm(
     prenorm: bool = False,
     backend: str = "auto",
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    r"""RMSNorm over the last dim, with an optional residual add fused in (on a GPU, `norm.triton_rms`).
+    r"""RMSNorm over the last dim, with an optional residual add fused in (on a GPU, `norm.triton_fused`).
 
     `s = x + residual` (or `x`), `y = weight * s / sqrt(mean(s^2) + eps)`, computed in float32 (float64 for
     float64 inputs) and returned in x's dtype; the sum `s` is kept in residual's dtype. A pre-norm residual
@@ -55,7 +55,7 @@ def rms_norm(
     if (
         resolve_fusible_backend(backend, x.device) == "fla"
     ):  # our Triton kernels (FLA's backward idles the GPU)
-        from zebra_kernels.norm.triton_rms import triton_rms_norm
+        from zebra_kernels.norm.triton_fused import triton_rms_norm
 
         y, s = triton_rms_norm(
             as_fla_float(x), as_fla_float(weight), eps=eps, residual=as_fla_float(residual)
@@ -114,7 +114,7 @@ def rms_norm_gated(
         raise ValueError(f"group_size must divide C={C}, got {group_size}")
 
     if resolve_backend(backend, x.device) == "fla":
-        from zebra_kernels.norm.fla import fla_rms_norm_gated
+        from zebra_kernels.norm.fla_backend import fla_rms_norm_gated
 
         y = fla_rms_norm_gated(
             x,

@@ -1,12 +1,12 @@
 """MLA's rotary embeddings of the query's RoPE part and the shared key: `rope_qk`, one Triton launch on a GPU
-(`zebra_kernels.rope.triton_rope`) where the torch form (`torch_rotate_pairs`) is fourteen elementwise ones."""
+(`zebra_kernels.rope.triton_fused`) where the torch form (`torch_rotate_pairs`) is fourteen elementwise ones."""
 
 from __future__ import annotations
 
 import torch
 
 from zebra_kernels.backend import resolve_backend
-from zebra_kernels.rope.torch_ref import torch_rotate_pairs
+from zebra_kernels.rope.naive import torch_rotate_pairs
 
 __all__ = ["rope_qk", "torch_rotate_pairs"]
 
@@ -31,7 +31,7 @@ def rope_qk(
         and resolve_backend(backend, q.device) != "torch"
     )
     if fused:
-        from zebra_kernels.rope.triton_rope import triton_rope_qk
+        from zebra_kernels.rope.triton_fused import triton_rope_qk
 
         return triton_rope_qk(q, k, cos, sin)
     return torch_rotate_pairs(q, cos[:, :, None], sin[:, :, None]), torch_rotate_pairs(k, cos, sin)

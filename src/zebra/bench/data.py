@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import zebra.data.tokenizers as tok
+from zebra.core.errors import ZebraError, first_line
 from zebra.data.bundled_corpus import CORPUS_PATH
 from zebra.data.indexed import megatron_indexed, open_dataset
 from zebra.data.prep import default_workers, plan_prep, run_prep
 from zebra.data.text_sources import open_source
-from zebra.errors import ZebraError, first_line
 
 _BASELINE: dict[str, Any] = {}
 

@@ -8,7 +8,7 @@ What is measured, per batch size B (random prompt ids, greedy, no stop token, on
 - engine decode: the full `Engine.generate` loop that `zebra generate` and chat run (token choice, the copy of
   every token to the host, stop checks, streaming), timed from its first yielded column to its last:
   ms/token = seconds / (N - 1), tokens/s = B * (N - 1) / seconds. `loop_over_step` = decode / step.
-- cache: bytes the engine's cache holds after P + N tokens, next to `zebra.arch.decode_cache` (latents in the
+- cache: bytes the engine's cache holds after P + N tokens, next to `zebra.spec.arch.decode_cache` (latents in the
   model dtype, states in float32) times B. A static cache is allocated for P + N tokens up front.
 - HF: `model.generate(max_new_tokens=N, min_new_tokens=N)` on the same model, each token time-stamped by a
   streamer: prefill = prompt to first new token, decode ms/token = first to last new token / (N - 1).
@@ -38,17 +38,17 @@ from typing import Any
 
 import torch
 
-from zebra import arch
 from zebra.bench.decode_length import LengthRow, length_rows
 from zebra.bench.decode_profile import DecodeProfile, profile_step
 from zebra.bench.decode_runs import engine_runs, sync
-from zebra.caches import use_kernel_cache
-from zebra.device import resolve_device, resolve_dtype
-from zebra.errors import ZebraError
+from zebra.core.caches import use_kernel_cache
+from zebra.core.device import resolve_device, resolve_dtype
+from zebra.core.errors import ZebraError
+from zebra.folders.model_folder import model_dir_or_recipe
 from zebra.generation import Engine
 from zebra.generation.loading import load_model
-from zebra.model_folder import model_dir_or_recipe
 from zebra.models import ZebraForCausalLM
+from zebra.spec import arch
 
 
 @dataclass(kw_only=True)
@@ -243,7 +243,7 @@ def fla_twin(model: torch.nn.Module) -> tuple[Any, str]:
     """FLA's own class with `model`'s weights, through `zebra convert --to fla` (written to a temporary folder
     and loaded back in `model`'s dtype on its device), and a note naming it; or (None, why not)."""
     from zebra.convert import convert, export_hf
-    from zebra.convert.fla import fla_config
+    from zebra.convert.fla_format import fla_config
 
     device = next(model.parameters()).device
     if getattr(model.config, "model_type", None) != "zebra":

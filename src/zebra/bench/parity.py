@@ -2,7 +2,7 @@
 
 Both models start from one initialisation: the trainer's `build_model` (seeded by train.seed) for zebra, and
 those very tensors renamed into FLA's GatedDeltaNetForCausalLM / KDAForCausalLM by `--to fla`'s key map
-(`zebra.convert.fla.fla_state_dict`). Both then train `steps` optimizer steps on one device with the trainer's
+(`zebra.convert.fla_format.fla_state_dict`). Both then train `steps` optimizer steps on one device with the trainer's
 step (`zebra.bench.train.make_step`: the recipe's precision, AdamW, clipping and warm-up + decay schedule over
 `steps`), one micro-batch of `batch` sequences per step, each on its own loss path:
 - zebra: the trainer's chunked linear cross-entropy (`zebra.train.step.zebra_loss_sum`);
@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 
 @dataclass(kw_only=True)
@@ -154,7 +154,7 @@ def run_parity(
     import torch
 
     from zebra.bench.train import check_fla_comparable, fla_model, labels_loss_sum, make_step
-    from zebra.convert.fla import fla_state_dict
+    from zebra.convert.fla_format import fla_state_dict
     from zebra.train.trainer import build_model
 
     recipe = parity_recipe(cfg)
@@ -209,7 +209,7 @@ def write_parity(report: ParityReport, output: Path) -> dict[str, Path]:
     Returns:
         {"json": ..., "png": ...}
     """
-    from zebra.atomic import make_folder, write_atomic
+    from zebra.core.atomic import make_folder, write_atomic
     from zebra.train.plot import plot_runs
 
     runs = []

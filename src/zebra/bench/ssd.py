@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from zebra import arch
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.mixers import MAMBA2
 from zebra.recipes import load_recipe
+from zebra.spec import arch
 
 MAMBA_SSM_CHUNKS = (128, 256)  # Megatron's MambaMixer chunk, mamba-ssm's Mamba2 default
 
@@ -51,7 +51,7 @@ class SsdBenchReport:
     state_dim: int
     mamba_sublayers: int  # Mamba2 sublayers in the recipe: a training step runs this many scans
     auto: str  # what backend="auto" runs today (SSD_AUTO_CHUNK_BACKEND)
-    auto_chunk: int  # mamba-ssm's chunk size today (zebra_kernels.mamba2.mamba_ssm.CHUNK_SIZE)
+    auto_chunk: int  # mamba-ssm's chunk size today (zebra_kernels.mamba2.mamba_ssm_backend.CHUNK_SIZE)
     rows: list[SsdBenchRow]
 
     @property
@@ -70,7 +70,9 @@ class SsdBenchReport:
         if best.backend != self.auto:
             changes.append(f"SSD_AUTO_CHUNK_BACKEND = {best.backend!r} in kernels/zebra_kernels/backend.py")
         if best.chunk_size is not None and best.chunk_size != self.auto_chunk:
-            changes.append(f"CHUNK_SIZE = {best.chunk_size} in kernels/zebra_kernels/mamba2/mamba_ssm.py")
+            changes.append(
+                f"CHUNK_SIZE = {best.chunk_size} in kernels/zebra_kernels/mamba2/mamba_ssm_backend.py"
+            )
         return " and ".join(changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -123,7 +125,7 @@ def _scans(leaves, chunk_sizes: Sequence[int]) -> list[tuple[str, int | None, Ca
         return zk.mamba2_ssd(x, dt, A, B, C, D=D, mode="chunk", backend="fla")[0]
 
     def mamba_ssm(chunk: int):
-        from zebra_kernels.mamba2.mamba_ssm import mamba_ssm_ssd
+        from zebra_kernels.mamba2.mamba_ssm_backend import mamba_ssm_ssd
 
         def scan():
             kwargs = dict(initial_state=None, output_final_state=False, cu_seqlens=None, chunk_size=chunk)
@@ -168,7 +170,7 @@ def run_ssd_bench(
     import torch
 
     from zebra_kernels import backend as kernel_backend
-    from zebra_kernels.mamba2.mamba_ssm import CHUNK_SIZE
+    from zebra_kernels.mamba2.mamba_ssm_backend import CHUNK_SIZE
 
     progress = on_progress or (lambda _done, _total, _note: None)
     recipe = load_recipe(recipe_name)

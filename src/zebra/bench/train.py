@@ -6,7 +6,7 @@ it: the recipe's precision (bf16 autocast, fp32 master weights), AdamW with the 
 (fused on GPU), gradient clipping, activation checkpointing / torch.compile when the recipe switches them on.
 - tokens/s = B * T * steps / seconds (the device synchronises every step, as in training);
 - MFU = train_flops_per_token x tokens/s / peak dense bf16 FLOP/s of the device, train_flops_per_token =
-  6 N + causal MLA attention (`zebra.arch.train_flops_per_token`, the same count for both models);
+  6 N + causal MLA attention (`zebra.spec.arch.train_flops_per_token`, the same count for both models);
 - MFU against the measured peak too: the bf16 matmul rate of the device measured in the run (an 8192^3 GEMM,
   `measured_matmul_peak`), what the issue's goals are stated against;
 - peak memory: the CUDA allocator's peak over the warm-up and timed steps (the graphed optimizer step allocates
@@ -14,12 +14,12 @@ it: the recipe's precision (bf16 autocast, fp32 master weights), AdamW with the 
   between steps (weights, optimizer moments, kept gradients) just before the timed steps (none on CPU);
 - first step: seconds from the start of a model's build to the end of its first step (build, compile, kernel
   compilation and autotuning), and from the start of the process (zebra's row: the time to first step a user
-  waits): what a warm start (the kernel cache, `zebra.caches`) shortens.
+  waits): what a warm start (the kernel cache, `zebra.core.caches`) shortens.
 The recipe's training levers apply to the zebra row (`train.compile` / `compile_sublayers`, `fuse_projections`,
 `optimizer_graph`, `fp8`, `activation_checkpointing`: toggle them with `--set train.X=...`); the report lists them.
 The comparison model keeps its levers off, except activation checkpointing, which it then applies too.
 `--against fla` runs FLA's own model class of the recipe's mixer (`MixerSpec.fla`) built at the recipe's shapes
-(`zebra.convert.fla.fla_config`); `--against llama` runs transformers' LlamaForCausalLM at Llama-3.2-1B's shape
+(`zebra.convert.fla_format.fla_config`); `--against llama` runs transformers' LlamaForCausalLM at Llama-3.2-1B's shape
 (SDPA attention, random weights; the dense baseline of the hybrids). Both with the same step code and data, in the
 same process, with the levers off (each model in its plain form) and their own FLOPs per token (6 N + causal
 attention of their own shapes).
@@ -48,12 +48,12 @@ from typing import Any
 
 import torch
 
-from zebra import arch
-from zebra.caches import use_kernel_cache
-from zebra.convert.fla import fla_config, fla_mixers
-from zebra.errors import ZebraError
+from zebra.convert.fla_format import fla_config, fla_mixers
+from zebra.core.caches import use_kernel_cache
+from zebra.core.errors import ZebraError
 from zebra.mixers import MIXERS, MLP
 from zebra.recipes import load_recipe
+from zebra.spec import arch
 from zebra.train.dist import DistEnv
 from zebra.train.metrics import device_peak_flops, process_seconds
 from zebra.train.optim import build_optimizer, build_scheduler
@@ -203,7 +203,7 @@ def llama_model(device, seed: int, **overrides):
 
 
 def llama_flops_per_token(model, seq_len: int) -> float:
-    """6 N + causal attention, 3 H (d_qk + d_v) T per layer: `zebra.arch.train_flops_per_token`'s count."""
+    """6 N + causal attention, 3 H (d_qk + d_v) T per layer: `zebra.spec.arch.train_flops_per_token`'s count."""
     c = model.config
     params = sum(p.numel() for p in model.parameters())
     return 6.0 * params + c.num_hidden_layers * 3 * c.num_attention_heads * 2 * c.head_dim * seq_len

@@ -24,7 +24,7 @@ SetOpt = Annotated[
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing output.")]
 
-# Loading a model (zebra.device reads --device and --dtype).
+# Loading a model (zebra.core.device reads --device and --dtype).
 DeviceOpt = Annotated[
     str | None, typer.Option("--device", help="cpu, cuda, cuda:N or auto (default: cuda if any).")
 ]

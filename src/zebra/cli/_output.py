@@ -28,7 +28,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.train.view import TrainView
 
 PIPE_WIDTH = 160  # columns of stdout written to a pipe or file (a log, `| tee`, a Slurm job's output)

@@ -6,8 +6,8 @@ import os
 import sys
 from pathlib import Path
 
-from zebra.errors import ZebraError
-from zebra.model_folder import check_replaceable
+from zebra.core.errors import ZebraError
+from zebra.folders.model_folder import check_replaceable
 
 
 def can_prompt(yes: bool = False) -> bool:

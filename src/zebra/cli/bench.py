@@ -17,7 +17,7 @@ from zebra.cli._options import (
     tokenizer_option,
 )
 from zebra.cli._output import out
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 app = typer.Typer(
     help="Measure startup, data, training and decoding speed, and training parity with FLA.",
@@ -94,7 +94,7 @@ def decode(
     json_: JsonOpt = False,
 ) -> None:
     """Prefill and decode speed of the generation engine next to HF generate, and the memory roofline."""
-    from zebra.model_folder import model_dir_or_recipe
+    from zebra.folders.model_folder import model_dir_or_recipe
 
     model_dir_or_recipe(model)  # a mistyped MODEL told before torch is imported
     from zebra.bench.decode import DecodeBenchConfig, check_decode_config, run_decode_bench

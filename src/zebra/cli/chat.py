@@ -55,8 +55,8 @@ def chat_command(
     yes: YesOpt = False,
 ) -> None:
     """Chat with MODEL; the history lives in the model's recurrent state, not in a re-read transcript."""
-    from zebra.discover import find_models
-    from zebra.model_folder import model_path
+    from zebra.folders.discover import find_models
+    from zebra.folders.model_folder import model_path
 
     if model is None:  # asked, or refused (or a missing MODEL told), before torch is imported
         cwd = Path.cwd()

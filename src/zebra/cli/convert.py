@@ -10,8 +10,8 @@ import typer
 from zebra.cli._options import DeviceOpt, ForceOpt, JsonOpt, YesOpt, examples, tokenizer_option
 from zebra.cli._output import out
 from zebra.cli._prompt import choose_found, confirm_overwrite
-from zebra.errors import ZebraError
-from zebra.model_folder import existing_path
+from zebra.core.errors import ZebraError
+from zebra.folders.model_folder import existing_path
 
 CONVERT_EXAMPLES = examples(
     "zebra convert runs/1b-gdn-pure                       # a run's latest checkpoint -> runs/1b-gdn-pure/export",
@@ -67,10 +67,10 @@ def convert(
     if src is None:
         src = _newest_run(yes)
     existing_path(src)  # told before the model library is imported
-    from zebra.atomic import sigterm_raises
     from zebra.convert.formats import detect_format
     from zebra.convert.pipeline import TARGETS, check_output_apart, default_output
     from zebra.convert.pipeline import convert as run_convert
+    from zebra.core.atomic import sigterm_raises
 
     if to not in TARGETS:
         raise ZebraError(f"--to {to}: unknown target", fix=f"use one of {', '.join(TARGETS)}")
@@ -104,7 +104,7 @@ def convert(
 
 
 def _newest_run(yes: bool) -> Path:
-    from zebra.discover import find_runs
+    from zebra.folders.discover import find_runs
 
     cwd = Path.cwd()
     runs = [str(p.relative_to(cwd)) for p in find_runs(cwd)]

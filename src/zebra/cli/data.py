@@ -12,7 +12,7 @@ from rich.markup import escape
 from zebra.cli._options import ForceOpt, JsonOpt, SetOpt, YesOpt, examples
 from zebra.cli._output import out, progress_callback
 from zebra.cli._prompt import choose, confirm
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 app = typer.Typer(help="Prepare, convert and inspect training data.", no_args_is_help=True)
 
@@ -353,7 +353,7 @@ def convert_fla(
     json_: JsonOpt = False,
 ) -> None:
     """FLA's fixed-length token chunks -> Megatron shards, one chunk per document, order kept, then verified."""
-    from zebra.data.fla import convert_fla as run
+    from zebra.data.fla_dataset import convert_fla as run
 
     with progress_callback("converting", unit="chunks") as on_progress:
         result = run(

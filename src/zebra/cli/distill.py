@@ -11,7 +11,7 @@ import typer
 
 from zebra.cli._options import JsonOpt, examples
 from zebra.cli._output import RichTrainView, out
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.train.pipeline import PipelineView
 from zebra.train.view import TrainView
 

@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from zebra.atomic import output_folder
 from zebra.cli._options import DeviceOpt, JsonOpt, examples, tokenizer_option
 from zebra.cli._output import out
-from zebra.model_folder import model_path
+from zebra.core.atomic import output_folder
+from zebra.folders.model_folder import model_path
 
 EXAMPLES = examples(
     "zebra eval runs/tiny --tasks zebra --limit 100",

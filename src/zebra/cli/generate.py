@@ -21,8 +21,8 @@ from zebra.cli._options import (
     tokenizer_option,
 )
 from zebra.cli._output import out
-from zebra.errors import ZebraError
-from zebra.model_folder import model_path
+from zebra.core.errors import ZebraError
+from zebra.folders.model_folder import model_path
 
 EXAMPLES = examples(
     "zebra generate runs/tiny --prompt 'Once upon a time' --max-new 64 --temperature 0",

@@ -10,7 +10,7 @@ import typer
 from zebra.cli._launch import follow_job
 from zebra.cli._options import JsonOpt, examples
 from zebra.cli._output import out
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 app = typer.Typer(
     help="The Slurm jobs zebra submitted: list them, read their logs, cancel them.",

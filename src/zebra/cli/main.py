@@ -25,7 +25,7 @@ from zebra.cli._help import print_group_help
 from zebra.cli._output import StdoutFailed, flush_stdout, leave_on_broken_pipe, out, stdout_reader_gone
 from zebra.cli._quiet import quiet_library_noise
 from zebra.cli._usage import USAGE_EXIT, UsageError, is_usage_error, show_usage_error
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 
 class _ZebraGroup(TyperGroup):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from zebra.cli._output import out
 from zebra.cli._quiet import quiet_library_noise
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.train.trainer import train_rank
 
 

@@ -8,11 +8,11 @@ from typing import Annotated
 
 import typer
 
-from zebra.atomic import make_folder
 from zebra.cli._options import ForceOpt, JsonOpt, SetOpt, YesOpt, examples
 from zebra.cli._output import out
 from zebra.cli._prompt import choose
-from zebra.errors import ZebraError
+from zebra.core.atomic import make_folder
+from zebra.core.errors import ZebraError
 
 app = typer.Typer(help="List, show and copy training recipes.", no_args_is_help=True)
 
@@ -49,8 +49,8 @@ def _human(n: float) -> str:
 
 def _mixers(pattern: str) -> str:
     """The mixer kinds of a pattern (MLPs left out): "GDN" for one kind, else counts, "12 Mamba2+4 MLA"."""
-    from zebra.arch import used_mixers
     from zebra.mixers import MLP
+    from zebra.spec.arch import used_mixers
 
     kinds = [spec for spec in used_mixers(pattern) if spec.char != MLP]
     if len(kinds) == 1:
@@ -61,8 +61,8 @@ def _mixers(pattern: str) -> str:
 @app.command("list", epilog=examples("zebra recipes list", "zebra recipes list --json"))
 def list_(json_: JsonOpt = False) -> None:
     """Every built-in recipe with its size, mixers, sequence length and tokenizer."""
-    from zebra import arch
     from zebra.recipes import list_recipes, load_recipe
+    from zebra.spec import arch
 
     rows = []
     for name in list_recipes():
@@ -130,7 +130,7 @@ def show(
 
 
 def _show_params(recipe, seq_len: int, json_: bool) -> None:
-    from zebra import arch
+    from zebra.spec import arch
 
     cfg = arch.as_config(recipe.model.flat())
     pattern = arch.resolve_pattern(cfg)

@@ -11,7 +11,7 @@ from zebra.cli import _launch as L
 from zebra.cli._options import JsonOpt, SetOpt, YesOpt, examples
 from zebra.cli._output import out
 from zebra.cli._prompt import choose, confirm
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 if TYPE_CHECKING:
     from zebra.launch import LaunchPlan
@@ -156,7 +156,7 @@ def _confirm_start(run: TrainRun, yes: bool) -> bool:
     """Warn about recipe keys that change on resume; ask before `--resume PATH` replaces an earlier run's
     outputs; whether to delete an earlier run first (`--resume never`, or results without a checkpoint to resume:
     starting would replace them); each asked unless --yes, refused off a terminal without it."""
-    from zebra.checkpoint_dir import committed
+    from zebra.folders.checkpoint_dir import committed
     from zebra.train.run import has_outputs, replaces_outputs, results_without_checkpoint
 
     if run.changed:

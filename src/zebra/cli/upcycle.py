@@ -10,7 +10,7 @@ import typer
 from zebra.cli._options import ForceOpt, JsonOpt, YesOpt, examples
 from zebra.cli._output import out
 from zebra.cli._prompt import confirm_overwrite
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 SVD_METHODS = ("plain", "activation")
 EXAMPLES = examples(
@@ -127,7 +127,7 @@ def upcycle_command(
 ) -> None:
     """Initialise a hybrid from a Transformer: copy embeddings, norms and MLPs, factorise attention into MLA,
     copy Q/K/V/O into the recurrent mixers; write a Zebra HF export with upcycle.json."""
-    from zebra.atomic import check_output_apart, sigterm_raises
+    from zebra.core.atomic import check_output_apart, sigterm_raises
     from zebra.upcycle.calibrate import CalibrateOptions
     from zebra.upcycle.calibration import Calibration
     from zebra.upcycle.compose import compose_inputs

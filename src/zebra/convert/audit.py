@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.models import ZebraForCausalLM
 
 

@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zebra.checkpoint_dir import committed, is_complete, read_hold
-from zebra.convert.fla import FLA_TO_ZEBRA, fla_mixers, read_fla_config
+from zebra.convert.fla_format import FLA_TO_ZEBRA, fla_mixers, read_fla_config
 from zebra.convert.keymap import plan_keys
 from zebra.convert.megatron import is_torch_dist, is_torch_format, read_megatron, resolve_iteration_dir
 from zebra.convert.tensor_sources import (
@@ -32,9 +31,10 @@ from zebra.convert.tensor_sources import (
     TensorSource,
     torch_load,
 )
+from zebra.core.errors import ZebraError
 from zebra.data.tokenizers import has_tokenizer_files
-from zebra.errors import ZebraError
-from zebra.model_folder import config_model_type, existing_path
+from zebra.folders.checkpoint_dir import committed, is_complete, read_hold
+from zebra.folders.model_folder import config_model_type, existing_path
 from zebra.models import ZebraConfig
 from zebra.recipes import load_recipe
 

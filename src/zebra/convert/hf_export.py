@@ -34,8 +34,8 @@ from zebra.convert.writer import (
     tensor_specs,
     write_model_files,
 )
-from zebra.device import resolve_dtype
-from zebra.errors import ZebraError
+from zebra.core.device import resolve_dtype
+from zebra.core.errors import ZebraError
 from zebra.models.remote_code import write_remote_code
 
 

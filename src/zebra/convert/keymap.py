@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.mixers.spec import Reshape, Split  # a mixer's Megatron table holds them: declared with the specs
 
 # Index tokens say how the number in a key relates to the rule's layer index i.

@@ -27,7 +27,6 @@ from typing import Any
 import torch
 
 import zebra.convert.megatron_keys as mk
-from zebra.arch import pattern_from_ratio
 from zebra.convert.keymap import plan_keys
 from zebra.convert.tensor_sources import (
     ConvertedSource,
@@ -37,8 +36,9 @@ from zebra.convert.tensor_sources import (
     TensorSource,
     torch_load,
 )
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.mixers import MIXERS, MixerSpec, recurrent_names
+from zebra.spec.arch import pattern_from_ratio
 
 _MODEL_PREFIXES = ("embedding.", "decoder.", "output_layer.")
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.*)$")

@@ -59,7 +59,7 @@ def model_card(config: Any, *, recipe: Any = None, source: str | None = None, to
 
 def _architecture_rows(config: Any) -> list[str]:
     """The architecture table: pattern, sizes, parameters, then one row per mixer kind with its shape."""
-    from zebra import arch
+    from zebra.spec import arch
 
     pattern = arch.resolve_pattern(config)
     params = arch.param_count(config)

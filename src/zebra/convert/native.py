@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.mixers import MIXERS, MLP, SWIGLU, NativeAdapter, NativeTensor, mixer_named
 
 

@@ -28,7 +28,7 @@ from zebra.convert.writer import (
     with_chat_template,
     write_model_files,
 )
-from zebra.device import resolve_dtype
+from zebra.core.device import resolve_dtype
 from zebra.mixers import NativeTensor
 
 

@@ -13,16 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zebra import arch, atomic
 from zebra.convert import native
 from zebra.convert.audit import zebra_audit
-from zebra.convert.fla import export_fla
+from zebra.convert.fla_format import export_fla
 from zebra.convert.formats import open_checkpoint
 from zebra.convert.hf_export import export_hf
 from zebra.convert.native_export import export_native
 from zebra.convert.writer import DEFAULT_MAX_SHARD
-from zebra.device import resolve_dtype
-from zebra.errors import ZebraError
+from zebra.core import atomic
+from zebra.core.device import resolve_dtype
+from zebra.core.errors import ZebraError
+from zebra.spec import arch
 
 NATIVE_TARGETS = tuple(native.TARGETS)  # transformers' own classes: qwen3-next, qwen3.5, bamba, kimi-linear
 TARGETS = ("hf", "fla", "zebra", *NATIVE_TARGETS)

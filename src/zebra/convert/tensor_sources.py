@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from zebra.convert.keymap import Piece
-from zebra.errors import ZebraError, error_summary, first_line
+from zebra.core.errors import ZebraError, error_summary, first_line
 
 SAFETENSORS_DTYPES = {
     "F64": torch.float64,
@@ -145,14 +145,14 @@ class DCPSource(TensorSource):
         directory: holds `.metadata` and `__*_*.distcp` files.
         accept: which checkpoint keys are model tensors; returns the name to expose, or None to skip
             (optimizer state, RNG state, TE extra state, ...).
-        hold: a descriptor holding the checkpoint against pruning (`zebra.checkpoint_dir.read_hold`), closed
+        hold: a descriptor holding the checkpoint against pruning (`zebra.folders.checkpoint_dir.read_hold`), closed
             by `close()`.
     """
 
     def __init__(self, directory: Path, accept, *, hold: int | None = None):
         from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-        from zebra.safe_dcp import SafeFileSystemReader
+        from zebra.core.safe_dcp import SafeFileSystemReader
 
         self.origin = str(directory)
         self.directory = Path(directory)

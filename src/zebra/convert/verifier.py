@@ -23,10 +23,10 @@ from zebra.convert.audit import Audit, audit, expected_shapes, meta_model, zebra
 from zebra.convert.formats import Checkpoint, open_checkpoint
 from zebra.convert.native_verify import NATIVE_MODEL_TYPES
 from zebra.convert.tensor_sources import SafetensorsSource
+from zebra.core.device import resolve_device
+from zebra.core.errors import ZebraError
 from zebra.data.tokenizers import has_tokenizer_files, load_tokenizer
-from zebra.device import resolve_device
-from zebra.errors import ZebraError
-from zebra.model_folder import config_model_type
+from zebra.folders.model_folder import config_model_type
 from zebra.models import ZebraForCausalLM
 
 DEFAULT_PROMPTS = ("The capital of France is", "def fibonacci(n):", "Zebras are")

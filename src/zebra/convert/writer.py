@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
-from zebra.atomic import fsync_dir, fsync_tree, make_folder, sigterm_deferred, write_error
+from zebra.core.atomic import fsync_dir, fsync_tree, make_folder, sigterm_deferred, write_error
+from zebra.core.errors import ZebraError
 from zebra.data.tokenizers import load_tokenizer
-from zebra.errors import ZebraError
-from zebra.model_folder import check_output, check_replaceable
+from zebra.folders.model_folder import check_output, check_replaceable
 
 _DTYPE_CODES = {
     torch.float64: "F64",
@@ -194,7 +194,7 @@ def output_dir(path: Path, *, force: bool, flag: str = "--output") -> Iterator[P
     """Yield a fresh temporary directory next to `path`; on success it replaces `path`, on error it is removed.
 
     Before the rename every file and folder of the new output is on the disk, and the rename itself is flushed
-    after it (`zebra.atomic`), so a crash leaves the old output or the whole new one. An existing `path` needs
+    after it (`zebra.core.atomic`), so a crash leaves the old output or the whole new one. An existing `path` needs
     `force`, and must be empty or a model folder (config.json): anything else is refused, never deleted.
     Temporary folders left by killed runs (`.NAME.tmp-PID` of a dead PID) are removed first, and an old output a
     run killed between its two renames set aside (`.NAME.old-PID`) is put back when nothing replaced it (else

@@ -27,12 +27,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from zebra.atomic import make_folder, write_atomic
-from zebra.caches import zebra_cache_dir
+from zebra.core.atomic import make_folder, write_atomic
+from zebra.core.caches import zebra_cache_dir
+from zebra.core.errors import ZebraError
 from zebra.data.corpus_sources import CorpusSource, Doc, order_key
 from zebra.data.packages import Unpacked, fetch_and_unpack
 from zebra.data.python_docs import is_heldout
-from zebra.errors import ZebraError
 
 BUILD_VERSION = 2  # bumped when the cleaning changes, so that sources written before are read again
 SPLITS = ("train", "heldout")

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from zebra.core.errors import ZebraError, first_line
 from zebra.data.packages import Package, Unpacked
 from zebra.data.python_docs import MIN_CHARS, html_to_text, python_docs_page_files
-from zebra.errors import ZebraError, first_line
 
 HELDOUT_FRACTION = 0.03  # of each source's documents, by the hash of their id
 PYTHON_DOCS_HELDOUT = 0.1  # zebra.data.python_docs' split, so that its held-out pages stay held out

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
+from zebra.core.errors import first_line
 from zebra.data.tokenizers import GPT2_PATTERN, byte_level_chars
-from zebra.errors import first_line
 
 # Contexts that expose a character's regex classes: letter or number run, space (with the look-ahead),
 # punctuation run, line breaks, apostrophe contractions (case folding), repetition.

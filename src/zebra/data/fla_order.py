@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zebra.core.errors import ZebraError
 from zebra.data.manifest import Manifest, read_manifest
 from zebra.data.paths import BUNDLED, parse_data_path, prep_folder
-from zebra.errors import ZebraError
 
 if TYPE_CHECKING:
     import numpy as np

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 
+from zebra.core.errors import ZebraError
 from zebra.data.fla_order import FLA_SEED
-from zebra.errors import ZebraError
 
 MAP_BATCH = 1000  # documents per `datasets.map` batch (its default, which FLA's preprocess keeps)
 

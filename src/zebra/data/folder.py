@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zebra.core.errors import ZebraError
+from zebra.core.locks import FolderLock
 from zebra.data.indexed import ShardWriter, check_prefix
 from zebra.data.manifest import Manifest, Shard, manifest_path, read_manifest, write_manifest
-from zebra.errors import ZebraError
-from zebra.locks import FolderLock
 
 _FIX = "choose another --output, or pass --force to replace its contents"
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 if TYPE_CHECKING:
     import numpy as np

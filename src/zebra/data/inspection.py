@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import zebra.data.tokenizers as tok
+from zebra.core.errors import ZebraError
 from zebra.data.indexed import check_prefix, open_dataset, sha256_file
 from zebra.data.manifest import read_manifest
 from zebra.data.paths import BUNDLED, prep_folder
 from zebra.data.prefixes import bundled_prefix
-from zebra.errors import ZebraError
 
 
 def inspect_data(

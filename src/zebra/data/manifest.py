@@ -14,7 +14,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 MANIFEST = "manifest.json"
 FORMAT = "zebra-megatron-shards"

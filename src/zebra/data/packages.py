@@ -18,7 +18,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from zebra.errors import ZebraError, first_line
+from zebra.core.errors import ZebraError, first_line
 
 UNPACKED_MARKER = ".zebra-unpacked.json"
 _NETWORK = re.compile(

@@ -12,8 +12,8 @@ import math
 from pathlib import Path
 from typing import NamedTuple
 
+from zebra.core.errors import ZebraError
 from zebra.data.manifest import MANIFEST, manifest_path
-from zebra.errors import ZebraError
 
 BUNDLED = "@sample"  # the TARGET naming the bundled corpus
 _EXPECTED = "expected PREFIX[:weight]"

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import zebra.data.tokenizers as tok
-from zebra.caches import make_cache_folder, zebra_cache_dir
+from zebra.core.caches import make_cache_folder, zebra_cache_dir
+from zebra.core.errors import ZebraError
 from zebra.data.bundled_corpus import CORPUS_PATH
 from zebra.data.folder import shard_prefix
 from zebra.data.indexed import check_prefix
@@ -21,7 +22,6 @@ from zebra.data.manifest import Manifest, manifest_path, read_manifest, shard_pa
 from zebra.data.paths import BUNDLED, parse_data_path, prep_folder
 from zebra.data.prep import plan_prep, run_prep
 from zebra.data.text_sources import default_folder, holds_text, open_source, prep_command
-from zebra.errors import ZebraError
 
 
 def resolve_prefixes(

@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 import zebra.data.tokenizers as tok
 from zebra import __version__
-from zebra.atomic import check_output_apart, write_error
+from zebra.core.atomic import check_output_apart, write_error
+from zebra.core.errors import ZebraError
 from zebra.data.encoders import ENCODERS, EncodedBatch, encode_batch, encoder_name, init_worker
 from zebra.data.fast_bpe import FastBPESpec, fast_bpe_spec
 from zebra.data.folder import FolderResult, ShardFolder, folder_lock, resume_manifest
 from zebra.data.indexed import megatron_indexed
 from zebra.data.manifest import Manifest, manifest_path, read_manifest
 from zebra.data.text_sources import STATUS_NAMES, RawBatch, Source
-from zebra.errors import ZebraError
 
 if TYPE_CHECKING:
     import numpy as np

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 PYTHON_DOCS = Path("/usr/share/doc/python3.11/html")
 SKIPPED_PAGES = re.compile(

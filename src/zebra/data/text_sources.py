@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from zebra.errors import ZebraError, first_line, reading
+from zebra.core.errors import ZebraError, first_line, reading
 
 FINEWEB_EDU = "HuggingFaceFW/fineweb-edu"
 DEFAULT_TOKENIZER = "meta-llama/Llama-3.2-1B"  # prep's default, and the guide's 1B recipes' tokenizer
@@ -290,7 +290,7 @@ def _check_text(value: Any) -> tuple[int, str, int]:
 
 
 def _expected(path: Path) -> str:
-    """What a source file should be, for the one line that says it is not (`zebra.errors.reading`)."""
+    """What a source file should be, for the one line that says it is not (`zebra.core.errors.reading`)."""
     name = path.name.removesuffix(".gz")
     kind = next((k for suffix, k in _KINDS.items() if name.endswith(suffix)), "a data file")
     return f"{kind}, gzip-compressed" if path.name.endswith(".gz") else kind

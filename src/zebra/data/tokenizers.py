@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zebra.errors import ZebraError, first_line
+from zebra.core.errors import ZebraError, first_line
 
 if TYPE_CHECKING:
     import numpy as np

@@ -15,8 +15,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zebra.core.errors import first_line
 from zebra.doctor.check import Check, fail, ok, warn
-from zebra.errors import first_line
 
 MIN_ROCM = (7, 0)  # the Primus / Zebra-Llama guide's requirement
 BAD_TRITON = ("3.4", "3.7.1")  # [lo, hi): FLA's gated GDN/KDA backward is wrong on Hopper (FLA #640)
@@ -88,7 +88,7 @@ def gather_gpus() -> GpuInventory:
     try:
         import torch
 
-        from zebra.device import gpu_arch
+        from zebra.core.device import gpu_arch
     except ImportError:
         return GpuInventory(backend="none")
     hip, cuda = torch.version.hip, torch.version.cuda

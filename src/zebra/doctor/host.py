@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from zebra.caches import (
+from zebra.core.caches import (
     KERNEL_CACHE_ENV,
     PYCACHE_ENV,
     bytecode_cache_dir,
@@ -56,7 +56,7 @@ def check_hf_token(env: Mapping[str, str] = os.environ) -> Check:
 
 
 def check_kernel_cache(env: Mapping[str, str] = os.environ) -> Check:
-    """Where compiled GPU kernels and autotuning results persist between runs (`zebra.caches`): the folders in
+    """Where compiled GPU kernels and autotuning results persist between runs (`zebra.core.caches`): the folders in
     effect, what they hold, and whether they are writable and survive a reboot."""
     zebra_values = cache_settings(dict(env))
     theirs = torch_writes(env)  # torch's own folders, which the ranks' use_kernel_cache replaces: not yours
@@ -97,7 +97,7 @@ def check_bytecode(
     shipped: bool | None = None,
 ) -> Check:
     """Whether Python's compiled modules persist between runs. `started_without`: Python started with
-    PYTHONDONTWRITEBYTECODE or -B; `state` (the `sys` module) holds what zebra.caches made of it; `shipped`:
+    PYTHONDONTWRITEBYTECODE or -B; `state` (the `sys` module) holds what zebra.core.caches made of it; `shipped`:
     torch is installed with its compiled modules (default: looked up)."""
     if not started_without:
         return ok("bytecode", "Python caches compiled modules next to their sources (__pycache__)")

@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from zebra.core.errors import ZebraError
 from zebra.doctor.check import Check, fail
 from zebra.doctor.collectives import check_collective_env
 from zebra.doctor.gpu import GpuInventory, check_fla_triton_hopper, check_gpus, gather_gpus, gpu_device_nodes
@@ -26,7 +27,6 @@ from zebra.doctor.packages import (
     installed,
 )
 from zebra.doctor.services import check_docker, check_slurm
-from zebra.errors import ZebraError
 
 CHECK_NAMES = (
     "python",

@@ -11,8 +11,8 @@ import os
 import shutil
 import subprocess
 
+from zebra.core.errors import first_line
 from zebra.doctor.check import Check, ok, warn
-from zebra.errors import first_line
 
 DOCKER_FIX = (
     "start the engine (`dockerd &` or `systemctl start docker`), or set DOCKER_HOST to a running one "

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zebra.atomic import make_folder, write_atomic
+from zebra.core.atomic import make_folder, write_atomic
+from zebra.core.device import resolve_device, resolve_dtype
+from zebra.core.errors import ZebraError
 from zebra.data.tokenizers import load_tokenizer
-from zebra.device import resolve_device, resolve_dtype
-from zebra.errors import ZebraError
 from zebra.eval.tasks import load_tasks, task_manager, template_error
 from zebra.generation.finite import check_logits_on_forward
 from zebra.generation.loading import (

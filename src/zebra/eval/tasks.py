@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from zebra.errors import ZebraError, first_line, yaml_problem
+from zebra.core.errors import ZebraError, first_line, yaml_problem
 
 # The Zebra-Llama guide's evaluation suite (lm-eval task names).
 ZEBRA_SUITE = (
@@ -147,7 +147,7 @@ def read_task_yaml(path: Path) -> Any:
 
 
 def yaml_problem_text(error: Exception) -> str:
-    """A YAML parse error in one line: `line N: what` (`zebra.errors.yaml_problem`)."""
+    """A YAML parse error in one line: `line N: what` (`zebra.core.errors.yaml_problem`)."""
     line, what = yaml_problem(error)
     return f"line {line}: {what}" if line else what
 

@@ -23,11 +23,11 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 
 import torch
 
+from zebra.core.host_copy import HostCopy
 from zebra.generation.decode_step import DecodeRunner
 from zebra.generation.finite import nonfinite_logits
 from zebra.generation.state import DecodeState
 from zebra.generation.token_sampling import SamplingParams, TokenChooser, row_budgets
-from zebra.host_copy import HostCopy
 
 
 class _Rows:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 
 class NonFiniteLogits(ZebraError):

@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import zebra.models  # noqa: F401  (registers `zebra` with AutoConfig / AutoModelForCausalLM)
-from zebra.caches import use_kernel_cache
-from zebra.checkpoint_dir import committed
 from zebra.convert.pipeline import export_run
+from zebra.core.caches import use_kernel_cache
+from zebra.core.device import resolve_device, resolve_dtype
+from zebra.core.errors import ZebraError, first_line
 from zebra.data.tokenizers import has_tokenizer_files, load_tokenizer
-from zebra.device import resolve_device, resolve_dtype
-from zebra.errors import ZebraError, first_line
+from zebra.folders.checkpoint_dir import committed
+from zebra.folders.model_folder import config_model_type, model_path
 from zebra.generation.engine import Engine
 from zebra.mixers import MIXERS
-from zebra.model_folder import config_model_type, model_path
 
 # FLA's whole-model types (fla.models registers these with the Auto classes on `import fla`): those of the mixers
 # with an FLA adapter, and FLA's others.

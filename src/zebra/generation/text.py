@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.generation.engine import Engine
 from zebra.generation.token_sampling import SamplingParams
 

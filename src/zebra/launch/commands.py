@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 RANK_MODULE = "zebra.cli.rank"  # the program every rank runs
 

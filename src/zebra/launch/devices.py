@@ -13,7 +13,7 @@ import glob
 import os
 from pathlib import Path
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 VENDORS = ("amd", "nvidia")
 AMD_DEVICES = ("/dev/kfd", "/dev/dri")

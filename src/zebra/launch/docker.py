@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from zebra.core.errors import ZebraError, first_line
 from zebra.doctor.services import DOCKER_FIX, root_cause
-from zebra.errors import ZebraError, first_line
 from zebra.launch.container import ContainerSpec
 from zebra.launch.environment import resolve
 

@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from zebra.caches import torch_writes
-from zebra.errors import ZebraError
+from zebra.core.caches import torch_writes
+from zebra.core.errors import ZebraError
 
 MASK = "******"
 
@@ -110,7 +110,7 @@ def passthrough(
     environ: Mapping[str, str] | None = None, extra: Iterable[str] = (), secret: Iterable[str] = ()
 ) -> list[EnvVar]:
     """The allow-listed variables (plus the names in `extra`, and the names in `secret` as secrets) set in
-    `environ`, sorted by name; not a default torch, Triton or FLA wrote there itself (`zebra.caches.torch_writes`:
+    `environ`, sorted by name; not a default torch, Triton or FLA wrote there itself (`zebra.core.caches.torch_writes`:
     inductor's cache folder once anything in this process compiled, TORCH_WARM_POOL=0, ...), which the ranks
     choose for themselves. A value the process started with (exported in the shell) is passed, whatever it is."""
     environ = os.environ if environ is None else environ

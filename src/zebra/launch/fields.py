@@ -10,7 +10,7 @@ import dataclasses
 import unicodedata
 from collections.abc import Iterable
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.launch.environment import EnvVar
 from zebra.train.run import TrainRun
 

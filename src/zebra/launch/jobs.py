@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from zebra.atomic import write_atomic
-from zebra.caches import make_cache_folder, zebra_cache_dir
-from zebra.errors import ZebraError
+from zebra.core.atomic import write_atomic
+from zebra.core.caches import make_cache_folder, zebra_cache_dir
+from zebra.core.errors import ZebraError
 
 FINISHED = {
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",

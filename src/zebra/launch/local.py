@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from zebra.caches import without_torch_writes
-from zebra.errors import ZebraError
+from zebra.core.caches import without_torch_writes
+from zebra.core.errors import ZebraError
 from zebra.launch.commands import cpu_threads_per_rank, rank_command, require_rendezvous, run_id
 from zebra.train.run import TrainRun
 from zebra.train.view import TrainView

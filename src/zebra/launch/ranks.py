@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.launch.devices import host_gpus
 from zebra.launch.slurm_spec import Sinfo, partition_gpus
 from zebra.recipes import LaunchSpec

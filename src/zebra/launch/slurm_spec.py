@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.train.run import TrainRun
 
 SIGNAL_DELAY_S = 120  # USR2 this long before the time limit: time to save a checkpoint

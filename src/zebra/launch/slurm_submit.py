@@ -8,8 +8,8 @@ from __future__ import annotations
 import datetime
 import shutil
 
-from zebra.caches import without_torch_writes
-from zebra.errors import ZebraError
+from zebra.core.caches import without_torch_writes
+from zebra.core.errors import ZebraError
 from zebra.launch.jobs import JobRecord, add_job
 from zebra.launch.plan import LaunchPlan
 from zebra.launch.slurm_spec import SLURM_FIX, Sinfo, check_partition, parse_time, partitions

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.launch.commands import rank_command, rank_env, torchrun_command
 from zebra.launch.container import ContainerSpec
 from zebra.launch.docker import start_container, stop_and_wait

@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
+from zebra.core.locks import FolderLock
 from zebra.launch.docker import check_docker, run_docker
 from zebra.launch.jobs import JobRecord, JobStatus, check_finished, follow_log, job_status, load_jobs
 from zebra.launch.local import run_local
 from zebra.launch.plan import LaunchPlan
 from zebra.launch.slurm_spec import check_partition
 from zebra.launch.slurm_submit import require_slurm, submit
-from zebra.locks import FolderLock
 from zebra.train.run import run_lock
 from zebra.train.view import TrainView
 

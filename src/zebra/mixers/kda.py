@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.mixers.delta_rule import fla_dims, fla_sizes, megatron_dims, upcycle_from_attention
 from zebra.mixers.spec import (
     HEAD_DIM,

@@ -7,7 +7,7 @@
   arguments `layer_kwargs(cfg, layer_idx)` (this package imports nothing heavy: `zebra recipes list` reads it, and the HF
   export copies it);
 - the decode cache (`ZebraCache`) gives a sublayer a slot of the kind `state` with the shapes `state_shapes`;
-- `zebra.arch` counts `params` and the state bytes, and places the `recurrent_type` mixer by the ratio;
+- `zebra.spec.arch` counts `params` and the state bytes, and places the `recurrent_type` mixer by the ratio;
 - `ZebraConfig` takes the keys `<config_prefix>_<field>` of `fields`, the recipe schema makes the section
   `model.<section>` from the same `fields` (name, default, doc, range), and both run `check` when a pattern
   uses the mixer;
@@ -17,7 +17,7 @@
   `upcycle` (`zebra upcycle`: the mixer's sizes from a teacher's attention and the weight copy).
 
 Every function of a spec reads a *flat* configuration: any object with the attributes of `ZebraConfig` (the config
-itself, or `Recipe.model.flat()` through `zebra.arch.as_config`). Adding a mixer: docs/models.md.
+itself, or `Recipe.model.flat()` through `zebra.spec.arch.as_config`). Adding a mixer: docs/models.md.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 MLP = "-"  # the SwiGLU MLP character: every other sublayer must be followed by one
 ATTENTION = "*"  # the MLA character: what `hybrid_attention_ratio` places between the recurrent mixers
@@ -60,7 +60,7 @@ class ConfigField:
 
 @dataclass(frozen=True)
 class FLAAdapter:
-    """A mixer's FLA whole-model class: a pure stack of this mixer and SwiGLU MLPs (`zebra.convert.fla`).
+    """A mixer's FLA whole-model class: a pure stack of this mixer and SwiGLU MLPs (`zebra.convert.fla_format`).
 
     Attributes:
         model_type: FLA's `model_type` ("gated_deltanet").
@@ -145,7 +145,7 @@ class UpcycleAdapter:
 
     Attributes:
         fields: `(teacher shape, problems) -> {field: value}`, its sizes from the teacher's attention
-            (`zebra.upcycle.teacher.TeacherShape`: num_heads, num_kv_heads, head_dim, hidden_size); what cannot
+            (`zebra.upcycle.teachers.teacher.TeacherShape`: num_heads, num_kv_heads, head_dim, hidden_size); what cannot
             be built is appended to `problems`.
         copy: `"module:function"`, the weight copy `(TeacherAttention, init, prefix, dtype) -> {name: (tensor,
             origin)}` (`zebra.upcycle.recurrent`).
@@ -220,7 +220,7 @@ class MixerSpec:
 
     Attributes:
         char: its character in a layer pattern ("M").
-        name: its name in `recurrent_type` and in `zebra.arch.param_count(...).by_kind` ("mamba2").
+        name: its name in `recurrent_type` and in `zebra.spec.arch.param_count(...).by_kind` ("mamba2").
         label: short display name (`zebra recipes list`: "Mamba2", "GDN").
         title: long display name (model card: "Gated DeltaNet").
         layer: dotted path of the `nn.Module` class; the class has `reset_parameters()` and the sublayer call

@@ -2,7 +2,7 @@
 
 The keyword arguments are exactly those of `zebra.recipes.schema.ModelSpec.flat()`. The sublayer pattern (one
 character per sublayer, each a key of `zebra.mixers.MIXERS`) comes from `layer_pattern` or, when that is empty,
-from `hybrid_attention_ratio` by Primus' algorithm (`zebra.arch.resolve_pattern`); the resolved string is stored
+from `hybrid_attention_ratio` by Primus' algorithm (`zebra.spec.arch.resolve_pattern`); the resolved string is stored
 back in `layer_pattern`, so a saved config.json always lists the explicit pattern. The sizes of each registered
 mixer are keyword arguments `<config_prefix>_<field>` with the defaults of its `MixerSpec.config_defaults`.
 """
@@ -13,9 +13,9 @@ from typing import Any, ClassVar
 
 from transformers import PretrainedConfig
 
-from zebra.arch import KERNEL_BACKENDS, resolve_pattern, used_mixers
-from zebra.arch import MODEL_DEFAULTS as DEFAULT
 from zebra.mixers import MIXERS, MLA, mamba_num_heads, recurrent_names
+from zebra.spec.arch import KERNEL_BACKENDS, resolve_pattern, used_mixers
+from zebra.spec.arch import MODEL_DEFAULTS as DEFAULT
 
 POSITIVE_SIZES = (
     *("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "max_position_embeddings"),
@@ -41,7 +41,7 @@ class ZebraConfig(PretrainedConfig):
     """Configuration of `ZebraForCausalLM`: a stack of pre-norm residual sublayers (Mamba2 `M`, Gated DeltaNet `G`,
     Kimi Delta Attention `K`, Multi-Latent Attention `*`, SwiGLU MLP `-`: the kinds of `zebra.mixers.MIXERS`).
 
-    Args (the defaults: `zebra.arch.MODEL_DEFAULTS` and the mixers' `fields`):
+    Args (the defaults: `zebra.spec.arch.MODEL_DEFAULTS` and the mixers' `fields`):
         vocab_size: vocabulary size V.
         hidden_size: model width D.
         intermediate_size: SwiGLU inner width F.

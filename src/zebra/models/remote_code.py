@@ -14,7 +14,7 @@ transformers refuses remote code that imports an uninstalled package anywhere ou
 on the "fla" kernel backend, so the torch fallback works without FLA.
 
 File names: `zebra.models.<a>.<b>` -> `<a>_<b>.py`; any other module -> its dotted name with "_" (e.g.
-`zebra_kernels.delta_rule.fla` -> `zebra_kernels_delta_rule_fla.py`, the package `zebra_kernels` -> `zebra_kernels.py`).
+`zebra_kernels.delta_rule.fla_backend` -> `zebra_kernels_delta_rule_fla_backend.py`, the package `zebra_kernels` -> `zebra_kernels.py`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import os
 import sys
 from pathlib import Path
 
-from zebra.atomic import write_atomic
+from zebra.core.atomic import write_atomic
 
 ENTRY_MODULES = ("zebra.models.configuration_zebra", "zebra.models.modeling_zebra")
 LAYER_CLASSES_MODULE = "zebra.models.layer_classes"  # replaced in the export by `exported_layer_classes()`

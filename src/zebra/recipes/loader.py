@@ -14,10 +14,10 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from zebra import arch
+from zebra.core.errors import ZebraError, yaml_problem
 from zebra.data.paths import parse_data_path
-from zebra.errors import ZebraError, yaml_problem
 from zebra.recipes.schema import MAX_SEQUENCES, Recipe, field_choices
+from zebra.spec import arch
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1] / "_recipes"  # installed wheel: zebra/_recipes
 _SOURCE_DIR = Path(__file__).resolve().parents[3] / "recipes"  # source checkout / editable install

@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, make_dataclass
 from typing import Any
 
-from zebra.arch import KERNEL_BACKENDS, MODEL_DEFAULTS
 from zebra.mixers import MIXERS, MLA, MixerSpec, recurrent_names
 from zebra.mixers.spec import HEAD_DIM, HEADS, POSITIONS
+from zebra.spec.arch import KERNEL_BACKENDS, MODEL_DEFAULTS
 
 # Upper bounds of the counts and sizes a recipe takes: far above any real model or run, low enough that a typo
 # (an extra zero or ten) is refused when the recipe loads (`recipes show`, `train --dry-run`) instead of a
@@ -81,7 +81,7 @@ CONFIG_KEYS = {
 
 
 def _default(path: str) -> Any:
-    """The default of a model-wide recipe field: `zebra.arch.MODEL_DEFAULTS` of its ZebraConfig key."""
+    """The default of a model-wide recipe field: `zebra.spec.arch.MODEL_DEFAULTS` of its ZebraConfig key."""
     return MODEL_DEFAULTS[CONFIG_KEYS.get(path, path)]
 
 

@@ -11,12 +11,12 @@ Layout of `<run>/checkpoints/`:
 
 A save writes `step_XXXXXXX.partial/`, fsyncs every file, then renames it into place and rewrites `latest`
 (temp file + rename), so a crash at any moment leaves the previous checkpoints and `latest` intact. A save of a
-step already there waits for that folder's readers (`zebra.checkpoint_dir.commit_step`).
+step already there waits for that folder's readers (`zebra.folders.checkpoint_dir.commit_step`).
 
-A resume holds the checkpoints it may read (`zebra.checkpoint_dir.held`), so that another run being resumed from
+A resume holds the checkpoints it may read (`zebra.folders.checkpoint_dir.held`), so that another run being resumed from
 while it trains does not prune them midway; rank 0 lists them and every rank reads the same list.
 
-A restore reads nothing that could run code (`zebra.safe_dcp`, `torch.load(weights_only=True)`) and falls back
+A restore reads nothing that could run code (`zebra.core.safe_dcp`, `torch.load(weights_only=True)`) and falls back
 to the previous checkpoint when a file of the newest is truncated or corrupt (a torn DCP folder, an empty
 `meta.json`, an unreadable RNG file); any other error (out of memory, a failed collective) is raised.
 """
@@ -35,8 +35,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from zebra.atomic import fsync_dir, fsync_tree, write_atomic
-from zebra.checkpoint_dir import (
+from zebra.core.atomic import fsync_dir, fsync_tree, write_atomic
+from zebra.core.errors import ZebraError, error_summary
+from zebra.folders.checkpoint_dir import (
     commit_step,
     committed,
     find_checkpoints,
@@ -46,7 +47,6 @@ from zebra.checkpoint_dir import (
     remove_unless_held,
     step_name,
 )
-from zebra.errors import ZebraError, error_summary
 from zebra.train.dist import DistEnv, all_reduce_sum, barrier, broadcast_object
 
 
@@ -78,7 +78,7 @@ def load_rng_states(path: Path) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from zebra.safe_dcp import REFUSAL_FIX, refused_global
+    from zebra.core.safe_dcp import REFUSAL_FIX, refused_global
 
     reconstruct = np.zeros(0).__reduce__()[0]  # numpy's array constructor, under both of its module names
     arrays = [
@@ -274,7 +274,7 @@ class Checkpointer:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.api import CheckpointException
 
-        from zebra.safe_dcp import SafeFileSystemReader, SafeLoadPlanner
+        from zebra.core.safe_dcp import SafeFileSystemReader, SafeLoadPlanner
 
         reason, fatal, meta, reader, rng = None, None, {}, None, None
         try:

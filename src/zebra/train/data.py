@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zebra.core.errors import ZebraError
 from zebra.data import load_tokenizer
 from zebra.data.paths import parse_data_path
-from zebra.errors import ZebraError
 
 if TYPE_CHECKING:
     import torch

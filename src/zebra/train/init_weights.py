@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 if TYPE_CHECKING:
     import torch

@@ -24,8 +24,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zebra.atomic import make_folder, write_atomic
-from zebra.errors import ZebraError
+from zebra.core.atomic import make_folder, write_atomic
+from zebra.core.errors import ZebraError
 
 if TYPE_CHECKING:
     import numpy as np

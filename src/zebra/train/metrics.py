@@ -1,7 +1,7 @@
 """Throughput, model FLOPs utilisation (MFU) and the metric sinks: metrics.jsonl, TensorBoard, Weights & Biases.
 
 MFU = train_flops_per_token x tokens/s / (ranks x peak dense bf16 FLOP/s of one device), where
-train_flops_per_token = 6 N + causal MLA attention (`zebra.arch.train_flops_per_token`).
+train_flops_per_token = 6 N + causal MLA attention (`zebra.spec.arch.train_flops_per_token`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from zebra.errors import reading
+from zebra.core.errors import reading
 
 # Peak dense bf16 FLOP/s per device (vendor datasheets, no sparsity). First substring match of the device name wins.
 PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
@@ -226,7 +226,7 @@ def truncate_after(path: Path, step: int) -> None:
     """Drop records past `step` (written after the checkpoint a resumed run restarts from), atomically."""
     if not path.is_file():
         return
-    from zebra.atomic import write_atomic
+    from zebra.core.atomic import write_atomic
 
     keep = [r for r in read_metrics(path) if r["step"] <= step]
     write_atomic(path, "".join(json.dumps(r) + "\n" for r in keep))

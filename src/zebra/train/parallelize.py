@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.mixers import MIXERS
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ def check_float8_device(device: torch.device) -> None:
 
     if device.type != "cuda":
         return
-    from zebra.device import gpu_arch
+    from zebra.core.device import gpu_arch
 
     arch = gpu_arch(device)
     ok = (

@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from zebra.checkpoint_dir import committed, newest_step
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
+from zebra.folders.checkpoint_dir import committed, newest_step
 from zebra.train.dist import DistEnv
 
 PROBE_TIMEOUT_S = 5.0  # a peer on a live host answers in milliseconds; a dead host never does

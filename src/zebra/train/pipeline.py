@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zebra.atomic import make_folder, write_atomic
-from zebra.errors import ZebraError
+from zebra.core.atomic import make_folder, write_atomic
+from zebra.core.errors import ZebraError
 from zebra.train.view import TrainView
 
 STATE_FILE = "stages.json"
@@ -219,7 +219,7 @@ def run_compose(o: PipelineOptions, stage: Stage, view: PipelineView, tokens_bef
 
 def train_overrides(o: PipelineOptions, stage: Stage, steps: int) -> list[str]:
     """The `--set` overrides of a training stage's recipe (`tiny`'s, its model replaced by the init export's)."""
-    from zebra.device import resolve_device
+    from zebra.core.device import resolve_device
     from zebra.train.run import distill_overrides
 
     init = export_of(o, stage.params["init"])
@@ -240,7 +240,7 @@ def train_overrides(o: PipelineOptions, stage: Stage, steps: int) -> list[str]:
 
 def run_train(o: PipelineOptions, stage: Stage, view: PipelineView, tokens_before: int) -> dict[str, Any]:
     """One training stage through the trainer (resumed from its newest checkpoint, if any)."""
-    from zebra.device import resolve_device
+    from zebra.core.device import resolve_device
     from zebra.recipes import load_recipe
     from zebra.train.metrics import read_metrics
     from zebra.train.run import RankLayout, prepare_run, resolve_run
@@ -272,7 +272,7 @@ RUNNERS: dict[str, Callable[[PipelineOptions, Stage, PipelineView, int], dict[st
 def check_options(o: PipelineOptions) -> None:
     """Every one-line refusal that can be known before the first stage: an output that overlaps what is read, the
     teacher, the data's tokenizer, the MLA count, the token budget."""
-    from zebra.atomic import check_creatable, check_output_apart
+    from zebra.core.atomic import check_creatable, check_output_apart
     from zebra.upcycle import open_teacher
     from zebra.upcycle.student import upcycle_mixers
 

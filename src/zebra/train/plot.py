@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zebra.atomic import check_output_apart, save_figure
-from zebra.errors import ZebraError
+from zebra.core.atomic import check_output_apart, save_figure
+from zebra.core.errors import ZebraError
 from zebra.train.metrics import read_metrics
 
 

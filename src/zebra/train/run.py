@@ -17,15 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zebra import arch
-from zebra.atomic import write_atomic
-from zebra.checkpoint_dir import committed, find_checkpoints, newest_step, remove_checkpoints
+from zebra.core.atomic import write_atomic
+from zebra.core.errors import ZebraError, reading
+from zebra.core.locks import FolderLock
 from zebra.data import load_tokenizer, read_manifest, resolve_prefixes
 from zebra.data.paths import BUNDLED, parse_data_path, prep_folder
 from zebra.data.prefixes import bundled_sample
-from zebra.errors import ZebraError, reading
-from zebra.locks import FolderLock
+from zebra.folders.checkpoint_dir import committed, find_checkpoints, newest_step, remove_checkpoints
 from zebra.recipes import Recipe, dump_recipe, load_recipe
+from zebra.spec import arch
 from zebra.train.data import batch_plan, check_split_documents
 from zebra.train.optim import check_optimizer_graph
 
@@ -158,7 +158,7 @@ def resolve_data(recipe: Recipe, *, prepare_data: bool = True) -> None:
 
 def resolve_distill(recipe: Recipe, *, write: bool = True) -> None:
     """Make `train.init` and a local `distill.teacher` absolute, and refuse a teacher whose tokenizer is not the
-    student's and the data's (`zebra.train.teacher.check_teacher`) or distill keys that do not go together;
+    student's and the data's (`zebra.train.distill_teacher.check_teacher`) or distill keys that do not go together;
     `write` False (a dry run): a new logit cache's folder is not made."""
     t, d = recipe.train, recipe.distill
     if t.init:
@@ -171,8 +171,8 @@ def resolve_distill(recipe: Recipe, *, write: bool = True) -> None:
         t.init = str(init.resolve())
         _check_init_tokenizer(recipe)
     if d.teacher:
-        from zebra.train.teacher import check_teacher
-        from zebra.upcycle.teacher import resolve_teacher_spec
+        from zebra.train.distill_teacher import check_teacher
+        from zebra.upcycle.teachers.teacher import resolve_teacher_spec
 
         d.teacher = resolve_teacher_spec(d.teacher)
         check_teacher(recipe)

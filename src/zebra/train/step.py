@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 class StepResult:
-    """One step's figures. On a GPU they come to the host while the next step runs (`zebra.host_copy`: a copy
+    """One step's figures. On a GPU they come to the host while the next step runs (`zebra.core.host_copy`: a copy
     queued behind the step): reading one waits for them, so a loop that reads each step's figures after queueing
     the next never lets the GPU's queue run dry.
 
@@ -39,7 +39,7 @@ class StepResult:
     """
 
     def __init__(self, stats: torch.Tensor, *, tokens: float, names: tuple[str, ...]):
-        from zebra.host_copy import HostCopy
+        from zebra.core.host_copy import HostCopy
 
         # [loss sum, *metric sums, *flags, grad norm], copied behind the step
         self._copy = HostCopy(tuple(stats.shape), stats.dtype, stats.device).start(stats)

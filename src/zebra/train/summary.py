@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from zebra.checkpoint_dir import committed, newest_step
+from zebra.folders.checkpoint_dir import committed, newest_step
 from zebra.train.metrics import read_metrics
 
 

@@ -16,17 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zebra import arch
-from zebra.caches import kernel_cache_dir, use_kernel_cache
-from zebra.checkpoint_dir import step_name
+from zebra.core.caches import kernel_cache_dir, use_kernel_cache
+from zebra.core.errors import ZebraError, first_line
 from zebra.data import load_tokenizer
-from zebra.errors import ZebraError, first_line
+from zebra.folders.checkpoint_dir import step_name
 from zebra.mixers import MAMBA2
 from zebra.recipes import Recipe, load_recipe
+from zebra.spec import arch
 from zebra.train import checkpoint as ckpt
 from zebra.train.data import batch_plan, build_train_order, micro_batches
 from zebra.train.dist import DistEnv, all_reduce_sum, barrier, destroy_distributed, init_distributed
 from zebra.train.distill import DistillLoss, DistillWeights
+from zebra.train.distill_teacher import load_teacher
 from zebra.train.ild import ILDLoss
 from zebra.train.init_weights import load_init
 from zebra.train.metrics import (
@@ -43,7 +44,6 @@ from zebra.train.param_roles import MIXER, needs_roles, new_mixer_sublayers, rol
 from zebra.train.peers import watch_peers
 from zebra.train.plot import plot_runs
 from zebra.train.step import TrainStep, loss_sum
-from zebra.train.teacher import load_teacher
 from zebra.train.view import TrainView
 
 if TYPE_CHECKING:

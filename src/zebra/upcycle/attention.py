@@ -8,7 +8,7 @@ import torch
 
 from zebra.convert.tensor_sources import TensorSource
 from zebra.upcycle.report import TensorOrigin
-from zebra.upcycle.teacher import TeacherShape, layer_key
+from zebra.upcycle.teachers.teacher import TeacherShape, layer_key
 
 # A student tensor with the record of where it came from.
 Made = tuple[torch.Tensor, TensorOrigin]

@@ -3,7 +3,7 @@
 On a few thousand tokens of DATA (in the teacher's tokenizer), before the export is written:
 
 1. the teacher runs once; every layer's attention input, output and per-head distance / entropy are recorded
-   (`zebra.upcycle.teacher_records`);
+   (`zebra.upcycle.attention_records`);
 2. each recurrent mixer gets its decay (and beta) from its teacher heads, and each mixer a least-squares scale per
    head of its output projection (`zebra.upcycle.gates`);
 3. each mixer, recurrent or MLA, is fitted on its own to its teacher layer's attention output, teacher-forced with
@@ -28,7 +28,7 @@ from zebra.upcycle.report import FITTED, TensorOrigin
 if TYPE_CHECKING:
     import torch
 
-    from zebra.upcycle.teacher import Teacher
+    from zebra.upcycle.teachers.teacher import Teacher
 
 
 @dataclass(frozen=True)
@@ -87,9 +87,9 @@ def calibrate_student(
     """
     import torch
 
-    from zebra.device import resolve_device
+    from zebra.core.device import resolve_device
+    from zebra.upcycle.attention_records import record_attention
     from zebra.upcycle.calibration import calibration_tokens
-    from zebra.upcycle.teacher_records import record_attention
 
     tokens = calibration_tokens(options.data, teacher.tokenizer, teacher.shape.vocab_size,
                                 options.samples, options.seq_len)  # fmt: skip  # [S, T]

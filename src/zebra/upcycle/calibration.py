@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 if TYPE_CHECKING:
     import torch
 
-    from zebra.upcycle.teacher import Teacher
+    from zebra.upcycle.teachers.teacher import Teacher
 
 
 class _Reached(Exception):
@@ -51,8 +51,8 @@ def attention_input_moments(
     """
     import torch
 
-    from zebra.device import resolve_device
-    from zebra.upcycle.teacher_model import build_teacher_model, teacher_dtype
+    from zebra.core.device import resolve_device
+    from zebra.upcycle.teachers.causal_lm import build_teacher_model, teacher_dtype
 
     tokens = calibration_tokens(calibration.data, teacher.tokenizer, teacher.shape.vocab_size,
                                 calibration.samples, calibration.seq_len)  # fmt: skip  # [S, T]

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zebra.atomic import check_output_apart
 from zebra.convert.tensor_sources import SafetensorsSource, TensorSource
-from zebra.errors import ZebraError
+from zebra.core.atomic import check_output_apart
+from zebra.core.errors import ZebraError
+from zebra.folders.model_folder import check_output
 from zebra.mixers import ATTENTION, MLP
-from zebra.model_folder import check_output
 from zebra.upcycle.report import COPIED, TensorOrigin, UpcycleReport
 from zebra.upcycle.run import REPORT_FILE
 from zebra.upcycle.student import SHAPE_KEYS, check_mla_layers, mla_placement, parse_mla_layers, pattern
@@ -202,8 +202,8 @@ def write_hybrid(
     on_progress: Callable[[float, float | None, str], None] | None,
 ) -> UpcycleReport:
     """The export of the hybrid with MLA at `layers` (dense indices), and its upcycle.json."""
-    from zebra import arch
     from zebra.convert.hf_export import export_hf
+    from zebra.spec import arch
     from zebra.upcycle.readers import open_teacher
 
     config = hybrid_config(mla, recurrent, layers)

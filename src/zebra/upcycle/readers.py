@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from zebra.errors import ZebraError
-from zebra.upcycle.teacher import Teacher
+from zebra.core.errors import ZebraError
+from zebra.upcycle.teachers.teacher import Teacher
 
 
 def open_teacher(spec: str | Path, *, tokenizer: str | None = None) -> Teacher:
@@ -22,17 +22,17 @@ def open_teacher(spec: str | Path, *, tokenizer: str | None = None) -> Teacher:
     """
     path = Path(spec).expanduser()
     if path.suffix == ".gguf":
-        from zebra.upcycle.gguf_teacher import open_gguf
+        from zebra.upcycle.teachers.from_gguf import open_gguf
 
         if not path.is_file():
             raise ZebraError(f"{spec}: no such file", fix="check the path of the .gguf file")
         teacher = open_gguf(path, with_tokenizer=tokenizer is None)
     elif path.is_file() or (path.is_dir() and not (path / "config.json").is_file()):
-        from zebra.upcycle.megatron_teacher import open_megatron_teacher
+        from zebra.upcycle.teachers.from_megatron import open_megatron_teacher
 
         teacher = open_megatron_teacher(path, with_tokenizer=tokenizer is None)
     elif path.is_dir() or _looks_like_hub_id(str(spec)):
-        from zebra.upcycle.hf_teacher import open_hf
+        from zebra.upcycle.teachers.from_hf import open_hf
 
         teacher = open_hf(str(spec), with_tokenizer=tokenizer is None)
     else:

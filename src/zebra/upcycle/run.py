@@ -6,15 +6,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zebra.atomic import check_creatable, check_output_apart
-from zebra.errors import ZebraError
+from zebra.core.atomic import check_creatable, check_output_apart
+from zebra.core.errors import ZebraError
+from zebra.folders.model_folder import check_output
 from zebra.mixers import recurrent_spec
-from zebra.model_folder import check_output
 from zebra.upcycle.calibration import Calibration, attention_input_moments
 from zebra.upcycle.readers import open_teacher
 from zebra.upcycle.report import TensorOrigin, UpcycleReport
 from zebra.upcycle.student import StudentOptions, StudentPlan, plan_student
-from zebra.upcycle.teacher import Teacher
+from zebra.upcycle.teachers.teacher import Teacher
 
 if TYPE_CHECKING:
     from zebra.upcycle.calibrate import CalibrateOptions
@@ -173,10 +173,10 @@ def _config(plan: StudentPlan) -> Any:
 def _report(
     teacher: Teacher, plan: StudentPlan, config: Any, source: Any, out: Path, dtype: Any, svd: dict[str, Any]
 ) -> UpcycleReport:
-    from zebra import arch
+    from zebra.spec import arch
 
     s = teacher.shape
-    from zebra.upcycle.teacher import resolve_teacher_spec
+    from zebra.upcycle.teachers.teacher import resolve_teacher_spec
 
     tensors = [source.origins[name] for name in source.shapes()]
     return UpcycleReport(

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zebra.atomic import save_figure
-from zebra.errors import ZebraError
+from zebra.core.atomic import save_figure
+from zebra.core.errors import ZebraError
 
 if TYPE_CHECKING:
     import torch
@@ -76,10 +76,10 @@ def smart_placement(
     `baseline_kl`, `selected`, the calibration data and its size)."""
     import torch
 
-    from zebra.device import resolve_device
+    from zebra.core.device import resolve_device
     from zebra.upcycle.calibration import calibration_tokens
     from zebra.upcycle.readers import open_teacher
-    from zebra.upcycle.teacher_model import build_teacher_model, teacher_dtype
+    from zebra.upcycle.teachers.causal_lm import build_teacher_model, teacher_dtype
 
     if calibration is None:
         raise ZebraError("--placement smart needs --calibration DATA",

@@ -19,7 +19,7 @@ from zebra.mixers import ATTENTION, MLP, mixer_spec, resolve
 from zebra.upcycle.attention import Made, TeacherAttention
 from zebra.upcycle.mla import mla_from_gqa
 from zebra.upcycle.report import COPIED, TensorOrigin
-from zebra.upcycle.teacher import EMBED, FINAL_NORM, LM_HEAD, Teacher, layer_key
+from zebra.upcycle.teachers.teacher import EMBED, FINAL_NORM, LM_HEAD, Teacher, layer_key
 
 GLOBAL_COPIES = {"model.embeddings.weight": EMBED, "model.norm.weight": FINAL_NORM, LM_HEAD: LM_HEAD}
 _MLP_COPIES = {

@@ -16,9 +16,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.mixers import ATTENTION, MIXERS, MLP, MixerSpec, recurrent_spec
-from zebra.upcycle.teacher import TeacherShape
+from zebra.upcycle.teachers.teacher import TeacherShape
 
 # The published Zebra-Llama placements (dense layer indices) for (teacher layers, MLA layers): SMART's choices,
 # which `--mla N` reproduces for these teachers; other (L, N) get evenly rounded positions.
@@ -314,7 +314,7 @@ def _plan_from_recipe(shape: TeacherShape, options: StudentOptions) -> StudentPl
 def _recipe_pattern(flat: dict[str, Any], options: StudentOptions, mixer: str, mismatches: list[str]) -> str:
     """The recipe's sublayer pattern, or the recipe's layers with `--mla` / `--mla-layers`; a pattern that is not
     mixer/MLP pairs of one recurrent kind goes to `mismatches`."""
-    from zebra import arch
+    from zebra.spec import arch
 
     try:
         recipe_pattern = arch.resolve_pattern(arch.as_config(flat))

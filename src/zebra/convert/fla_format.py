@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from zebra import arch
 from zebra.convert.keymap import KeyMap, plan_keys
 from zebra.convert.tensor_sources import ConvertedSource
 from zebra.convert.writer import (
@@ -27,9 +26,10 @@ from zebra.convert.writer import (
     tensor_specs,
     write_model_files,
 )
-from zebra.device import resolve_dtype
-from zebra.errors import ZebraError
+from zebra.core.device import resolve_dtype
+from zebra.core.errors import ZebraError
 from zebra.mixers import MIXERS, MLP, MixerSpec
+from zebra.spec import arch
 
 FLA_TO_ZEBRA = KeyMap(
     {

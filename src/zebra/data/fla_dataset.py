@@ -18,11 +18,11 @@ from typing import Any
 
 import zebra.data.tokenizers as tok
 from zebra import __version__
+from zebra.core.errors import ZebraError
 from zebra.data.folder import FolderResult, ShardFolder, resume_manifest
 from zebra.data.indexed import open_dataset
 from zebra.data.manifest import Manifest, read_manifest
 from zebra.data.text_sources import arrow_batches
-from zebra.errors import ZebraError
 
 ROWS_PER_SHARD = 500_000  # ~1B tokens of 2048-token chunks
 COLUMN = "input_ids"

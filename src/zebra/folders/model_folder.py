@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 MODEL_FIX = "pass an export directory, an FLA directory or a training run directory"
 

@@ -65,8 +65,8 @@ CACHE_FIX = "set ZEBRA_CACHE to a folder you can write (default ~/.cache/zebra)"
 def make_cache_folder(folder: Path) -> Path:
     """`folder`, a folder of zebra's cache, created and able to take a file; or a one-line ZebraError naming it
     and ZEBRA_CACHE (a file in the way, a read-only place, a full disk)."""
-    from zebra.atomic import check_writable
-    from zebra.errors import ZebraError
+    from zebra.core.atomic import check_writable
+    from zebra.core.errors import ZebraError
 
     try:
         check_writable(folder, fix=CACHE_FIX)
@@ -160,7 +160,7 @@ _IMPORTED_WITH = dict(os.environ)  # where /proc is missing: the environment whe
 def started_environment() -> Mapping[str, str]:
     """The environment this process started with: what the shell (or the parent process) exported, before torch
     or anything else here wrote into `os.environ`. Linux's `/proc/self/environ` keeps it (writes into os.environ
-    do not change it); elsewhere, os.environ as it was when zebra.caches was first imported."""
+    do not change it); elsewhere, os.environ as it was when zebra.core.caches was first imported."""
     try:
         raw = Path("/proc/self/environ").read_bytes()
     except OSError:

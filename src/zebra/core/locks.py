@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from zebra.atomic import make_folder
-from zebra.errors import ZebraError
+from zebra.core.atomic import make_folder
+from zebra.core.errors import ZebraError
 
 LOCK_NAME = ".lock"
 REQUEUE_WAIT_S = 900.0

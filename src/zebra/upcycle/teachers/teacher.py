@@ -1,6 +1,6 @@
 """The teacher: a dense GQA Transformer read tensor by tensor under one naming, whatever file it came from.
 
-Every reader (`hf_teacher`, `gguf_teacher`, `megatron_teacher`) returns a `Teacher`: its shape (`TeacherShape`),
+Every reader (`from_hf`, `from_gguf`, `from_megatron`) returns a `Teacher`: its shape (`TeacherShape`),
 a lazy `TensorSource` whose names are Hugging Face Llama's, and its tokenizer. The query/key rows of each head are
 in HF's rotate-half RoPE layout (channel j pairs with channel j + head_dim / 2), whatever the file stored.
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.mixers import MIXERS
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Dense Primus / Megatron-LM GPT checkpoints (`torch` and `torch_dist`, TP = PP = 1 or any torch_dist) as teachers.
 
-Megatron-core's names (GPTModel, TE or local layer spec) -> the HF names of `zebra.upcycle.teacher`:
+Megatron-core's names (GPTModel, TE or local layer spec) -> the HF names of `zebra.upcycle.teachers.teacher`:
 
     embedding.word_embeddings.weight                       model.embed_tokens.weight
     decoder.layers.{i}.self_attention.linear_qkv.weight    q_proj, k_proj, v_proj: rows interleaved per query
@@ -26,8 +26,8 @@ import torch
 
 from zebra.convert.keymap import Piece
 from zebra.convert.tensor_sources import ConvertedSource, Shapes
-from zebra.errors import ZebraError
-from zebra.upcycle.teacher import Teacher, TeacherShape, check_tensors, layer_key
+from zebra.core.errors import ZebraError
+from zebra.upcycle.teachers.teacher import Teacher, TeacherShape, check_tensors, layer_key
 
 _NOT_DENSE_FIX = "upcycle a dense GPT (Llama-style: RMSNorm, SwiGLU, RoPE) Megatron checkpoint"
 

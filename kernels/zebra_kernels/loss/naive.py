@@ -1,6 +1,6 @@
 """Chunked linear cross-entropy: the loss of `hidden @ weight.T` against labels without ever holding the
 `[N, V]` logits. The chunk loop is shared by both backends; each chunk's cross entropy is torch here
-(`torch_chunk_cross_entropy`) or FLA's Triton kernels (`zebra_kernels.loss.fla`).
+(`torch_chunk_cross_entropy`) or FLA's Triton kernels (`zebra_kernels.loss.fla_backend`).
 
 Per chunk of `chunk_size` rows the forward computes the logits, their log-sum-exp and target logit, and right
 away the gradient `dlogits = softmax - onehot` (zero on ignored rows), which it turns into that chunk's rows of

@@ -20,7 +20,7 @@ def fla_chunk_cross_entropy(
     ignore_index: int,
     need_grad: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Args/returns as `zebra_kernels.loss.torch_ref.torch_chunk_cross_entropy` (logits are overwritten)."""
+    """Args/returns as `zebra_kernels.loss.naive.torch_chunk_cross_entropy` (logits are overwritten)."""
     from fla.modules.fused_cross_entropy.ops import cross_entropy_bwd, cross_entropy_fwd
 
     logits = logits.contiguous()

@@ -1,6 +1,6 @@
 """SwiGLU followed by the down projection: `swiglu_linear` (the `-` sublayer's MLP after its two up projections).
 
-On a GPU (every backend but torch; not inside torch.compile, which fuses it itself) it is `zebra_kernels.triton_swiglu`, FLA's `swiglu_linear` with our own
+On a GPU (every backend but torch; not inside torch.compile, which fuses it itself) it is `zebra_kernels.swiglu.triton_fused`, FLA's `swiglu_linear` with our own
 kernels: one Triton kernel for `silu(gate) * up`, the matmul, and a backward that recomputes the product
 instead of keeping it (saves `[N, F]` of activations per MLP).
 """
@@ -43,7 +43,7 @@ def swiglu_linear(
     if weight.dim() != 2 or weight.shape[1] != gate.shape[-1]:
         raise ValueError(f"weight must have shape [D, {gate.shape[-1]}], got {list(weight.shape)}")
     if resolve_fusible_backend(backend, gate.device) == "fla" and gate.dtype != torch.float64:
-        from zebra_kernels.triton_swiglu import triton_swiglu_linear
+        from zebra_kernels.swiglu.triton_fused import triton_swiglu_linear
 
         return triton_swiglu_linear(gate, up, weight, bias)
     return F.linear(F.silu(gate) * up, weight, bias)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 _STEP_DIR = re.compile(r"step_(\d+)")
 _HOLD_TRIES = 20  # a checkpoint replaced (read_hold), or the newest pruned (held), this many times running

@@ -7,7 +7,7 @@ loaded by every rank as a frozen Hugging Face causal LM.
 
 Any teacher `zebra upcycle` reads works (`zebra.upcycle.open_teacher`): an HF folder or hub id, a `.gguf` file,
 a dense Megatron checkpoint. The model is rebuilt from its shape (an HF folder or hub id: from its own
-config.json, so RoPE scaling is kept) and filled tensor by tensor (`zebra.upcycle.teacher_model`).
+config.json, so RoPE scaling is kept) and filled tensor by tensor (`zebra.upcycle.teachers.causal_lm`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 if TYPE_CHECKING:
     import torch
@@ -78,7 +78,11 @@ def load_teacher(spec: str, env: DistEnv, *, mode: str) -> torch.nn.Module:
     """The teacher for one rank: frozen, eval mode, bf16 on a GPU (float32 on CPU), on `env.device`;
     `mode` "fsdp" shards it over the ranks (every decoder layer, then the root), else it is replicated."""
     from zebra.upcycle import open_teacher
-    from zebra.upcycle.teacher_model import build_sharded_teacher_model, build_teacher_model, teacher_dtype
+    from zebra.upcycle.teachers.causal_lm import (
+        build_sharded_teacher_model,
+        build_teacher_model,
+        teacher_dtype,
+    )
 
     dtype = teacher_dtype(env.device)
     teacher = open_teacher(spec, tokenizer="none")

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 if TYPE_CHECKING:
     import torch
 
-    from zebra.upcycle.teacher import Teacher, TeacherShape
+    from zebra.upcycle.teachers.teacher import Teacher, TeacherShape
 
 
 def teacher_dtype(device: torch.device) -> torch.dtype:

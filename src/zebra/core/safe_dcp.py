@@ -25,7 +25,7 @@ import torch
 from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 _DCP_METADATA = "torch.distributed.checkpoint.metadata"
 _DCP_PLANNER = "torch.distributed.checkpoint.planner"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from zebra.checkpoint_dir import committed
+from zebra.folders.checkpoint_dir import committed
 
 
 def find_models(root: Path, *, limit: int = 20) -> list[Path]:

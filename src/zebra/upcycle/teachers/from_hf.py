@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from zebra.errors import ZebraError
-from zebra.upcycle.teacher import EMBED, Teacher, check_tensors, shape_from_hf_config
+from zebra.core.errors import ZebraError
+from zebra.upcycle.teachers.teacher import EMBED, Teacher, check_tensors, shape_from_hf_config
 
 # What a hub download fetches: config, weights and tokenizer files, never other formats' copies of the weights.
 HUB_FILES = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt", "*.tiktoken"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 # --dtype names -> torch dtype names; `auto` has no dtype of its own (see `resolve_dtype`).
 DTYPES = {"auto": None, "bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp64": "float64"}

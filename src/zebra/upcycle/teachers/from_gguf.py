@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from zebra.convert.tensor_sources import Shapes, TensorSource
-from zebra.errors import ZebraError, first_line
-from zebra.upcycle.teacher import Teacher, check_tensors, expected_shapes, shape_from_hf_config
+from zebra.core.errors import ZebraError, first_line
+from zebra.upcycle.teachers.teacher import Teacher, check_tensors, expected_shapes, shape_from_hf_config
 
 
 class GGUFSource(TensorSource):

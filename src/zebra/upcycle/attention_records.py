@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from zebra.upcycle.teacher import Teacher
+    from zebra.upcycle.teachers.teacher import Teacher
 
 
 @dataclass
@@ -64,8 +64,8 @@ def record_attention(
     """
     import torch
 
-    from zebra.device import resolve_device
-    from zebra.upcycle.teacher_model import build_teacher_model, teacher_dtype
+    from zebra.core.device import resolve_device
+    from zebra.upcycle.teachers.causal_lm import build_teacher_model, teacher_dtype
 
     dev = torch.device(resolve_device(device))
     model = build_teacher_model(teacher, teacher_dtype(dev)).to(dev).eval()

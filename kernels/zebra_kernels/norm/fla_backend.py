@@ -1,4 +1,4 @@
-"""Gated RMSNorm on FLA's Triton kernels, GPU only (the plain RMSNorm is ours: `norm.triton_rms`).
+"""Gated RMSNorm on FLA's Triton kernels, GPU only (the plain RMSNorm is ours: `norm.triton_fused`).
 
 - norm then gate (FLA's FusedRMSNormGated, swish or sigmoid): `fla.modules.norm.fused_norm_gate.rms_norm_gated`.
 - gate then a grouped norm (Mamba2's RMSNormGated, silu): `fla.modules.norm.layernorm_gated.rmsnorm_fn`.

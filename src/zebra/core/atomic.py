@@ -15,7 +15,7 @@ import signal
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 OUTPUT_FIX = "move that file away, or choose another --output"
 
