@@ -26,9 +26,8 @@ logger = logging.getLogger("zebra_kernels")
 BACKENDS = ("auto", "torch", "fla", "mamba_ssm")
 # The chunked (training / prefill) Mamba2 scan that backend="auto" runs on a GPU: "fla" (simple GLA) or
 # "mamba_ssm" (mamba_chunk_scan_combined; falls back to "fla" when mamba-ssm does not import). Set from the
-# whole training step, what users run: 1b-mamba-mla was 3.6%, 4.1% and 3.6% faster on mamba-ssm's scan in three
-# H200 sessions (`zebra bench train 1b-mamba-mla --set model.kernel_backend=fla|mamba_ssm`), although the scan
-# alone (`zebra bench ssd`) times FLA's path faster (docs/benchmarks.md, "Mamba2 scan").
+# whole training step, what users run, which was faster on mamba-ssm's scan, although the scan alone
+# (`zebra bench ssd`) times FLA's path faster: the figures are in docs/benchmarks.md ("Mamba2 scan").
 SSD_AUTO_CHUNK_BACKEND = "mamba_ssm"
 MAMBA_SSM_SSD_MODULE = "mamba_ssm.ops.triton.ssd_combined"
 FLA_MODULES = (

@@ -1,11 +1,11 @@
 """`rms_norm` with its residual add, forward and backward, as two Triton kernels (GPU; also under
 `TRITON_INTERPRET=1` on a CPU, as the tests run them): the pre-norms of every sublayer in training.
 
-Why not FLA's: its backward (`layer_norm_bwd_kernel_row`) runs one program per SM, each walking its rows one at a
-time, so at most 8 warps per SM have loads in flight. On the H200 at 1b-gdn-pure's [16384, 2048] it took 0.27 ms
-a call (33 calls, 8.9 ms of a 252 ms step; scripts/profile-train.py, 2026-12-04), about 3x what its bytes need at
-the measured bandwidth. Here the backward runs `PROGRAMS_PER_SM` programs per SM, each over a strided share of
-the rows with its own float32 row of the weight gradient (summed after); the forward runs one program per row.
+Why not FLA's: its backward (`layer_norm_bwd_kernel_row`) runs one program per SM, each walking its rows one
+at a time, so at most 8 warps per SM have loads in flight, and it takes several times what its bytes need
+(docs/kernels.md, "The pre-norm and the MLP", has the figures). Here the backward runs `PROGRAMS_PER_SM`
+programs per SM, each over a strided share of the rows with its own float32 row of the weight gradient (summed
+after); the forward runs one program per row.
 
 Forward, row t: `s = x + residual` (float32), stored in residual's dtype; `rstd = 1 / sqrt(mean(s^2) + eps)`;
 `y = s * rstd * weight` in x's dtype. Backward: with `g = dy * weight` and `c = mean(s * rstd * g)`,
@@ -116,8 +116,8 @@ class TritonRMSNorm(torch.autograd.Function):
     """(y, s) = rms_norm(x + residual) and the sum, on the two kernels above; s is empty without a residual."""
 
     # The outputs are allocated in their final shapes and returned as they are, never as views of a [T, D]
-    # buffer: under torch.compile (AOTAutograd), `s.view(residual.shape)` of an s also saved for backward came
-    # back as the flat [T, D] base (H200, torch 2.11, Triton 3.7.1), and the next sublayer's norm refused it.
+    # buffer: under torch.compile (AOTAutograd), a view of an output also saved for backward can come back as
+    # its flat [T, D] base, which the next sublayer's norm refuses (docs/benchmarks.md, `train.compile`).
     @staticmethod
     def forward(ctx, x, weight, residual, eps):
         D = x.shape[-1]

@@ -2,9 +2,8 @@
 CPU, as the tests run them): the MLP of every `-` sublayer in training.
 
 Why not FLA's: its SwiGLU kernels index a flat range of elements, deriving each one's row and column with 64-bit
-arithmetic; on the H200 at 1b-gdn-pure's [16384, 8192] its forward took 0.52 ms a call (16 per step), about
-2.6x what its 0.8 GB need at the measured bandwidth, and its backward 0.53 ms (scripts/profile-train.py,
-2026-12-04). Here each program takes one row and a block of contiguous columns. The function is FLA's otherwise:
+arithmetic, and take well over what their bytes need (docs/kernels.md, "The pre-norm and the MLP", has the
+figures). Here each program takes one row and a block of contiguous columns. The function is FLA's otherwise:
 `silu(gate) * up` is not kept for backward but recomputed by the backward kernel, next to the gate and up
 gradients; the matmuls run under the caller's autocast, in backward too.
 

@@ -1,6 +1,6 @@
 """Where the GPU waits on the host: idle gaps in a torch profiler trace (Chrome trace JSON, `prof.export_chrome_trace`).
 
-A training step whose wall time exceeds its CUDA time (1b-gdn-pure: 268 against 251.5 ms) leaves the GPU idle
+A training step whose wall time exceeds its CUDA time (1b-gdn-pure's, in docs/benchmarks.md) leaves the GPU idle
 between kernels. Each gap ends when the host launches the next kernel; the CPU op that launched it (matched through
 the launch's correlation id) says what the host was doing: a synchronising `.item()`, the optimizer's launches, a
 chain of small kernels whose launches cost more than they run.

@@ -31,12 +31,12 @@ this process did not start with them (`started_environment()`: a value exported 
 
 Python's own bytecode is the other half of a warm start: container images often set PYTHONDONTWRITEBYTECODE=1
 (or run `python -B`), and where the installed packages ship no `__pycache__` every process then compiles the
-~3,000 modules of torch, transformers and FLA from source: 10.6 s of a 20.6 s warm start of 1b-gdn-pure's bench
-on the H200 machine (py-spy, docs/benchmarks.md). `use_bytecode_cache()`, run by every `zebra` process before it
+~3,000 modules of torch, transformers and FLA from source, about half of a warm start (docs/benchmarks.md, "Warm
+start"). `use_bytecode_cache()`, run by every `zebra` process before it
 imports anything heavy (zebra.cli), then writes bytecode to `bytecode_cache_dir()` instead: outside the install
 and the source tree, which is what that setting keeps clean. Where the packages ship their bytecode (pip's
 default) it changes nothing: Python reads theirs, and a prefix would make every new cache (a fresh container)
-compile them all again, 11 s for torch and transformers on the CPU machine. `ZEBRA_PYCACHE` moves that folder (default
+compile them all again. `ZEBRA_PYCACHE` moves that folder (default
 `$ZEBRA_CACHE/pycache`) or, set to 0, leaves Python's setting alone; a PYTHONPYCACHEPREFIX you set wins.
 """
 

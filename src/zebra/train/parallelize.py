@@ -104,7 +104,7 @@ def float8_eligible(module: torch.nn.Module, fqn: str) -> bool:
 
 def eager_float8_note(pattern: str, train: TrainSpec) -> str | None:
     """A warning when `train.fp8` converts sublayers of the layer `pattern` that `train.compile` leaves eager:
-    torchao's casts then run as kernels of their own (FP8 was 40% slower than bf16 so, benchmarks.md 2026-12-04).
+    torchao's casts then run as kernels of their own (FP8 was slower than bf16 so: docs/benchmarks.md, FP8).
     None when every float8 sublayer is compiled, or fp8 is off."""
     if not train.fp8:
         return None
@@ -154,7 +154,7 @@ def apply_float8(model: torch.nn.Module, which: str = "-", recipe: str = "tensor
     """torchao float8 training on the `float8_eligible` Linear layers of every sublayer, or of those whose pattern
     character is in `which` (`train.fp8_sublayers`, e.g. "-" for the MLPs, whose GEMMs are the widest), in place;
     parameter names unchanged. `recipe` (`train.fp8_recipe`) is torchao's: "tensorwise" (one scale per tensor:
-    the cheapest casts; 13% faster than rowwise at batch 16 on an H100), "rowwise" (a scale per row) or
+    the cheapest casts, faster than rowwise in docs/benchmarks.md's FP8 runs), "rowwise" (a scale per row) or
     "rowwise_with_gw_hp" (rowwise, the weight gradient in bf16).
     Projections fused by `fuse_projections` run as one bf16 GEMM instead."""
     layers = chosen_sublayers(model, which, "train.fp8_sublayers")

@@ -196,8 +196,8 @@ def _report(
     )
 
 
-# Below this share of [W_k; W_v]'s squared singular values in some layer's KV latent, the report warns: on
-# SmolLM2-135M the default rank keeps 36-44% and the student starts at a uniform guess (docs/upcycle.md).
+# Below this share of [W_k; W_v]'s squared singular values in some layer's KV latent, the report warns: a
+# student whose latents keep far less starts at a uniform guess (docs/upcycle.md has SmolLM2-135M's shares).
 KV_ENERGY_WARNING = 0.9
 
 
