@@ -30,7 +30,8 @@ def distill_args(teacher, data, out, tokens="6k", *extra) -> list[str]:
     """2 steps for each ILD stage and 18 for KD, of 8 x 32 tokens, an evaluation and checkpoint every 2 ILD steps."""
     return ["distill", str(teacher), "--data", data, "--tokens", tokens, "--seq-len", "32", "--batch", "8",
             "--mla", "2", "--mixer", "gdn", "--device", "cpu", "--evals", "1", "-o", str(out),
-            "--set", "data.split=90,10,0", "--set", "train.eval_steps=1", *extra]  # fmt: skip
+            "--set", "data.split=90,10,0", "--set", "train.eval_steps=1", "--calibrate-lr", "2e-3",
+            "--calibrate-schedule", "cosine", *extra]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +56,12 @@ def test_one_command_runs_every_stage_into_one_folder(pipeline):
     for name in ("upcycle-mla", "upcycle-rec"):  # calibrated on --data: every mixer's fit lowered its error
         layers = stages[name]["calibration"]["layers"]
         assert len(layers) == 4 and all(f["error_fit"] < f["error_upcycled"] for f in layers), layers
+        calibration = stages[name]["calibration"]  # the --calibrate-* flags reach both upcycles
+        assert (calibration["lr"], calibration["schedule"], calibration["sequential"]) == (
+            2e-3,
+            "cosine",
+            True,
+        )
     hybrid = json.loads((out / "hybrid" / "upcycle.json").read_text())
     assert hybrid["placement"] == "smart" and len(hybrid["smart"]["scores"]) == 4
     assert hybrid["students"] == {
@@ -73,8 +80,12 @@ def test_one_command_runs_every_stage_into_one_folder(pipeline):
 
 
 def test_a_second_call_skips_what_is_done(pipeline, teacher, data):
+    """Also for a folder started before an option existed: stages.json without it reads as its default."""
     out, _ = pipeline
     before = (out / "stages.json").read_text()
+    older = json.loads(before)
+    del older["options"]["calibrate_pass_through"], older["options"]["calibrate_output_lstsq"]
+    (out / "stages.json").write_text(json.dumps(older))
     result = invoke_in_process(*distill_args(teacher, data, out))
     assert result.exit_code == 0, result.output
     assert result.output.count("done before, skipped") == 6
@@ -134,6 +145,25 @@ def test_a_budget_too_small_for_the_stages_is_refused_before_any_work(tmp_path, 
     result = invoke_in_process(*distill_args(teacher, data, tmp_path / "out", "4k"))
     _refused(result, tmp_path / "out", "--tokens 4,000: stage ild-mla gets 1 steps of 8 x 32 tokens (10% of the budget)",
              "pass --tokens 5,120 or more")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "extra, culprit",
+    [
+        (["--no-calibrate", "--calibrate-steps", "5"], "--calibrate-steps with --no-calibrate"),
+        (["--calibrate-lr", "-1"], "--calibrate-lr -1.0: out of range"),
+        (["--calibrate-schedule", "linear"], "--calibrate-schedule linear: out of range"),
+        (["--calibrate-samples", "2", "--calibrate-batch", "4"], "--calibrate-batch 4: out of range"),
+        (["--placement", "random"], "--placement random: unknown"),
+        (["--kd-lr", "0"], "--kd-lr 0.0: out of range"),
+    ],
+)
+def test_bad_settings_are_refused_before_any_work(tmp_path, teacher, data, extra, culprit):
+    """Each in one line naming the flag, before the first stage (a --placement that only the compose stage would
+    have read, after the upcycles and ILD)."""
+    result = invoke_in_process(*distill_args(teacher, data, tmp_path / "out", "6k", *extra))
+    _refused(result, tmp_path / "out", culprit)
+    assert len(result.output.strip().splitlines()) <= 2, result.output
 
 
 def test_other_options_on_an_existing_folder_are_refused(pipeline, teacher, data):
