@@ -179,3 +179,28 @@ def test_token_counts(text, count):
     from zebra.cli.distill import parse_tokens
 
     assert parse_tokens(text) == count
+
+
+def test_an_upcycle_stage_reports_its_calibration_progress_to_the_view(tmp_path, teacher, data):
+    """The calibration of an upcycle stage (minutes on a real teacher) reaches the view step by step: the CLI
+    draws it as a bar per stage."""
+    import contextlib
+
+    from zebra.train.pipeline import PipelineOptions, PipelineView, plan_stages, run_upcycle
+
+    calls = []
+
+    class Recording(PipelineView):
+        def stage_progress(self, stage):
+            return contextlib.nullcontext(
+                lambda done, total=None, note="": calls.append((stage.name, done, total))
+            )
+
+    o = PipelineOptions(teacher=str(teacher), data=data, tokens=6000, output=str(tmp_path / "out"), mixer="gdn",
+                        calibrate_samples=2, calibrate_seq_len=32, calibrate_steps=2, device="cpu")  # fmt: skip
+    stage = plan_stages(o)[1]
+    result = run_upcycle(o, stage, Recording(), 0)
+    assert stage.name == "upcycle-rec" and len(result["calibration"]["layers"]) == 4
+    assert [c[1] for c in calls] == list(range(1, 9)) and {(c[0], c[2]) for c in calls} == {
+        ("upcycle-rec", 8)
+    }

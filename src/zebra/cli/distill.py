@@ -69,6 +69,9 @@ class PipelineConsole(PipelineView):
             versus = f" (teacher {teacher:.4f})" if teacher is not None else ""
             out.note(f"{stage.name}: held-out CE {result['heldout_ce']:.4f}{versus}")
 
+    def stage_progress(self, stage: Stage):
+        return out.progress(f"{stage.name} calibrating", unit="steps", enabled=not self.json)
+
     def train_view(self, stage: Stage, tokens_before: int) -> TrainView:
         return (
             TrainView()

@@ -20,6 +20,7 @@ one, kill -9 loses the steps since the last), an interrupted upcycle or compose 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from zebra.errors import ZebraError
 from zebra.train.view import TrainView
 
 STATE_FILE = "stages.json"
+Progress = Callable[..., None]  # (done, total, note)
 MIN_STEPS = 2  # optimizer steps a training stage needs at the least (one to warm up, one to decay)
 
 
@@ -129,6 +131,10 @@ class PipelineView:
 
     def stage_done(self, stage: Stage, result: dict[str, Any]) -> None:
         """A stage finished now, with its result (as in stages.json)."""
+
+    def stage_progress(self, stage: Stage) -> contextlib.AbstractContextManager[Progress]:
+        """A context giving the callback `(done, total, note)` of an upcycle stage's calibration (fit steps)."""
+        return contextlib.nullcontext(lambda done, total=None, note="": None)
 
     def train_view(self, stage: Stage, tokens_before: int) -> TrainView:
         """The trainer's view of a training stage that starts `tokens_before` pipeline tokens in."""
@@ -232,7 +238,9 @@ def run_upcycle(o: PipelineOptions, stage: Stage, view: PipelineView, tokens_bef
 
     out = Path(o.output) / stage.name
     options = StudentOptions(mixer=o.mixer, **stage.params["student"])
-    report = upcycle(o.teacher, out, options, dtype="fp32", force=True, calibrate=o.calibration())
+    with view.stage_progress(stage) as on_calibrate:
+        report = upcycle(o.teacher, out, options, dtype="fp32", force=True, calibrate=o.calibration(),
+                         on_calibrate=on_calibrate)  # fmt: skip
     result = {"export": str(out), "pattern": report.pattern, "student_params": report.student_params}
     if report.calibration:  # each mixer's error as upcycled and after its fit
         result["calibration"] = report.calibration
