@@ -204,3 +204,20 @@ def test_an_upcycle_stage_reports_its_calibration_progress_to_the_view(tmp_path,
     assert [c[1] for c in calls] == list(range(1, 9)) and {(c[0], c[2]) for c in calls} == {
         ("upcycle-rec", 8)
     }
+
+
+def test_a_folder_started_before_an_option_existed_reads_it_as_its_default(tmp_path):
+    """stages.json without a later option continues at that option's default, and is refused for another value."""
+    import dataclasses
+
+    from zebra.errors import ZebraError
+    from zebra.train.pipeline import PipelineOptions, PipelineState
+
+    o = PipelineOptions(teacher="t", data="d", tokens=1000, output=str(tmp_path))
+    PipelineState(o).set("upcycle-mla", "done", {"export": "x"})
+    older = json.loads((tmp_path / "stages.json").read_text())
+    del older["options"]["calibrate_pass_through"], older["options"]["calibrate_lr"]
+    (tmp_path / "stages.json").write_text(json.dumps(older))
+    assert PipelineState(o).status("upcycle-mla") == "done"
+    with pytest.raises(ZebraError, match=r"other options \(calibrate_lr differ"):
+        PipelineState(dataclasses.replace(o, calibrate_lr=3e-3))
