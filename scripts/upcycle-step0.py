@@ -165,7 +165,10 @@ def main() -> None:
         "--output-lstsq", action="store_true", help="calibrate: least-squares output projection first"
     )
     p.add_argument(
-        "--pass-through", action="store_true", help="calibrate: identity short convs, steady output gates"
+        "--keep-init",
+        dest="pass_through",
+        action="store_false",
+        help="calibrate: the mixers' own short convs and output gates (default: identity convs, steady gates)",
     )
     p.add_argument(
         "--teacher-forced",

@@ -135,6 +135,6 @@ CalibratePassThroughOpt = Annotated[
     bool | None,
     typer.Option(
         "--calibrate-pass-through/--calibrate-keep-init",
-        help="Calibration: identity short convs and steady output gates before the fit, or their own init.",
+        help="Calibration: identity short convs and steady output gates before the fit [on], or their own init.",
     ),
 ]

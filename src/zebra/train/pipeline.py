@@ -68,7 +68,7 @@ class PipelineOptions:
     calibrate_teacher_forced: bool = False
     calibrate_correct_residual: float = 1.0
     calibrate_output_lstsq: bool = False
-    calibrate_pass_through: bool = False
+    calibrate_pass_through: bool = True
 
     def calibration(self) -> Any:
         """The `CalibrateOptions` of both upcycle stages (None with `calibrate` off); checks every setting."""

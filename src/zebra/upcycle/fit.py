@@ -45,7 +45,7 @@ class FitOptions:
     seed: int = 0
     schedule: str = "constant"  # the LR over the steps: constant, or cosine (to lr / 20)
     output_lstsq: bool = False  # the whole output projection by least squares (ridge) before the Adam steps
-    pass_through: bool = False  # with gates: identity short convs, a steady output gate (gates.pass_through)
+    pass_through: bool = True  # with gates: identity short convs, a steady output gate (gates.pass_through)
 
 
 def mixer_forward(mixer: nn.Module, x: torch.Tensor) -> torch.Tensor:
