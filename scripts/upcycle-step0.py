@@ -83,7 +83,7 @@ def hybrids(args) -> list[tuple[str, dict]]:
     from zebra.upcycle.student import StudentOptions
 
     fit = FitOptions(steps=args.steps, eval_every=args.eval_every or args.steps, lr=args.lr, batch=args.fit_batch,
-                     schedule=args.schedule, output_lstsq=args.output_lstsq)  # fmt: skip
+                     schedule=args.schedule, output_lstsq=args.output_lstsq, pass_through=args.pass_through)  # fmt: skip
     calibrate = CalibrateOptions(args.calibration, samples=args.samples, seq_len=args.calibrate_seq_len, fit=fit,
                                  sequential=args.sequential, correct_residual=args.correct_residual)  # fmt: skip
     out = []
@@ -163,6 +163,12 @@ def main() -> None:
     )
     p.add_argument(
         "--output-lstsq", action="store_true", help="calibrate: least-squares output projection first"
+    )
+    p.add_argument(
+        "--keep-init",
+        dest="pass_through",
+        action="store_false",
+        help="calibrate: the mixers' own short convs and output gates (default: identity convs, steady gates)",
     )
     p.add_argument(
         "--teacher-forced",

@@ -30,7 +30,8 @@ def distill_args(teacher, data, out, tokens="6k", *extra) -> list[str]:
     """2 steps for each ILD stage and 18 for KD, of 8 x 32 tokens, an evaluation and checkpoint every 2 ILD steps."""
     return ["distill", str(teacher), "--data", data, "--tokens", tokens, "--seq-len", "32", "--batch", "8",
             "--mla", "2", "--mixer", "gdn", "--device", "cpu", "--evals", "1", "-o", str(out),
-            "--set", "data.split=90,10,0", "--set", "train.eval_steps=1", *extra]  # fmt: skip
+            "--set", "data.split=90,10,0", "--set", "train.eval_steps=1", "--calibrate-lr", "2e-3",
+            "--calibrate-schedule", "cosine", *extra]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +56,12 @@ def test_one_command_runs_every_stage_into_one_folder(pipeline):
     for name in ("upcycle-mla", "upcycle-rec"):  # calibrated on --data: every mixer's fit lowered its error
         layers = stages[name]["calibration"]["layers"]
         assert len(layers) == 4 and all(f["error_fit"] < f["error_upcycled"] for f in layers), layers
+        calibration = stages[name]["calibration"]  # the --calibrate-* flags reach both upcycles
+        assert (calibration["lr"], calibration["schedule"], calibration["sequential"]) == (
+            2e-3,
+            "cosine",
+            True,
+        )
     hybrid = json.loads((out / "hybrid" / "upcycle.json").read_text())
     assert hybrid["placement"] == "smart" and len(hybrid["smart"]["scores"]) == 4
     assert hybrid["students"] == {
@@ -73,8 +80,12 @@ def test_one_command_runs_every_stage_into_one_folder(pipeline):
 
 
 def test_a_second_call_skips_what_is_done(pipeline, teacher, data):
+    """Also for a folder started before an option existed: stages.json without it reads as its default."""
     out, _ = pipeline
     before = (out / "stages.json").read_text()
+    older = json.loads(before)
+    del older["options"]["calibrate_pass_through"], older["options"]["calibrate_output_lstsq"]
+    (out / "stages.json").write_text(json.dumps(older))
     result = invoke_in_process(*distill_args(teacher, data, out))
     assert result.exit_code == 0, result.output
     assert result.output.count("done before, skipped") == 6
@@ -136,6 +147,25 @@ def test_a_budget_too_small_for_the_stages_is_refused_before_any_work(tmp_path, 
              "pass --tokens 5,120 or more")  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "extra, culprit",
+    [
+        (["--no-calibrate", "--calibrate-steps", "5"], "--calibrate-steps with --no-calibrate"),
+        (["--calibrate-lr", "-1"], "--calibrate-lr -1.0: out of range"),
+        (["--calibrate-schedule", "linear"], "--calibrate-schedule linear: out of range"),
+        (["--calibrate-samples", "2", "--calibrate-batch", "4"], "--calibrate-batch 4: out of range"),
+        (["--placement", "random"], "--placement random: unknown"),
+        (["--kd-lr", "0"], "--kd-lr 0.0: out of range"),
+    ],
+)
+def test_bad_settings_are_refused_before_any_work(tmp_path, teacher, data, extra, culprit):
+    """Each in one line naming the flag, before the first stage (a --placement that only the compose stage would
+    have read, after the upcycles and ILD)."""
+    result = invoke_in_process(*distill_args(teacher, data, tmp_path / "out", "6k", *extra))
+    _refused(result, tmp_path / "out", culprit)
+    assert len(result.output.strip().splitlines()) <= 2, result.output
+
+
 def test_other_options_on_an_existing_folder_are_refused(pipeline, teacher, data):
     out, _ = pipeline
     result = invoke_in_process(*distill_args(teacher, data, out, "8k"))
@@ -149,3 +179,45 @@ def test_token_counts(text, count):
     from zebra.cli.distill import parse_tokens
 
     assert parse_tokens(text) == count
+
+
+def test_an_upcycle_stage_reports_its_calibration_progress_to_the_view(tmp_path, teacher, data):
+    """The calibration of an upcycle stage (minutes on a real teacher) reaches the view step by step: the CLI
+    draws it as a bar per stage."""
+    import contextlib
+
+    from zebra.train.pipeline import PipelineOptions, PipelineView, plan_stages, run_upcycle
+
+    calls = []
+
+    class Recording(PipelineView):
+        def stage_progress(self, stage):
+            return contextlib.nullcontext(
+                lambda done, total=None, note="": calls.append((stage.name, done, total))
+            )
+
+    o = PipelineOptions(teacher=str(teacher), data=data, tokens=6000, output=str(tmp_path / "out"), mixer="gdn",
+                        calibrate_samples=2, calibrate_seq_len=32, calibrate_steps=2, device="cpu")  # fmt: skip
+    stage = plan_stages(o)[1]
+    result = run_upcycle(o, stage, Recording(), 0)
+    assert stage.name == "upcycle-rec" and len(result["calibration"]["layers"]) == 4
+    assert [c[1] for c in calls] == list(range(1, 9)) and {(c[0], c[2]) for c in calls} == {
+        ("upcycle-rec", 8)
+    }
+
+
+def test_a_folder_started_before_an_option_existed_reads_it_as_its_default(tmp_path):
+    """stages.json without a later option continues at that option's default, and is refused for another value."""
+    import dataclasses
+
+    from zebra.errors import ZebraError
+    from zebra.train.pipeline import PipelineOptions, PipelineState
+
+    o = PipelineOptions(teacher="t", data="d", tokens=1000, output=str(tmp_path))
+    PipelineState(o).set("upcycle-mla", "done", {"export": "x"})
+    older = json.loads((tmp_path / "stages.json").read_text())
+    del older["options"]["calibrate_pass_through"], older["options"]["calibrate_lr"]
+    (tmp_path / "stages.json").write_text(json.dumps(older))
+    assert PipelineState(o).status("upcycle-mla") == "done"
+    with pytest.raises(ZebraError, match=r"other options \(calibrate_lr differ"):
+        PipelineState(dataclasses.replace(o, calibrate_lr=3e-3))

@@ -72,6 +72,38 @@ def test_gates_give_each_head_the_half_life_of_its_attention_distance(tmp_path, 
         assert beta[0] == pytest.approx(0.7, abs=1e-4) and beta[-1] == pytest.approx(0.3, abs=1e-4)
 
 
+@pytest.mark.parametrize("kind", ["mamba2", "gdn", "kda", "gla"])
+def test_pass_through_makes_the_short_convs_the_identity_and_the_output_gate_steady(kind):
+    """After `pass_through`, every short conv gives SiLU of the current token's input (no random mix of the
+    last W tokens) and the output gate's pre-activation is 3 on every channel at the layer's mean input."""
+    from zebra.models import ZebraConfig
+    from zebra.models.modeling_zebra import ZebraSublayer
+    from zebra.upcycle.gates import STEADY_GATE, pass_through
+    from zebra.upcycle.student import mixer_shapes
+    from zebra.upcycle.teacher import TeacherShape
+    from zebra_kernels import causal_conv1d
+
+    shape = TeacherShape(272, 64, 96, 2, 4, 2, 16, True, 1e4, 1e-5, 512)
+    char = {"mamba2": "M", "gdn": "G", "kda": "K", "gla": "L"}[kind]
+    config = ZebraConfig(vocab_size=272, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         layer_pattern=char + "-", kernel_backend="torch", **mixer_shapes(shape, kind, []))  # fmt: skip
+    mixer = ZebraSublayer(config, 0).mixer
+    mean_input = torch.randn(64)
+    done = pass_through(mixer, mean_input)
+    convs = [getattr(mixer, n) for n in ("conv1d", "q_conv1d", "k_conv1d", "v_conv1d") if hasattr(mixer, n)]
+    assert convs and len(done) == len(convs) + 1, done
+    with torch.no_grad():
+        for conv in convs:
+            x = torch.randn(2, 7, conv.weight.shape[0])
+            y, _ = causal_conv1d(x, conv.weight.squeeze(1), conv.bias, backend="torch")
+            torch.testing.assert_close(y, torch.nn.functional.silu(x))
+        if kind == "mamba2":
+            gate = mixer.in_proj(mean_input)[: mixer.d_inner]
+        else:
+            gate = mixer.g_proj(mean_input)
+    torch.testing.assert_close(gate, torch.full_like(gate, STEADY_GATE), rtol=1e-4, atol=1e-4)
+
+
 def test_value_scale_is_the_least_squares_scale_per_head():
     """A target made by scaling each head's columns of the output projection by known factors is recovered."""
     mixer = torch.nn.Module()
@@ -148,10 +180,54 @@ def test_calibrate_through_the_cli(tmp_path):
     text = " ".join(table.stdout.split())
     for needle in ("calibration: ||y - y_teacher|| / ||y_teacher|| on 64 tokens", "fitted", "best step"):
         assert needle in text, table.stdout
-    as_json = CliRunner().invoke(app, [*args, "--force", "--json"])
+    flags = ["--calibrate-batch", "1", "--calibrate-lr", "3e-3", "--calibrate-schedule", "cosine",
+             "--calibrate-teacher-forced", "--calibrate-output-lstsq", "--calibrate-keep-init"]  # fmt: skip
+    as_json = CliRunner().invoke(app, [*args, *flags, "--force", "--json"])
     assert as_json.exit_code == 0, as_json.output
-    layers = json.loads(as_json.stdout)["calibration"]["layers"]
-    assert [f["mixer"] for f in layers] == ["gdn", "mla"]
+    record = json.loads(as_json.stdout)["calibration"]
+    assert [f["mixer"] for f in record["layers"]] == ["gdn", "mla"]
+    assert {k: record[k] for k in ("batch", "lr", "schedule", "sequential", "output_lstsq", "pass_through")} == {
+        "batch": 1, "lr": 3e-3, "schedule": "cosine", "sequential": False, "output_lstsq": True,
+        "pass_through": False}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "flags, culprit",
+    [
+        (["--calibrate-lr", "0"], "--calibrate-lr 0.0: out of range"),
+        (["--calibrate-lr", "nan"], "--calibrate-lr nan: out of range"),
+        (["--calibrate-schedule", "step"], "--calibrate-schedule step: out of range"),
+        (
+            ["--calibrate-batch", "3"],
+            "--calibrate-batch 3: out of range hint: pass between 1 and --calibrate-samples (2)",
+        ),
+        (["--calibrate-correct-residual", "2"], "--calibrate-correct-residual 2.0: out of range"),
+        (["--calibrate-steps", "-1"], "--calibrate-steps -1: out of range"),
+        (
+            ["--calibrate-teacher-forced", "--calibrate-correct-residual", "0.5"],
+            "--calibrate-correct-residual with --calibrate-teacher-forced",
+        ),
+        (["--no-calibrate-data", "--calibrate-steps", "5"], "--calibrate-steps without --calibrate DATA"),
+        (
+            ["--no-calibrate-data", "--calibrate-pass-through"],
+            "--calibrate-pass-through without --calibrate DATA",
+        ),
+    ],
+)
+def test_bad_calibration_flags_are_refused_in_one_line_before_any_work(tmp_path, flags, culprit):
+    """`zebra upcycle`: each bad --calibrate-* value (or one without --calibrate) is one line naming the flag, and
+    nothing is written; the teacher is not even read (a folder that does not exist would be refused after)."""
+    from typer.testing import CliRunner
+
+    from zebra.cli.main import app
+
+    data = [] if flags[0] == "--no-calibrate-data" else ["--calibrate", "@sample", "--calibrate-samples", "2"]
+    flags = [f for f in flags if f != "--no-calibrate-data"]
+    out = tmp_path / "s"
+    result = CliRunner().invoke(app, ["upcycle", str(tmp_path / "no-teacher"), "-o", str(out), *data, *flags])
+    assert result.exit_code == 1, result.output
+    assert culprit in " ".join(result.output.split()) and "Traceback" not in result.output, result.output
+    assert len(result.output.strip().splitlines()) <= 2 and not out.exists()
 
 
 @pytest.mark.slow

@@ -87,3 +87,54 @@ def tokenizer_option(default: str, *, short: bool = False) -> Any:
 def examples(*lines: str) -> str:
     """An epilog listing example invocations."""
     return "Examples:\n\n" + "\n\n".join(f"  $ {line}" for line in lines)
+
+
+# Calibration of an upcycled student (zebra upcycle --calibrate DATA, zebra distill): each flag maps to a setting of
+# zebra.upcycle.calibrate.calibrate_options (None: its default), which checks them in one line.
+CalibrateSamplesOpt = Annotated[
+    int | None, typer.Option("--calibrate-samples", help="Calibration: sequences of text [16].")
+]
+CalibrateSeqLenOpt = Annotated[
+    int | None, typer.Option("--calibrate-seq-len", help="Calibration: tokens per sequence [128].")
+]
+CalibrateStepsOpt = Annotated[
+    int | None,
+    typer.Option("--calibrate-steps", help="Calibration: Adam steps per mixer layer (0: gates only) [50]."),
+]
+CalibrateBatchOpt = Annotated[
+    int | None, typer.Option("--calibrate-batch", help="Calibration: sequences per fit step [2].")
+]
+CalibrateLrOpt = Annotated[
+    float | None, typer.Option("--calibrate-lr", help="Calibration: Adam LR of the fit [1e-3].")
+]
+CalibrateScheduleOpt = Annotated[
+    str | None,
+    typer.Option("--calibrate-schedule", help="Calibration: LR over the steps, constant or cosine."),
+]
+CalibrateTeacherForcedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--calibrate-teacher-forced",
+        help="Calibration: fit each mixer on the teacher's input (default: on the student's own stream).",
+    ),
+]
+CalibrateCorrectResidualOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--calibrate-correct-residual",
+        help="Calibration: share of the teacher-student stream gap each mixer also takes out, 0 to 1 [1].",
+    ),
+]
+CalibrateOutputLstsqOpt = Annotated[
+    bool,
+    typer.Option(
+        "--calibrate-output-lstsq", help="Calibration: the output projection by least squares before the fit."
+    ),
+]
+CalibratePassThroughOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--calibrate-pass-through/--calibrate-keep-init",
+        help="Calibration: identity short convs and steady output gates before the fit [on], or their own init.",
+    ),
+]

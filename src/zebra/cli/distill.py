@@ -9,7 +9,20 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from zebra.cli._options import JsonOpt, examples
+from zebra.cli._options import (
+    CalibrateBatchOpt,
+    CalibrateCorrectResidualOpt,
+    CalibrateLrOpt,
+    CalibrateOutputLstsqOpt,
+    CalibratePassThroughOpt,
+    CalibrateSamplesOpt,
+    CalibrateScheduleOpt,
+    CalibrateSeqLenOpt,
+    CalibrateStepsOpt,
+    CalibrateTeacherForcedOpt,
+    JsonOpt,
+    examples,
+)
 from zebra.cli._output import RichTrainView, out
 from zebra.core.errors import ZebraError
 from zebra.train.pipeline import PipelineView
@@ -56,6 +69,9 @@ class PipelineConsole(PipelineView):
             versus = f" (teacher {teacher:.4f})" if teacher is not None else ""
             out.note(f"{stage.name}: held-out CE {result['heldout_ce']:.4f}{versus}")
 
+    def stage_progress(self, stage: Stage):
+        return out.progress(f"{stage.name} calibrating", unit="steps", enabled=not self.json)
+
     def train_view(self, stage: Stage, tokens_before: int) -> TrainView:
         return (
             TrainView()
@@ -81,23 +97,36 @@ def distill_command(
     evals: Annotated[int, typer.Option("--evals", help="Held-out evaluations and checkpoints per stage.", min=1)] = 4,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
     calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Fit each upcycled student's mixers to the teacher's attention on --data first.")] = True,
-    calibrate_samples: Annotated[int, typer.Option("--calibrate-samples", help="Calibration sequences of --data.", min=1)] = 16,
-    calibrate_seq_len: Annotated[int, typer.Option("--calibrate-seq-len", help="Tokens per calibration sequence.", min=8)] = 128,
-    calibrate_steps: Annotated[int, typer.Option("--calibrate-steps", help="Fit steps per mixer layer (0: gates only).", min=0)] = 50,
-    calibrate_batch: Annotated[int, typer.Option("--calibrate-batch", help="Sequences per fit step.", min=1)] = 2,
+    calibrate_samples: CalibrateSamplesOpt = None,
+    calibrate_seq_len: CalibrateSeqLenOpt = None,
+    calibrate_steps: CalibrateStepsOpt = None,
+    calibrate_batch: CalibrateBatchOpt = None,
+    calibrate_lr: CalibrateLrOpt = None,
+    calibrate_schedule: CalibrateScheduleOpt = None,
+    calibrate_teacher_forced: CalibrateTeacherForcedOpt = False,
+    calibrate_correct_residual: CalibrateCorrectResidualOpt = None,
+    calibrate_output_lstsq: CalibrateOutputLstsqOpt = False,
+    calibrate_pass_through: CalibratePassThroughOpt = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Recipe override for every training stage (distill.*, train.*).")] = None,
     json_: JsonOpt = False,
 ) -> None:  # fmt: skip
     """Distil a hybrid from a Transformer in one command: upcycle an all-MLA and an all-recurrent student, ILD
     each, compose them (MLA where SMART says), KD the hybrid; OUTPUT/kd/export is the student."""
-    from zebra.train.pipeline import PipelineOptions, run_pipeline
+    from zebra.train.pipeline import PipelineOptions, calibration_fields, run_pipeline
+    from zebra.upcycle.calibrate import calibrate_options
 
+    fitting = calibrate_options(
+        data if calibrate else None, device, off="with --no-calibrate", samples=calibrate_samples,
+        seq_len=calibrate_seq_len, steps=calibrate_steps, batch=calibrate_batch, lr=calibrate_lr,
+        schedule=calibrate_schedule, teacher_forced=calibrate_teacher_forced,
+        correct_residual=calibrate_correct_residual, output_lstsq=calibrate_output_lstsq,
+        pass_through=calibrate_pass_through,
+    )  # fmt: skip
     options = PipelineOptions(
         teacher=teacher, data=data, tokens=parse_tokens(tokens), output=str(output), mixer=mixer, mla=mla,
         placement=placement, seq_len=seq_len, batch=batch, micro_batch=micro_batch, ild_fraction=ild_fraction,
-        ild_lr=ild_lr, kd_lr=kd_lr, evals=evals, device=device, calibrate=calibrate, calibrate_samples=calibrate_samples,
-        calibrate_seq_len=calibrate_seq_len, calibrate_steps=calibrate_steps, calibrate_batch=calibrate_batch,
-        sets=tuple(set_ or ()),
+        ild_lr=ild_lr, kd_lr=kd_lr, evals=evals, device=device, calibrate=calibrate, sets=tuple(set_ or ()),
+        **calibration_fields(fitting),
     )  # fmt: skip
     result = run_pipeline(options, PipelineConsole(json_))
     _show(result, json_)

@@ -7,7 +7,22 @@ from typing import Annotated
 
 import typer
 
-from zebra.cli._options import ForceOpt, JsonOpt, YesOpt, examples
+from zebra.cli._options import (
+    CalibrateBatchOpt,
+    CalibrateCorrectResidualOpt,
+    CalibrateLrOpt,
+    CalibrateOutputLstsqOpt,
+    CalibratePassThroughOpt,
+    CalibrateSamplesOpt,
+    CalibrateScheduleOpt,
+    CalibrateSeqLenOpt,
+    CalibrateStepsOpt,
+    CalibrateTeacherForcedOpt,
+    ForceOpt,
+    JsonOpt,
+    YesOpt,
+    examples,
+)
 from zebra.cli._output import out
 from zebra.cli._prompt import confirm_overwrite
 from zebra.core.errors import ZebraError
@@ -83,16 +98,16 @@ def upcycle_command(
             help="Fit every new mixer to the teacher's attention on this text (teacher's tokenizer) before writing.",
         ),
     ] = None,
-    calibrate_samples: Annotated[
-        int, typer.Option("--calibrate-samples", help="--calibrate: sequences of text.", min=1)
-    ] = 16,
-    calibrate_seq_len: Annotated[
-        int, typer.Option("--calibrate-seq-len", help="--calibrate: tokens per sequence.", min=8)
-    ] = 128,
-    calibrate_steps: Annotated[
-        int,
-        typer.Option("--calibrate-steps", help="--calibrate: Adam steps per layer (0: gates only).", min=0),
-    ] = 50,
+    calibrate_samples: CalibrateSamplesOpt = None,
+    calibrate_seq_len: CalibrateSeqLenOpt = None,
+    calibrate_steps: CalibrateStepsOpt = None,
+    calibrate_batch: CalibrateBatchOpt = None,
+    calibrate_lr: CalibrateLrOpt = None,
+    calibrate_schedule: CalibrateScheduleOpt = None,
+    calibrate_teacher_forced: CalibrateTeacherForcedOpt = False,
+    calibrate_correct_residual: CalibrateCorrectResidualOpt = None,
+    calibrate_output_lstsq: CalibrateOutputLstsqOpt = False,
+    calibrate_pass_through: CalibratePassThroughOpt = None,
     kv_lora_rank: Annotated[
         int | None, typer.Option("--kv-lora-rank", help="MLA key/value latent rank (the cached latent).")
     ] = None,
@@ -128,15 +143,20 @@ def upcycle_command(
     """Initialise a hybrid from a Transformer: copy embeddings, norms and MLPs, factorise attention into MLA,
     copy Q/K/V/O into the recurrent mixers; write a Zebra HF export with upcycle.json."""
     from zebra.core.atomic import check_output_apart, sigterm_raises
-    from zebra.upcycle.calibrate import CalibrateOptions
+    from zebra.upcycle.calibrate import calibrate_options
     from zebra.upcycle.calibration import Calibration
     from zebra.upcycle.compose import compose_inputs
-    from zebra.upcycle.fit import FitOptions
     from zebra.upcycle.run import upcycle, upcycle_inputs
     from zebra.upcycle.student import StudentOptions, parse_mla_layers
 
     if svd not in SVD_METHODS:
         raise ZebraError(f"--svd {svd}: unknown", fix=f"use one of {', '.join(SVD_METHODS)}")
+    fitting = calibrate_options(
+        calibrate, device, samples=calibrate_samples, seq_len=calibrate_seq_len, steps=calibrate_steps,
+        batch=calibrate_batch, lr=calibrate_lr, schedule=calibrate_schedule, teacher_forced=calibrate_teacher_forced,
+        correct_residual=calibrate_correct_residual, output_lstsq=calibrate_output_lstsq,
+        pass_through=calibrate_pass_through,
+    )  # fmt: skip
     if (teacher is None) == (compose is None):
         raise ZebraError("pass a TEACHER or --compose MLA_DIR RECURRENT_DIR (one of them)",
                          fix="zebra upcycle TEACHER -o OUT, or zebra upcycle --compose A B --mla N -o OUT")  # fmt: skip
@@ -181,13 +201,6 @@ def upcycle_command(
         qk_rope_head_dim=qk_rope_head_dim,
         recipe=recipe,
         latent_norm=latent_norm,
-    )
-    fitting = (
-        CalibrateOptions(
-            calibrate, calibrate_samples, calibrate_seq_len, device, FitOptions(steps=calibrate_steps)
-        )
-        if calibrate is not None
-        else None
     )
     bars = _Phases(enabled=not json_)
     with sigterm_raises("upcycle"), bars:

@@ -20,6 +20,7 @@ one, kill -9 loses the steps since the last), an interrupted upcycle or compose 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from zebra.core.errors import ZebraError
 from zebra.train.view import TrainView
 
 STATE_FILE = "stages.json"
+Progress = Callable[..., None]  # (done, total, note)
 MIN_STEPS = 2  # optimizer steps a training stage needs at the least (one to warm up, one to decay)
 
 
@@ -61,6 +63,26 @@ class PipelineOptions:
     calibrate_seq_len: int = 128  # tokens per calibration sequence
     calibrate_steps: int = 50  # fit steps per mixer layer
     calibrate_batch: int = 2  # sequences per fit step
+    calibrate_lr: float = 1e-3  # the rest as `zebra upcycle --calibrate-*` (zebra.upcycle.calibrate.SETTINGS)
+    calibrate_schedule: str = "constant"
+    calibrate_teacher_forced: bool = False
+    calibrate_correct_residual: float = 1.0
+    calibrate_output_lstsq: bool = False
+    calibrate_pass_through: bool = True
+
+    def calibration(self) -> Any:
+        """The `CalibrateOptions` of both upcycle stages (None with `calibrate` off); checks every setting."""
+        from zebra.upcycle.calibrate import CalibrateOptions
+        from zebra.upcycle.fit import FitOptions
+
+        if not self.calibrate:
+            return None
+        fit = FitOptions(steps=self.calibrate_steps, lr=self.calibrate_lr, batch=self.calibrate_batch,
+                         schedule=self.calibrate_schedule, output_lstsq=self.calibrate_output_lstsq,
+                         pass_through=self.calibrate_pass_through)  # fmt: skip
+        return CalibrateOptions(self.data, self.calibrate_samples, self.calibrate_seq_len, self.device, fit,
+                                sequential=not self.calibrate_teacher_forced,
+                                correct_residual=self.calibrate_correct_residual)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -110,9 +132,34 @@ class PipelineView:
     def stage_done(self, stage: Stage, result: dict[str, Any]) -> None:
         """A stage finished now, with its result (as in stages.json)."""
 
+    def stage_progress(self, stage: Stage) -> contextlib.AbstractContextManager[Progress]:
+        """A context giving the callback `(done, total, note)` of an upcycle stage's calibration (fit steps)."""
+        return contextlib.nullcontext(lambda done, total=None, note="": None)
+
     def train_view(self, stage: Stage, tokens_before: int) -> TrainView:
         """The trainer's view of a training stage that starts `tokens_before` pipeline tokens in."""
         return TrainView()
+
+
+def calibration_fields(calibration: Any) -> dict[str, Any]:
+    """The `calibrate_*` fields of `PipelineOptions` holding a `CalibrateOptions` (None: their defaults)."""
+    if calibration is None:
+        return {}
+    f = calibration.fit
+    return {"calibrate_samples": calibration.samples, "calibrate_seq_len": calibration.seq_len,
+            "calibrate_steps": f.steps, "calibrate_batch": f.batch, "calibrate_lr": f.lr,
+            "calibrate_schedule": f.schedule, "calibrate_teacher_forced": not calibration.sequential,
+            "calibrate_correct_residual": calibration.correct_residual, "calibrate_output_lstsq": f.output_lstsq,
+            "calibrate_pass_through": f.pass_through}  # fmt: skip
+
+
+def options_defaults() -> dict[str, Any]:
+    """The default of every `PipelineOptions` field that has one."""
+    import dataclasses
+
+    return {
+        f.name: f.default for f in dataclasses.fields(PipelineOptions) if f.default is not dataclasses.MISSING
+    }
 
 
 class PipelineState:
@@ -124,7 +171,8 @@ class PipelineState:
         self.data: dict[str, Any] = {"options": options, "stages": {}}
         if self.path.is_file():
             found = json.loads(self.path.read_text())
-            differ = [k for k in options if found.get("options", {}).get(k) != options[k]]
+            was = {**options_defaults(), **found.get("options", {})}  # options added since: their defaults
+            differ = [k for k in options if was.get(k) != options[k]]
             if differ:
                 raise ZebraError(
                     f"{o.output}: a pipeline started with other options ({', '.join(differ)} differ from its "
@@ -187,18 +235,12 @@ def run_pipeline(o: PipelineOptions, view: PipelineView | None = None) -> Pipeli
 
 def run_upcycle(o: PipelineOptions, stage: Stage, view: PipelineView, tokens_before: int) -> dict[str, Any]:
     from zebra.upcycle import StudentOptions, upcycle
-    from zebra.upcycle.calibrate import CalibrateOptions
-    from zebra.upcycle.fit import FitOptions
 
     out = Path(o.output) / stage.name
     options = StudentOptions(mixer=o.mixer, **stage.params["student"])
-    fit = FitOptions(steps=o.calibrate_steps, batch=o.calibrate_batch)
-    calibrate = (
-        CalibrateOptions(o.data, o.calibrate_samples, o.calibrate_seq_len, o.device, fit)
-        if o.calibrate
-        else None
-    )
-    report = upcycle(o.teacher, out, options, dtype="fp32", force=True, calibrate=calibrate)
+    with view.stage_progress(stage) as on_calibrate:
+        report = upcycle(o.teacher, out, options, dtype="fp32", force=True, calibrate=o.calibration(),
+                         on_calibrate=on_calibrate)  # fmt: skip
     result = {"export": str(out), "pattern": report.pattern, "student_params": report.student_params}
     if report.calibration:  # each mixer's error as upcycled and after its fit
         result["calibration"] = report.calibration
@@ -281,6 +323,7 @@ def check_options(o: PipelineOptions) -> None:
         o.output, {"the teacher": o.teacher, "--data": o.data, "--data's shard": f"{o.data}.bin"}
     )
     check_creatable(o.output, fix="choose another --output")  # before hours of distillation
+    check_settings(o)
     mixers = upcycle_mixers()  # names and aliases (`mamba`, the default, is mamba2)
     if o.mixer not in mixers or mixers[o.mixer].state != "recurrent":
         recurrent = [n for n, m in mixers.items() if m.state == "recurrent"]
@@ -298,6 +341,20 @@ def check_options(o: PipelineOptions) -> None:
         raise ZebraError(f"--mla {o.mla}: the teacher has {layers} layers",
                          fix=f"pass --mla between 1 and {layers}")  # fmt: skip
     check_budget(o)
+
+
+def check_settings(o: PipelineOptions) -> None:
+    """The placement, the learning rates and the calibration's settings (`PipelineOptions.calibration`)."""
+    import math
+
+    from zebra.upcycle.compose import PLACEMENTS
+
+    if o.placement not in PLACEMENTS:
+        raise ZebraError(f"--placement {o.placement}: unknown", fix=f"use one of {', '.join(PLACEMENTS)}")
+    for name, lr in (("--ild-lr", o.ild_lr), ("--kd-lr", o.kd_lr)):
+        if not (math.isfinite(lr) and lr > 0):
+            raise ZebraError(f"{name} {lr}: out of range", fix="pass a finite learning rate > 0, e.g. 1e-3")
+    o.calibration()
 
 
 def check_data_tokenizer(data: str, tokenizer: Any, teacher: str) -> None:

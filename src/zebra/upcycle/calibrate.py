@@ -16,11 +16,13 @@ the fitted tensors into the export in place of the upcycled ones.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from zebra.convert.tensor_sources import TensorSource
+from zebra.errors import ZebraError
 from zebra.mixers import MLP, mixer_spec
 from zebra.upcycle.fit import FitOptions, LayerFit, fit_layer
 from zebra.upcycle.report import FITTED, TensorOrigin
@@ -43,6 +45,73 @@ class CalibrateOptions:
     sequential: bool = True  # each mixer on the student's own stream, earlier ones fitted (sequential.py)
     correct_residual: float = 1.0  # sequential: the target adds this share of the teacher-student stream gap
 
+    def __post_init__(self) -> None:
+        check_calibrate_options(self)
+
+
+SCHEDULES = ("constant", "cosine")
+# the calibration's settings as `zebra upcycle` and `zebra distill` take them: --calibrate-<key with dashes>
+SETTINGS = ("samples", "seq_len", "steps", "batch", "lr", "schedule", "teacher_forced", "correct_residual",
+            "output_lstsq", "pass_through")  # fmt: skip
+
+
+def flag(key: str) -> str:
+    """The command-line flag of a calibration setting: `seq_len` -> `--calibrate-seq-len`."""
+    return "--calibrate-" + key.replace("_", "-")
+
+
+def check_calibrate_options(o: CalibrateOptions) -> None:
+    """One-line ZebraError, naming the flag, for a calibration setting out of its range."""
+    f = o.fit
+    bad = [
+        ("samples", o.samples, o.samples >= 1, "a count of sequences >= 1"),
+        ("seq_len", o.seq_len, o.seq_len >= 8, "a length of 8 tokens or more"),
+        ("steps", f.steps, f.steps >= 0, "a count >= 0 (0: the gates only)"),
+        ("batch", f.batch, 1 <= f.batch <= o.samples, f"between 1 and --calibrate-samples ({o.samples})"),
+        ("lr", f.lr, math.isfinite(f.lr) and f.lr > 0, "a finite learning rate > 0, e.g. 1e-3"),
+        ("schedule", f.schedule, f.schedule in SCHEDULES, f"one of {', '.join(SCHEDULES)}"),
+        ("correct_residual", o.correct_residual, 0.0 <= o.correct_residual <= 1.0, "a share between 0 and 1"),
+    ]
+    for key, value, ok, want in bad:
+        if not ok:
+            raise ZebraError(f"{flag(key)} {value}: out of range", fix=f"pass {want}")
+    if f.eval_every < 1:
+        raise ZebraError(f"calibration eval_every {f.eval_every}: out of range", fix="pass 1 or more")
+
+
+def calibrate_options(
+    data: str | None, device: str = "auto", off: str = "without --calibrate DATA", **given: Any
+) -> CalibrateOptions | None:
+    """The `CalibrateOptions` of the commands' `--calibrate-*` flags (`SETTINGS`; None: the default), or None
+    when `data` is None. Refused in one line, naming the flag: a setting given without calibration (`off` says
+    why there is none), `--calibrate-correct-residual` with `--calibrate-teacher-forced`, a value out of range."""
+    unknown = set(given) - set(SETTINGS)
+    if unknown:
+        raise TypeError(f"calibrate_options: unknown settings {sorted(unknown)}")
+    flags = ("teacher_forced", "output_lstsq")  # on/off flags: False is their default, not a choice
+    chosen = {k: v for k, v in given.items() if v is not None and not (k in flags and v is False)}
+    if data is None:
+        if chosen:
+            raise ZebraError(f"{flag(next(iter(chosen)))} {off}: there is no calibration to apply it to",
+                             fix="pass --calibrate DATA too, or leave the --calibrate-* options out")  # fmt: skip
+        return None
+    if chosen.get("teacher_forced") and "correct_residual" in chosen:
+        raise ZebraError(f"{flag('correct_residual')} with {flag('teacher_forced')}: the correction is of the "
+                         "student's own stream, which a teacher-forced fit does not use",
+                         fix="leave one of the two out")  # fmt: skip
+    defaults, fit_defaults = CalibrateOptions(""), FitOptions()
+    fit = FitOptions(**{k: chosen.get(k, getattr(fit_defaults, k))
+                        for k in ("steps", "batch", "lr", "schedule", "output_lstsq", "pass_through")})  # fmt: skip
+    return CalibrateOptions(
+        data,
+        samples=chosen.get("samples", defaults.samples),
+        seq_len=chosen.get("seq_len", defaults.seq_len),
+        device=device,
+        fit=fit,
+        sequential=not chosen.get("teacher_forced", False),
+        correct_residual=chosen.get("correct_residual", defaults.correct_residual),
+    )
+
 
 @dataclass
 class Calibrated:
@@ -58,7 +127,7 @@ class Calibrated:
         o = self.options
         return {"data": o.data, "tokens": self.tokens, "sequences": o.samples, "seq_len": o.seq_len,
                 "steps": o.fit.steps, "lr": o.fit.lr, "batch": o.fit.batch, "gates": o.fit.gates,
-                "schedule": o.fit.schedule, "output_lstsq": o.fit.output_lstsq, "sequential": o.sequential,
+                "schedule": o.fit.schedule, "output_lstsq": o.fit.output_lstsq, "pass_through": o.fit.pass_through, "sequential": o.sequential,
                 "correct_residual": o.correct_residual, "layers": [asdict(f) for f in self.layers]}  # fmt: skip
 
 

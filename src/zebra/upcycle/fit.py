@@ -45,6 +45,7 @@ class FitOptions:
     seed: int = 0
     schedule: str = "constant"  # the LR over the steps: constant, or cosine (to lr / 20)
     output_lstsq: bool = False  # the whole output projection by least squares (ridge) before the Adam steps
+    pass_through: bool = True  # with gates: identity short convs, a steady output gate (gates.pass_through)
 
 
 def mixer_forward(mixer: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -156,17 +157,18 @@ def fit_layer(
     import torch
 
     from zebra.mixers import mixer_spec, resolve
-    from zebra.upcycle.gates import fit_value_scale
+    from zebra.upcycle.gates import fit_value_scale, pass_through
 
     spec = mixer_spec(config.layer_pattern[index])
     kind = spec.name
     upcycled = relative_error(mixer, x, y)
     gates: dict[str, list[float]] = {}
     if fit.gates:
+        mean_input = x.flatten(0, 1).mean(dim=0)  # [D]
+        if fit.pass_through:
+            pass_through(mixer, mean_input)
         if spec.upcycle is not None and spec.upcycle.gates:  # the mixer's data-driven gate init
-            gates = resolve(spec.upcycle.gates)(
-                mixer, record.distance, record.entropy, x.flatten(0, 1).mean(dim=0)
-            )
+            gates = resolve(spec.upcycle.gates)(mixer, record.distance, record.entropy, mean_input)
         heads = config.num_attention_heads if kind == "mla" else record.distance.numel()
         gates["value_scale"] = fit_value_scale(mixer, head_outputs(mixer, x, heads), y.flatten(0, 1))
     if fit.output_lstsq:

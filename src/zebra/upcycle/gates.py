@@ -18,6 +18,17 @@ layer's heads are normalised to a concentration c in [0, 1] (1 = the sharpest he
 beta = 0.3 + 0.4 c. b_proj has no bias, so its rows become logit(beta_h) x_mean / ||x_mean||^2 (x_mean: the mean
 attention input on the calibration text): beta is beta_h at the mean input and still moves with the input.
 
+**Pass-through short convs and a steady output gate** (`FitOptions.pass_through`). The copied W_q, W_k, W_v
+feed attention directly; a recurrent mixer passes them through a depthwise causal conv of width W and SiLU first,
+and the conv starts random (each channel a random mix of the last W tokens, plus a bias). Set to the identity (the
+newest token's tap 1, the others and the bias 0), q, k and v start as SiLU of the teacher's projections of the
+current token, as Taylor-Calibrate's students have them (no short conv); the fit can still learn a filter. The
+output gate (Mamba2's z rows of in_proj, GDN's and GLA's g_proj, KDA's two-factor g_proj) starts as a random
+projection: every channel multiplied by act(random x), noise on top of the copied W_o. Its rows are set to
+c x_mean / ||x_mean||^2 (c = 3, x_mean the layer's mean input), so the gate is act(3) (SiLU 2.86, sigmoid 0.95) at
+the mean input, the same on every channel of a token: Mamba2's group RMSNorm after the gate cancels it, and after
+GDN's norm it is a near-constant factor the value scale absorbs. It stays input-dependent once trained.
+
 **Value scale.** With the gates set, one scalar per head s_h multiplies that head's columns of the output
 projection, fitted jointly by least squares so that sum_h s_h W_o[:, h] c_h is closest to the teacher attention's
 output (c_h: the mixer's head output before the projection). Scaling v itself would be undone by the per-head
@@ -36,6 +47,7 @@ if TYPE_CHECKING:
 DISTANCE_FLOOR = 0.5
 DECAY_RANGE = (1e-3, 5.0)
 BETA_RANGE = (0.3, 0.7)  # beta = 0.3 + 0.4 c
+STEADY_GATE = 3.0  # the output gate's pre-activation at the layer's mean input (pass_through)
 
 
 def decay_from_distance(distance: torch.Tensor) -> torch.Tensor:
@@ -110,6 +122,39 @@ def _no_grad():
 
 def _rounded(values: torch.Tensor, digits: int) -> list[float]:
     return [round(float(v), digits) for v in values]
+
+
+def pass_through(mixer: nn.Module, mean_input: torch.Tensor) -> list[str]:
+    """Set the mixer's short convs to the identity and its output gate steady at the mean input `[D]` (module
+    docstring). Returns the names of the tensors set (none for a mixer without either, e.g. MLA)."""
+    import torch
+
+    done: list[str] = []
+    direction = STEADY_GATE * mean_input.float() / mean_input.float().pow(2).sum().clamp(min=1e-12)  # [D]
+    with torch.no_grad():
+        for name in ("conv1d", "q_conv1d", "k_conv1d", "v_conv1d"):
+            conv = getattr(mixer, name, None)
+            if conv is not None:  # weight [C, 1, W]: the newest token is the last tap
+                conv.weight.zero_()
+                conv.weight[..., -1] = 1.0
+                if conv.bias is not None:
+                    conv.bias.zero_()
+                done.append(name)
+        gate = getattr(mixer, "g_proj", None)
+        if isinstance(gate, torch.nn.Linear):  # GDN, GLA
+            gate.weight.copy_(direction.expand_as(gate.weight))
+            done.append("g_proj")
+        elif gate is not None:  # KDA: D -> V -> H*V, the up factor summing V ones to c
+            down, up = gate[0], gate[1]
+            down.weight.copy_((direction / STEADY_GATE).expand_as(down.weight))
+            up.weight.fill_(STEADY_GATE / down.weight.shape[0])
+            if up.bias is not None:
+                up.bias.zero_()
+            done.append("g_proj")
+        elif hasattr(mixer, "in_proj") and hasattr(mixer, "d_inner"):  # Mamba2: the z rows come first
+            mixer.in_proj.weight[: mixer.d_inner].copy_(direction.expand(mixer.d_inner, -1))
+            done.append("in_proj.z")
+    return done
 
 
 def output_projection(mixer: nn.Module) -> nn.Linear:
