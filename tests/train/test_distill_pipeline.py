@@ -210,7 +210,7 @@ def test_a_folder_started_before_an_option_existed_reads_it_as_its_default(tmp_p
     """stages.json without a later option continues at that option's default, and is refused for another value."""
     import dataclasses
 
-    from zebra.errors import ZebraError
+    from zebra.core.errors import ZebraError
     from zebra.train.pipeline import PipelineOptions, PipelineState
 
     o = PipelineOptions(teacher="t", data="d", tokens=1000, output=str(tmp_path))

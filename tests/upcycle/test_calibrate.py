@@ -80,7 +80,7 @@ def test_pass_through_makes_the_short_convs_the_identity_and_the_output_gate_ste
     from zebra.models.modeling_zebra import ZebraSublayer
     from zebra.upcycle.gates import STEADY_GATE, pass_through
     from zebra.upcycle.student import mixer_shapes
-    from zebra.upcycle.teacher import TeacherShape
+    from zebra.upcycle.teachers.teacher import TeacherShape
     from zebra_kernels import causal_conv1d
 
     shape = TeacherShape(272, 64, 96, 2, 4, 2, 16, True, 1e4, 1e-5, 512)

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from zebra.convert.tensor_sources import TensorSource
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 from zebra.mixers import MLP, mixer_spec
 from zebra.upcycle.fit import FitOptions, LayerFit, fit_layer
 from zebra.upcycle.report import FITTED, TensorOrigin
