@@ -22,7 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from zebra.atomic import fsync_dir, make_folder, write_error
-from zebra.convert.gguf_maps import GGUF_ARCHS, arch_for, blockers, layer_kinds, plan
+from zebra.convert.gguf_maps import (
+    GGUF_ARCHS,
+    arch_for,
+    block_kinds,
+    blockers,
+    layer_kinds,
+    plan,
+    zero_tensors,
+)
 from zebra.convert.gguf_vocab import write_vocab
 from zebra.convert.native import SERVABLE
 from zebra.convert.writer import (
@@ -214,6 +222,8 @@ def export_gguf(
         ZebraError: the model or tokenizer cannot be written exactly (nothing is read or written), an unknown
             `gguf_type`, an existing output without `force`.
     """
+    import torch
+
     from zebra.convert.native_export import NativeSource
 
     check_gguf_type(gguf_type)
@@ -228,13 +238,15 @@ def export_gguf(
         )
     arch = arch_for(cfg)
     source = NativeSource(checkpoint.tensors, plan(cfg, arch, list(checkpoint.tensors.shapes())))
+    zeros = dict(zero_tensors(cfg, arch))  # the pass-through block (gguf_maps.PASS)
+    shapes = {**{n: shape for n, (shape, _) in source.shapes().items()}, **zeros}
     writer = _writer_class()(None, arch.name)
     ids = special_token_ids({n: getattr(cfg, n, None) for n in SPECIAL_TOKEN_IDS}, tok)
-    arch.metadata(cfg, layer_kinds(cfg), writer)
+    arch.metadata(cfg, block_kinds(cfg, arch), writer)
     write_vocab(writer, tok, cfg.vocab_size, ids)
     writer.add_name(Path(checkpoint.path).name)
-    types = {n: stored_type(n, shape, gguf_type) for n, (shape, _) in source.shapes().items()}
-    total = sum(_tensor_info(writer, n, source.shapes()[n][0], t) for n, t in types.items())
+    types = {n: stored_type(n, shape, gguf_type) for n, shape in shapes.items()}
+    total = sum(_tensor_info(writer, n, shapes[n], t) for n, t in types.items())
     with gguf_file(Path(output), force=force) as tmp:
         try:
             writer.write_header_to_file(tmp)
@@ -242,7 +254,7 @@ def export_gguf(
             writer.write_ti_data_to_file()
             done = 0
             for name, qtype in types.items():
-                data = _encode(source.get(name), qtype)
+                data = _encode(torch.zeros(zeros[name]) if name in zeros else source.get(name), qtype)
                 writer.write_tensor_data(data)
                 done += data.nbytes
                 if on_progress is not None:

@@ -22,6 +22,11 @@ from zebra.convert.native import Blocker, NativeTensor
 from zebra.mixers import MIXERS
 
 Tensors = Callable[[Any, str, str], list[NativeTensor]]
+# llama.cpp 0.3.36's hybrid memory fails on its first decode when no layer is attention (GGML_ASSERT(buffer) in
+# llama_kv_cache::set_input_k_idxs: the attention inputs no layer reads are never allocated). A pure GDN or Mamba2
+# model therefore gets one more block, last: an attention block and MLP whose every weight is zero. It adds exactly
+# 0 to the residual stream (x + 0 == x in floating point), so the logits are unchanged, bit for bit.
+PASS = "pass"
 L2NORM_EPS = (
     1e-6  # Zebra's q/k L2 normalisation (zebra_kernels); llama.cpp uses the model's norm epsilon there
 )
@@ -45,7 +50,9 @@ class GgufArch:
         mixers: the Zebra mixer kinds its layers hold.
         post_norm: the block's pre-MLP norm tensor.
         writes_output: `output.weight` is required even when the embedding is tied (else llama.cpp reuses it).
-        metadata: `(cfg, layer kinds, writer)` adds the architecture's keys.
+        metadata: `(cfg, block kinds, writer)` adds the architecture's keys (`PASS` marks a pass-through block).
+        passthrough: `(cfg, block prefix) -> [(name, numpy shape)]`: an attention block of zeros, appended when
+            no layer is attention (below).
     """
 
     name: str
@@ -53,6 +60,7 @@ class GgufArch:
     post_norm: str
     writes_output: bool
     metadata: Callable[[Any, list[str], Any], None]
+    passthrough: Callable[[Any, str], list[tuple[str, tuple[int, ...]]]] | None = None
 
 
 def _same(parts: list[torch.Tensor]) -> torch.Tensor:
@@ -233,9 +241,28 @@ def _common(cfg: Any, kinds: list[str], w: Any) -> None:
     w.add_vocab_size(cfg.vocab_size)
 
 
+def _head_dim(cfg: Any) -> int:
+    return cfg.hidden_size // cfg.num_attention_heads  # llama.cpp's default attention head size
+
+
+def _qwen35_passthrough(cfg: Any, b: str) -> list[tuple[str, tuple[int, ...]]]:
+    D, H, hd, ff = cfg.hidden_size, cfg.num_attention_heads, _head_dim(cfg), cfg.intermediate_size
+    return [(b + "attn_norm.weight", (D,)), (b + "attn_q.weight", (2 * H * hd, D)), (b + "attn_k.weight", (H * hd, D)),
+            (b + "attn_v.weight", (H * hd, D)), (b + "attn_q_norm.weight", (hd,)), (b + "attn_k_norm.weight", (hd,)),
+            (b + "attn_output.weight", (D, H * hd)), (b + "post_attention_norm.weight", (D,)),
+            (b + "ffn_gate.weight", (ff, D)), (b + "ffn_up.weight", (ff, D)), (b + "ffn_down.weight", (D, ff))]  # fmt: skip
+
+
+def _granite_passthrough(cfg: Any, b: str) -> list[tuple[str, tuple[int, ...]]]:
+    D, H, hd, ff = cfg.hidden_size, cfg.num_attention_heads, _head_dim(cfg), cfg.intermediate_size
+    return [(b + "attn_norm.weight", (D,)), (b + "attn_q.weight", (H * hd, D)), (b + "attn_k.weight", (hd, D)),
+            (b + "attn_v.weight", (hd, D)), (b + "attn_output.weight", (D, H * hd)), (b + "ffn_norm.weight", (D,)),
+            (b + "ffn_gate.weight", (ff, D)), (b + "ffn_up.weight", (ff, D)), (b + "ffn_down.weight", (D, ff))]  # fmt: skip
+
+
 def _qwen35_metadata(cfg: Any, kinds: list[str], w: Any) -> None:
     _common(cfg, kinds, w)
-    w.add_head_count(cfg.num_attention_heads)  # no attention layer: sizes only the (empty) attention cache
+    w.add_head_count(cfg.num_attention_heads)  # sizes the pass-through block's attention
     w.add_head_count_kv(cfg.num_attention_heads)
     w.add_ssm_conv_kernel(cfg.gdn_conv_size)
     w.add_ssm_state_size(cfg.gdn_head_dim)
@@ -243,13 +270,15 @@ def _qwen35_metadata(cfg: Any, kinds: list[str], w: Any) -> None:
     w.add_ssm_time_step_rank(cfg.gdn_num_v_heads)
     w.add_ssm_inner_size(cfg.gdn_num_v_heads * cfg.gdn_head_v_dim)
     w.add_array(f"{w.arch}.attention.recurrent_layers", [k == "gdn" for k in kinds])
-    w.add_rope_dimension_sections([0, 0, 0, 0])  # required by the loader; no layer applies RoPE
+    w.add_rope_dimension_sections(
+        [_head_dim(cfg) // 2, 0, 0, 0]
+    )  # required; only the pass-through block reads it
 
 
 def _granite_metadata(cfg: Any, kinds: list[str], w: Any) -> None:
     _common(cfg, kinds, w)
     w.add_head_count(cfg.num_attention_heads)
-    w.add_head_count_kv([0] * len(kinds))  # 0 key/value heads marks a layer recurrent (Mamba2)
+    w.add_head_count_kv([0 if k == "mamba2" else 1 for k in kinds])  # 0 key/value heads: a recurrent layer
     w.add_ssm_conv_kernel(cfg.mamba_conv_size)
     w.add_ssm_state_size(cfg.mamba_state_dim)
     w.add_ssm_group_count(cfg.mamba_num_groups)
@@ -280,16 +309,31 @@ def _kimi_metadata(cfg: Any, kinds: list[str], w: Any) -> None:
 GGUF_ARCHS: dict[str, GgufArch] = {
     a.name: a
     for a in (
-        GgufArch("qwen35", frozenset({"gdn"}), "post_attention_norm", False, _qwen35_metadata),
-        GgufArch("granitehybrid", frozenset({"mamba2"}), "ffn_norm", False, _granite_metadata),
+        GgufArch(
+            "qwen35", frozenset({"gdn"}), "post_attention_norm", False, _qwen35_metadata, _qwen35_passthrough
+        ),
+        GgufArch(
+            "granitehybrid", frozenset({"mamba2"}), "ffn_norm", False, _granite_metadata, _granite_passthrough
+        ),
         GgufArch("kimi-linear", frozenset({"kda", "mla"}), "ffn_norm", True, _kimi_metadata),
     )
 }
 
 
 def layer_kinds(cfg: Any) -> list[str]:
-    """The mixer kind (registry name) of each GGUF block."""
+    """The mixer kind (registry name) of each of the model's layers."""
     return [MIXERS[c].name for c in cfg.layer_pattern[0::2]]
+
+
+def block_kinds(cfg: Any, arch: GgufArch) -> list[str]:
+    """The kind of each GGUF block: the model's layers, then `PASS` where a pass-through block is appended."""
+    kinds = layer_kinds(cfg)
+    return [*kinds, PASS] if arch.passthrough is not None else kinds
+
+
+def zero_tensors(cfg: Any, arch: GgufArch) -> list[tuple[str, tuple[int, ...]]]:
+    """The pass-through block's tensors (all zeros): (name, numpy shape)."""
+    return [] if arch.passthrough is None else arch.passthrough(cfg, f"blk.{len(layer_kinds(cfg))}.")
 
 
 def arch_for(cfg: Any) -> GgufArch | None:
