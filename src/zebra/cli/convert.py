@@ -20,11 +20,13 @@ CONVERT_EXAMPLES = examples(
     "zebra convert zebra-1b --to fla --output fla-1b      # pure GDN / KDA -> FLA GatedDeltaNet / KDA",
     "zebra convert fla-1b --to hf --dtype bf16 --force",
     "zebra convert runs/tiny-gdn --to qwen3-next          # -> Qwen3NextForCausalLM, no trust_remote_code",
+    "zebra convert runs/tiny-gdn --to gguf                # -> runs/tiny-gdn.gguf: llama-server -m runs/tiny-gdn.gguf",
 )
 VERIFY_EXAMPLES = examples(
     "zebra verify zebra-1b --against primus/checkpoints",
     "zebra verify fla-1b --against zebra-1b --json",
     'zebra verify zebra-1b --prompt "Once upon a time" --device cpu',
+    "zebra verify runs/tiny-gdn.gguf --against runs/tiny-gdn   # llama.cpp's logits and greedy tokens",
 )
 
 
@@ -42,13 +44,16 @@ def convert(
         typer.Option(
             "--to",
             help="hf (= zebra): a Zebra HF export; fla: FLA's layout; transformers' own classes: qwen3-next, "
-            "qwen3.5 (GDN), bamba (Mamba2), kimi-linear (KDA + NoPE MLA).",
+            "qwen3.5 (GDN), bamba (Mamba2), kimi-linear (KDA + NoPE MLA); gguf: one file for llama.cpp.",
         ),
     ] = "hf",
     output: Annotated[
         Path | None,
         typer.Option(
-            "--output", "-o", help="Output directory (default: <run>/export, or SRC-hf / SRC-fla / SRC-TO)."
+            "--output",
+            "-o",
+            help="Output directory (default: <run>/export, or SRC-hf / SRC-fla / SRC-TO); --to gguf: the file "
+            "(default SRC.gguf).",
         ),
     ] = None,
     from_: Annotated[
@@ -59,11 +64,18 @@ def convert(
     max_shard_size: Annotated[
         str, typer.Option("--max-shard-size", help="Largest safetensors shard, e.g. 5GB, 500MB.")
     ] = "5GB",
+    gguf_type: Annotated[
+        str,
+        typer.Option(
+            "--gguf-type",
+            help="--to gguf: f32 (exact), f16, bf16, q8_0, q5_1, q5_0, q4_1, q4_0 for the matrices.",
+        ),
+    ] = "f32",
     force: ForceOpt = False,
     yes: YesOpt = False,
     json_: JsonOpt = False,
 ) -> None:
-    """Convert a checkpoint, streaming one tensor at a time into sharded safetensors."""
+    """Convert a checkpoint, streaming one tensor at a time into sharded safetensors (or one GGUF file)."""
     if src is None:
         src = _newest_run(yes)
     existing_path(src)  # told before the model library is imported
@@ -75,9 +87,10 @@ def convert(
     if to not in TARGETS:
         raise ZebraError(f"--to {to}: unknown target", fix=f"use one of {', '.join(TARGETS)}")
     fmt = detect_format(src) if from_ == "auto" else from_
-    target = output or default_output(src, to, fmt)
+    target = output or default_output(src, to, fmt, gguf_type)
     check_output_apart(src, target, to, fmt)
-    force = confirm_overwrite(target, force=force, yes=yes)
+    # a GGUF output is one file: the library replaces only a GGUF file, with --force or --yes
+    force = force or yes if to == "gguf" else confirm_overwrite(target, force=force, yes=yes)
     with sigterm_raises("convert"), out.progress("converting", unit="B", enabled=not json_) as bar:
         result = run_convert(
             src,
@@ -88,6 +101,7 @@ def convert(
             force=force,
             tokenizer=tokenizer,
             max_shard_size=max_shard_size,
+            gguf_type=gguf_type,
             on_progress=bar,
         )
     if json_:
@@ -100,7 +114,10 @@ def convert(
         f"{result.source} ({result.source_format}{step}) -> {result.output} ({result.target}): "
         f"{result.tensors} tensors, pattern {result.pattern}"
     )
-    out.hint(f"check it: zebra verify {result.output} --against {result.source}")
+    if result.target == "gguf":
+        out.hint(f"serve it: llama-server -m {result.output}")
+    else:
+        out.hint(f"check it: zebra verify {result.output} --against {result.source}")
 
 
 def _newest_run(yes: bool) -> Path:
@@ -118,7 +135,8 @@ def verify(
     directory: Annotated[
         Path,
         typer.Argument(
-            help="The converted checkpoint (Zebra export, FLA directory or transformers-native export)."
+            help="The converted checkpoint (Zebra export, FLA directory, transformers-native export, or a .gguf "
+            "file, run by llama-cpp-python)."
         ),
     ],
     against: Annotated[
@@ -141,14 +159,20 @@ def verify(
     from zebra.convert.verifier import DEFAULT_PROMPTS
     from zebra.convert.verifier import verify as run_verify
 
-    report = run_verify(
-        directory,
-        against=against,
-        prompts=tuple(prompts) if prompts else DEFAULT_PROMPTS,
-        device=device,
-        max_new_tokens=max_new_tokens,
-        tokenizer=tokenizer,
-    )
+    texts = tuple(prompts) if prompts else DEFAULT_PROMPTS
+    if directory.is_file() and directory.suffix == ".gguf":  # llama.cpp (llama-cpp-python) runs it
+        from zebra.convert.gguf_verify import verify_gguf
+
+        report = verify_gguf(directory, against, texts, max_new_tokens)
+    else:
+        report = run_verify(
+            directory,
+            against=against,
+            prompts=texts,
+            device=device,
+            max_new_tokens=max_new_tokens,
+            tokenizer=tokenizer,
+        )
     if json_:
         out.json(report.to_dict())
     else:

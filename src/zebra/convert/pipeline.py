@@ -17,6 +17,7 @@ from zebra.convert import native
 from zebra.convert.audit import zebra_audit
 from zebra.convert.fla_format import export_fla
 from zebra.convert.formats import open_checkpoint
+from zebra.convert.gguf_export import check_gguf_type, default_gguf_output, export_gguf, gguf_refusal
 from zebra.convert.hf_export import export_hf
 from zebra.convert.native_export import export_native
 from zebra.convert.writer import DEFAULT_MAX_SHARD
@@ -26,7 +27,7 @@ from zebra.core.errors import ZebraError
 from zebra.spec import arch
 
 NATIVE_TARGETS = tuple(native.TARGETS)  # transformers' own classes: qwen3-next, qwen3.5, bamba, kimi-linear
-TARGETS = ("hf", "fla", "zebra", *NATIVE_TARGETS)
+TARGETS = ("hf", "fla", "zebra", *NATIVE_TARGETS, "gguf")  # gguf: one file for llama.cpp
 
 
 @dataclass
@@ -47,9 +48,11 @@ class ConvertResult:
         return {k: str(v) if isinstance(v, Path) else v for k, v in self.__dict__.items()}
 
 
-def default_output(src: Path, to: str, fmt: str) -> Path:
+def default_output(src: Path, to: str, fmt: str, gguf_type: str = "f32") -> Path:
     """`<run>/export` for a training run's Zebra export, else `<src>-hf` / `<src>-fla` / `<src>-<native target>`
-    next to the source."""
+    / `<src>.gguf` next to the source."""
+    if to == "gguf":
+        return default_gguf_output(src, gguf_type)
     if fmt == "zebra" and to in ("hf", "zebra") and (src / "config.yaml").is_file():
         return src / "export"
     base = src.parent / src.stem if src.is_file() else src
@@ -85,6 +88,7 @@ def convert(
     force: bool = False,
     tokenizer: str | None = None,
     max_shard_size: int | str = DEFAULT_MAX_SHARD,
+    gguf_type: str = "f32",
     on_progress: Callable[[float, float | None, str], None] | None = None,
 ) -> ConvertResult:
     """Convert a checkpoint.
@@ -100,17 +104,22 @@ def convert(
         force: replace an existing output.
         tokenizer: tokenizer to ship (name, hub id, directory, `byte`, or "none"); default: the source's.
         max_shard_size: largest safetensors shard.
+        gguf_type: the stored type of `--to gguf`'s matrices (`zebra.convert.gguf_export.GGUF_TYPES`).
         on_progress: called after each tensor with (bytes written, total bytes, the tensor's name).
     """
     if to not in TARGETS:
         raise ZebraError(f"--to {to}: unknown target", fix=f"use one of {', '.join(TARGETS)}")
-    resolve_dtype(dtype)  # an unknown --dtype fails before the source is opened
+    resolve_dtype(dtype)  # an unknown --dtype or --gguf-type fails before the source is opened
+    check_gguf_type(gguf_type)
     ckpt = open_checkpoint(src, fmt)
     src = Path(src)
-    out = Path(output) if output is not None else default_output(src, to, ckpt.format)
+    out = Path(output) if output is not None else default_output(src, to, ckpt.format, gguf_type)
     check_output_apart(src, out, to, ckpt.format)
     pattern = arch.resolve_pattern(ckpt.config)
-    if to in NATIVE_TARGETS and (why := native.refusal(ckpt.config, to)) is not None:
+    why = native.refusal(ckpt.config, to) if to in NATIVE_TARGETS else None
+    if to == "gguf":
+        why = gguf_refusal(ckpt.config)
+    if why is not None:
         ckpt.tensors.close()
         raise why
     try:
@@ -127,6 +136,10 @@ def convert(
             export_fla(ckpt, out, tokenizer=tok_name, **common)
         elif to in NATIVE_TARGETS:
             export_native(ckpt, out, to, tokenizer=tok_name, **common)
+        elif to == "gguf":
+            export_gguf(
+                ckpt, out, tokenizer=tok_name, gguf_type=gguf_type, force=force, on_progress=on_progress
+            )
         else:
             export_hf(
                 ckpt.tensors,

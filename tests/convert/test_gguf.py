@@ -1,0 +1,175 @@
+"""`zebra convert --to gguf`: a briefly trained tiny model of each form llama.cpp runs (tiny-gdn -> qwen35,
+tiny-mamba -> granitehybrid, tiny-kimi -> kimi-linear) is written as one GGUF file, loaded by llama.cpp through
+llama-cpp-python (`optional`: built from source, .ci/run installs it), and its logits and greedy tokens are
+compared with Zebra's; what cannot map exactly is refused before any work, and nothing half-written is left."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from cli_results import assert_one_line_error
+from zebra.cli.main import app
+from zebra.convert import export_hf
+
+TRAIN = ["--data", "@sample", "--max-steps", "4"] + [
+    arg
+    for o in (
+        "data.seq_len=32",
+        "train.global_batch_size=4",
+        "train.micro_batch_size=4",
+        "train.warmup_steps=1",
+        "train.eval_interval=0",
+        "train.save_interval=0",
+        "train.export=false",
+        "train.lr=5e-3",
+    )
+    for arg in ("--set", o)
+]
+ARCHS = {"tiny-gdn": "qwen35", "tiny-mamba": "granitehybrid", "tiny-kimi": "kimi-linear"}
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """recipe -> a run folder trained for a few steps (each recipe once per module)."""
+    root = tmp_path_factory.mktemp("runs")
+    for recipe in ARCHS:
+        result = run("train", recipe, "--output", str(root), *TRAIN)
+        assert result.exit_code == 0, result.output
+    return {recipe: root / recipe for recipe in ARCHS}
+
+
+def _random_export(tmp_path, recipe: str, **overrides):
+    import torch
+
+    from zebra.models import ZebraForCausalLM
+    from zebra.recipes import load_recipe
+
+    torch.manual_seed(0)
+    config = load_recipe(recipe).model.to_config(**overrides)
+    return export_hf(ZebraForCausalLM(config).state_dict(), config, tmp_path / "src", tokenizer="byte")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", list(ARCHS))
+def test_trained_tiny_model_runs_in_llama_cpp_with_zebras_logits_and_tokens(
+    llama_cpp, trained, tmp_path, recipe
+):
+    out = tmp_path / f"{recipe}.gguf"
+    result = run("convert", str(trained[recipe]), "--to", "gguf", "--output", str(out))
+    assert result.exit_code == 0, result.output
+    verified = run("verify", str(out), "--against", str(trained[recipe]), "--max-new-tokens", "20", "--json")
+    report = json.loads(verified.stdout)
+    assert verified.exit_code == 0 and report["ok"], verified.output
+    assert ARCHS[recipe] in report["mode"] and not report["problems"]  # llama.cpp tokenised as Zebra does
+    (parity,) = report["parity"]
+    # measured: GDN, Mamba2 within 1x the floor, KDA + MLA 53x; a wrong permutation or sign costs 1e-2 and more
+    assert parity["max_abs"] <= 100 * parity["noise_floor"]
+    assert any("greedy 20 tokens: identical" in note for note in report["notes"])
+
+
+@pytest.mark.slow
+def test_float16_costs_a_visible_logit_error_and_keeps_the_greedy_tokens(llama_cpp, trained, tmp_path):
+    """(Quantised files are not run here: this llama-cpp-python build segfaults on any quantised tensor on this
+    machine, SmolLM2's own Q4_1 GGUF included; docs/formats.md.)"""
+    run_dir, half, exact = trained["tiny-gdn"], tmp_path / "f16.gguf", tmp_path / "f32.gguf"
+    assert run("convert", str(run_dir), "--to", "gguf", "--gguf-type", "f16", "-o", str(half)).exit_code == 0
+    assert run("convert", str(run_dir), "--to", "gguf", "-o", str(exact)).exit_code == 0
+    f16 = json.loads(run("verify", str(half), "--against", str(run_dir), "--json").stdout)
+    f32 = json.loads(run("verify", str(exact), "--against", str(run_dir), "--json").stdout)
+    assert f16["ok"], f16
+    assert f16["parity"][0]["max_abs"] > 10 * f32["parity"][0]["max_abs"]  # the matrices really are float16
+    assert half.stat().st_size < 0.6 * exact.stat().st_size
+
+
+def test_gguf_holds_the_byte_tokenizer_chat_template_and_llama_cpp_names(tmp_path):
+    import gguf
+
+    source = _random_export(tmp_path, "tiny-kimi")
+    out = tmp_path / "kimi.gguf"
+    assert run("convert", str(source), "--to", "gguf", "--gguf-type", "q8_0", "-o", str(out)).exit_code == 0
+    reader = gguf.GGUFReader(out)
+    fields = {k: f.contents() for k, f in reader.fields.items()}
+    assert fields["general.architecture"] == "kimi-linear"
+    assert fields["tokenizer.ggml.model"] == "gpt2" and fields["tokenizer.ggml.merges"] == []
+    tokens = fields["tokenizer.ggml.tokens"]
+    assert len(tokens) == 272 and tokens[ord("a")] == "a" and tokens[256] == "<|endoftext|>"
+    assert tokens[ord(" ")] == "Ġ" and tokens[271] == "[PAD271]"  # GPT-2's byte -> character table
+    assert fields["tokenizer.ggml.eos_token_id"] == 256 and "tokenizer.chat_template" in fields
+    assert fields["kimi-linear.attention.head_count_kv"] == [0, 0, 0, 1]  # 3 KDA, then the MLA
+    types = {t.name: t.tensor_type.name for t in reader.tensors}
+    assert types["blk.0.attn_q.weight"] == "Q8_0" and types["blk.0.ssm_conv1d_q.weight"] == "F32"
+    assert types["blk.0.ssm_f_b.weight"] == "F32"  # rows of 16 do not fill a 32-wide block
+    assert {"blk.3.attn_k_b.weight", "blk.3.attn_v_b.weight", "output.weight"} <= set(types)
+
+
+@pytest.mark.parametrize(
+    ("recipe", "overrides", "says"),
+    [
+        ("tiny-mamba", {"mamba_expand": 1}, "model.mamba.expand: 1"),
+        ("tiny-mamba", {"rms_norm_eps": 1e-6}, "model.norm_eps: 1e-06"),
+        ("tiny-gdn", {"gdn_head_v_dim": 32}, "model.gdn.head_v_dim: 32"),
+        ("tiny-gdn", {"rms_norm_eps": 1e-5}, "model.norm_eps: 1e-05"),
+        ("tiny-kda", {}, "model.kda.gate_bias: true"),
+        (
+            "tiny-kimi",
+            {"kda_num_heads": 2, "kda_head_dim": 32, "kda_head_v_dim": 32},
+            "model.kda.num_heads: 2",
+        ),
+        ("tiny", {}, "mixes MLA + Mamba2 + GDN + KDA"),
+    ],
+)
+def test_what_llama_cpp_cannot_run_exactly_is_refused_in_one_line_before_any_work(
+    tmp_path, recipe, overrides, says
+):
+    source = _random_export(tmp_path, recipe, **overrides)
+    out = tmp_path / "out.gguf"
+    result = run("convert", str(source), "--to", "gguf", "--output", str(out))
+    assert_one_line_error(result, says)
+    assert [p.name for p in tmp_path.iterdir()] == ["src"]  # not even a temporary file
+
+
+def test_a_type_gguf_py_cannot_write_is_refused_in_one_line(tmp_path):
+    source = _random_export(tmp_path, "tiny-gdn")
+    result = run(
+        "convert", str(source), "--to", "gguf", "--gguf-type", "q4_k", "-o", str(tmp_path / "x.gguf")
+    )
+    assert_one_line_error(result, "--gguf-type q4_k", "no quantizer for the k-quants", "llama-quantize")
+    assert [p.name for p in tmp_path.iterdir()] == ["src"]
+
+
+def test_a_failure_while_writing_leaves_no_file_and_keeps_the_old_one(tmp_path, monkeypatch):
+    from zebra.convert import gguf_export
+
+    source = _random_export(tmp_path, "tiny-gdn")
+    out = tmp_path / "model.gguf"
+    assert run("convert", str(source), "--to", "gguf", "-o", str(out)).exit_code == 0
+    before = out.read_bytes()
+    real, calls = gguf_export._encode, []
+
+    def failing(tensor, qtype):
+        calls.append(1)
+        if len(calls) == 5:
+            raise OSError(28, "No space left on device")
+        return real(tensor, qtype)
+
+    monkeypatch.setattr(gguf_export, "_encode", failing)
+    result = run("convert", str(source), "--to", "gguf", "-o", str(out), "--gguf-type", "f16", "--force")
+    assert_one_line_error(result, "no space left on device")
+    assert out.read_bytes() == before  # the old file, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf", "src"]  # no temporary file left
+
+
+def test_force_never_replaces_a_file_that_is_not_gguf(tmp_path):
+    source = _random_export(tmp_path, "tiny-gdn")
+    notes = tmp_path / "notes.gguf"
+    notes.write_text("my notes")
+    result = run("convert", str(source), "--to", "gguf", "-o", str(notes), "--force")
+    assert_one_line_error(result, "not a GGUF file")
+    assert notes.read_text() == "my notes"
