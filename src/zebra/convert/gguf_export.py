@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from zebra.atomic import fsync_dir, make_folder, write_error
 from zebra.convert.gguf_maps import (
     GGUF_ARCHS,
     arch_for,
@@ -39,7 +38,8 @@ from zebra.convert.writer import (
     special_token_ids,
     with_chat_template,
 )
-from zebra.errors import ZebraError
+from zebra.core.atomic import fsync_dir, make_folder, write_error
+from zebra.core.errors import ZebraError
 from zebra.mixers import MIXERS, MLP
 
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0")

@@ -21,8 +21,8 @@ import torch
 from zebra.convert import native_verify as nv
 from zebra.convert.formats import open_checkpoint
 from zebra.convert.verifier import VerifyReport, _compare, _load
+from zebra.core.errors import ZebraError
 from zebra.data.tokenizers import load_tokenizer
-from zebra.errors import ZebraError
 
 GGUF_NOISE_FACTOR = 100.0
 N_CTX = 512

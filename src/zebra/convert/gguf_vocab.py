@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from zebra.errors import ZebraError
+from zebra.core.errors import ZebraError
 
 LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
