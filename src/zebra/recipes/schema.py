@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, make_dataclass
 from typing import Any
 
+from zebra.data.paths import DataPath
 from zebra.mixers import MIXERS, MixerSpec, recurrent_names
 
 # Upper bounds of the counts and sizes a recipe takes: far above any real model or run, low enough that a typo
@@ -150,21 +151,18 @@ class _ModelFields:
         return ZebraConfig(**{**self.flat(), **overrides})
 
     @classmethod
-    def overrides_from_config(cls, config: Mapping[str, Any]) -> list[str]:
-        """`model.*=value` overrides that give a recipe the shapes of a ZebraConfig dict (an export's
-        config.json): the inverse of `flat`, over the keys `flat` fills. Keys the config lacks are left out."""
-        out = []
-        for path, key in config_paths(cls).items():
-            if key in config:
-                value = config[key]
-                text = "null" if value is None else str(value).lower() if isinstance(value, bool) else value
-                out.append(f"model.{path}={text}")
+    def overrides_from_config(cls, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Typed `{"model.<path>": value}` overrides that give a recipe the shapes of a ZebraConfig dict (an
+        export's config.json): the inverse of `flat`, over the keys `flat` fills. Keys the config lacks are
+        left out; the values are the config's own, checked by the recipe's schema as `--set` values are."""
+        out = {f"model.{path}": config[key] for path, key in config_paths(cls).items() if key in config}
         scaling = config.get("rope_scaling") or {}
         if "factor" in scaling:
-            out.append(f"model.mla.rope_scaling_factor={float(scaling['factor'])}")
+            out["model.mla.rope_scaling_factor"] = float(scaling["factor"])
         if "original_max_position_embeddings" in scaling:
-            original = int(scaling["original_max_position_embeddings"])
-            out.append(f"model.mla.original_max_position_embeddings={original}")
+            out["model.mla.original_max_position_embeddings"] = int(
+                scaling["original_max_position_embeddings"]
+            )
         return out
 
 
@@ -227,7 +225,7 @@ def _at(section: Any, path: str) -> Any:
 @dataclass(kw_only=True)
 class DataSpec:
     tokenizer: str = spec("meta-llama/Llama-3.2-1B", doc="HF tokenizer name or path, or 'byte' (built in)")
-    paths: list[str] = spec(
+    paths: list[DataPath] = spec(
         doc="data folders, Megatron prefixes or @sample, each 'PATH' or 'PATH:weight' (blended)", factory=list
     )
     mock: bool = spec(False, doc="train on random tokens (no data needed)")
@@ -412,4 +410,5 @@ class Recipe:
         d = asdict(self)
         d.pop("source")
         d.pop("overridden")
+        d["data"]["paths"] = [str(p) for p in self.data.paths]  # each as written (resolved: PREFIX:WEIGHT)
         return d
