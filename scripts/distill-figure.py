@@ -282,15 +282,15 @@ def scratch_part(args, mixer: str, pack: dict, record: dict, deadline: Deadline,
     config = json.loads((Path(record[mixer]["step0_export"]) / "config.json").read_text())
     deadline.need("train")
     lr, interval = args.scratch_lr, max(1, steps // args.evals)
-    recipe = load_recipe("tiny", overrides=[
-        *ModelSpec.overrides_from_config(config), f"data.paths={args.data}", "data.mock=false",
-        f"data.tokenizer={record[mixer]['step0_export']}", f"data.seq_len={args.seq_len}",
-        f"data.split={pack['split']}", f"train.global_batch_size={args.batch}",
-        f"train.micro_batch_size={args.micro_batch}", f"train.max_steps={steps}", f"train.lr={lr}",
-        f"train.min_lr={lr / 10}", f"train.warmup_steps={max(1, steps // 100)}", "train.lr_decay_style=cosine",
-        f"train.eval_interval={interval}", f"train.save_interval={interval}", "train.export=true",
-        "train.log_interval=1", f"train.precision={'bf16' if ctx['device'].type == 'cuda' else 'fp32'}",
-    ])  # fmt: skip
+    recipe = load_recipe("tiny", overrides={
+        **ModelSpec.overrides_from_config(config), "data.paths": [str(args.data)], "data.mock": False,
+        "data.tokenizer": str(record[mixer]["step0_export"]), "data.seq_len": args.seq_len,
+        "data.split": pack["split"], "train.global_batch_size": args.batch,
+        "train.micro_batch_size": args.micro_batch, "train.max_steps": steps, "train.lr": lr,
+        "train.min_lr": lr / 10, "train.warmup_steps": max(1, steps // 100), "train.lr_decay_style": "cosine",
+        "train.eval_interval": interval, "train.save_interval": interval, "train.export": True,
+        "train.log_interval": 1, "train.precision": "bf16" if ctx["device"].type == "cuda" else "fp32",
+    })  # fmt: skip
     recipe.name = f"scratch-{mixer}"
     run = resolve_run(recipe, RankLayout(ctx["device"].type, 1, 1), output=str(args.output), run=recipe.name)
     prepare_run(run)

@@ -1,4 +1,5 @@
-"""`TARGET[:WEIGHT]` data paths: one parser for the recipe loader, the trainer and `resolve_prefixes`."""
+"""`TARGET[:WEIGHT]` data paths: parsed once into a `DataPath` that the recipe, the trainer and `resolve_prefixes`
+hand on."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from zebra.data.prefixes import resolve_prefixes
 from zebra.data.prep import plan_prep, run_prep
 from zebra.data.text_sources import open_source
 from zebra.recipes import load_recipe
-from zebra.train.data import parse_blend
 
 from .helpers import write_source
 
@@ -30,7 +30,9 @@ from .helpers import write_source
 )
 def test_parse_data_path(entry, target, weight):
     assert parse_data_path(entry) == (target, weight)
-    assert parse_blend([entry]) == [(target, weight)]  # the trainer reads entries the same way
+    assert str(parse_data_path(entry)) == entry  # written back as given (a recipe shown, a run's config.yaml)
+    recipe = load_recipe("tiny", overrides={"data.paths": [entry]})  # a typed override, as --data gives
+    assert recipe.data.paths == [(target, weight)]
 
 
 @pytest.mark.parametrize(
@@ -50,8 +52,6 @@ def test_bad_entries_are_refused_by_every_reader(entry, message):
     with pytest.raises(ZebraError, match=message):
         parse_data_path(entry)
     with pytest.raises(ZebraError, match=message):
-        parse_blend([entry])
-    with pytest.raises(ZebraError, match=message):
         resolve_prefixes(entry)
     if entry:  # `--set data.paths=[]` is an empty list, not an empty entry
         with pytest.raises(ZebraError, match=f"data.paths: {message}"):
@@ -60,7 +60,7 @@ def test_bad_entries_are_refused_by_every_reader(entry, message):
 
 def test_recipe_accepts_a_colon_inside_a_folder_name():
     recipe = load_recipe("tiny", overrides=["data.paths=[/mnt/a:b/x,/mnt/c:0.5]"])
-    assert recipe.data.paths == ["/mnt/a:b/x", "/mnt/c:0.5"]
+    assert recipe.data.paths == [("/mnt/a:b/x", 1.0), ("/mnt/c", 0.5)]
 
 
 def test_prep_folder_and_weighted_entries(texts, tmp_path):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cli_results import assert_one_line_error
+from zebra.data.paths import DataPath
 from zebra.launch import make_plan, with_launch_lists
 from zebra.launch.container import container_mounts
 from zebra.launch.environment import MASK, EnvVar, is_secret, mask_urls, passthrough, resolve
@@ -219,7 +220,10 @@ def test_container_mounts_data_tokenizer_and_user_mounts(tmp_path, monkeypatch):
     recipe = load_recipe("tiny", overrides=["launch.launcher=docker", "data.mock=true"])
     run = make_plan(with_launch_lists(recipe, mounts=[f"{extra}:/extra:ro"]), output=tmp_path / "runs").run
     run.recipe.data.mock = False
-    run.recipe.data.paths = [f"{data}/a_text_document:0.5", f"{data}/b_text_document:0.5"]
+    run.recipe.data.paths = [
+        DataPath(f"{data}/a_text_document", 0.5),
+        DataPath(f"{data}/b_text_document", 0.5),
+    ]
     run.recipe.data.tokenizer = str(tokenizer)
     mounts = {m.target: m for m in container_mounts(run)}
     assert mounts[str(data)].read_only and mounts[str(data)].purpose == "data"  # one mount for both prefixes
@@ -346,7 +350,7 @@ def test_a_container_plan_of_the_sample_binds_its_cache_folder_that_only_the_run
     assert not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()
     recipe = load_recipe("tiny", overrides=["launch.launcher=docker", "data.paths=[@sample]"])
     run = make_plan(recipe, nproc=1, output=tmp_path / "runs").run
-    assert run.recipe.data.paths == info["data"] and (folder / "manifest.json").is_file()
+    assert list(map(str, run.recipe.data.paths)) == info["data"] and (folder / "manifest.json").is_file()
 
 
 TORCH_WRITES_HERE = """import os

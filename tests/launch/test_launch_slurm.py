@@ -28,12 +28,16 @@ def local_two_ranks(tmp_path_factory) -> list[tuple[int, float]]:
     """The reference: the same run on two local ranks through the elastic agent."""
     from zebra.launch import make_plan, start
     from zebra.recipes import load_recipe
+    from zebra.recipes.loader import combine, parse_assignments
     from zebra.train.run import data_overrides, prepare_run
 
     output = tmp_path_factory.mktemp("local")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ZEBRA_TENSORBOARD", "0")
-        sets = ["launch.launcher=local", *SETS, *data_overrides(None, mock_data=True, max_steps=STEPS)]
+        sets = combine(
+            parse_assignments(["launch.launcher=local", *SETS]),
+            data_overrides(None, mock_data=True, max_steps=STEPS),
+        )
         plan = make_plan(load_recipe("tiny", overrides=sets), nproc=2, output=output)
         prepare_run(plan.run)
         start(plan)

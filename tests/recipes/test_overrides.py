@@ -22,8 +22,8 @@ def load(*overrides):
         ("train.compile=off", lambda r: r.train.compile, False),
         ("train.export=0", lambda r: r.train.export, False),
         ("data.tokenizer=fla-hub/gla-1.3B-100B", lambda r: r.data.tokenizer, "fla-hub/gla-1.3B-100B"),
-        ("data.paths=a,b:0.5", lambda r: r.data.paths, ["a", "b:0.5"]),
-        ("data.paths=[x, y]", lambda r: r.data.paths, ["x", "y"]),
+        ("data.paths=a,b:0.5", lambda r: r.data.paths, [("a", 1.0), ("b", 0.5)]),  # DataPaths, parsed once
+        ("data.paths=[x, y]", lambda r: list(map(str, r.data.paths)), ["x", "y"]),
         ("data.paths=", lambda r: r.data.paths, []),
         ("model.mla.num_heads=8", lambda r: r.model.mla.num_heads, 8),
         ("launch.launcher=slurm", lambda r: r.launch.launcher, "slurm"),

@@ -168,7 +168,7 @@ def test_rules_apply_only_to_mixers_in_the_pattern(write):
 
 def test_weighted_paths_and_split_that_are_valid(write):
     recipe = load_recipe(write("ok.yaml", base("data: {paths: ['a:0.3', 'b:0.7', c], split: '98,2,0'}\n")))
-    assert recipe.data.paths == ["a:0.3", "b:0.7", "c"]
+    assert recipe.data.paths == [("a", 0.3), ("b", 0.7), ("c", 1.0)]
 
 
 def test_unknown_name_suggests_close_builtins():

@@ -3,6 +3,8 @@ weighted blends of prefixes, and megatron's mock dataset."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -80,6 +82,33 @@ def _write_prefix(path, token: int, docs: int = 200) -> str:
         builder.add_document(torch.tensor([token] * n + [256]), [n + 1])
     builder.finalize(str(path) + ".idx")
     return str(path)
+
+
+def test_weighted_data_paths_reach_megatrons_blend_from_the_command_line(cli, tmp_path):
+    """`zebra train --data A:3 --data B:1`, B in a folder whose name holds ':': the plan shows each resolved
+    prefix with its weight, the run's config.yaml keeps them so (what a resumed run reads), and the rank's
+    datasets, built from that config.yaml, blend the two prefixes 3:1."""
+    from zebra.recipes.loader import combine, parse_assignments
+    from zebra.train.run import RankLayout, data_overrides, prepare_run, resolve_run
+
+    (tmp_path / "x:y").mkdir()
+    a, b = _write_prefix(tmp_path / "a", ord("a")), _write_prefix(tmp_path / "x:y" / "b", ord("b"))
+    sets = ["data.seq_len=16", "data.split=90,10,0"]
+    flags = [x for s in sets for x in ("--set", s)]
+    result = cli("train", "tiny", "--data", f"{a}:3", "--data", f"{b}:1", *flags, "--dry-run", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["data"] == [f"{a}:3.0", f"{b}:1.0"]
+
+    overrides = combine(parse_assignments(sets), data_overrides([f"{a}:3", f"{b}:1"], False, None))
+    run = resolve_run(load_recipe("tiny", overrides), RankLayout("cpu", 1, 1), output=tmp_path / "runs")
+    config = prepare_run(run) / "config.yaml"
+    assert f"- {b}:1.0" in config.read_text()
+    recipe = load_recipe(config)
+    assert recipe.data.paths == [(a, 3.0), (b, 1.0)]
+    train, _ = build_datasets(recipe, train_samples=400, valid_samples=16, cache_dir=tmp_path / "cache")
+    sources = [int(train[i]["dataset_id"]) for i in range(400)]
+    assert abs(sources.count(0) / 400 - 0.75) < 0.02
+    assert set(train[sources.index(1)]["tokens"].tolist()) - {256} == {ord("b")}
 
 
 def test_blend_of_two_prefixes_follows_the_weights(tmp_path):

@@ -89,19 +89,20 @@ def parity_recipe(cfg: ParityConfig):
     """
     from zebra.bench.train import check_fla_comparable
     from zebra.recipes import load_recipe
+    from zebra.recipes.loader import parse_assignments
     from zebra.train.data import fla_dataset
 
     recipe = load_recipe(
         cfg.recipe,
-        overrides=[
-            *cfg.overrides,
-            f"data.paths={cfg.data}",
-            "data.mock=false",
-            "data.order=fla",
-            f"train.global_batch_size={cfg.batch}",
-            f"train.micro_batch_size={cfg.batch}",
-            f"train.max_steps={cfg.steps}",
-        ],
+        overrides={
+            **parse_assignments(cfg.overrides),
+            "data.paths": [cfg.data],
+            "data.mock": False,
+            "data.order": "fla",
+            "train.global_batch_size": cfg.batch,
+            "train.micro_batch_size": cfg.batch,
+            "train.max_steps": cfg.steps,
+        },
     )
     check_fla_comparable(recipe, flag="bench parity")
     vocab = fla_dataset(recipe, cfg.steps * cfg.batch, ranks=1).folder.manifest.tokenizer.get("vocab_size")

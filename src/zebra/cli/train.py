@@ -103,13 +103,14 @@ def train(
     # the library loads here, not when the CLI starts (zebra --help stays fast)
     from zebra.launch import hold_run_dir, launch_overrides, make_plan, start, with_launch_lists
     from zebra.recipes import list_recipes, load_recipe
+    from zebra.recipes.loader import combine, parse_assignments
     from zebra.train.run import data_overrides, distill_overrides, prepare_run
 
     name = recipe or choose("Which recipe?", list_recipes(), yes=yes, flag="RECIPE")
-    sets = [
-        *distill_overrides(teacher, str(init) if init else None),  # first: --set may change what --init set
-        *(set_ or []),
-        *launch_overrides(
+    sets = combine(  # typed values; --set text read here, once
+        distill_overrides(teacher, str(init) if init else None),  # first: --set may change what --init set
+        parse_assignments(set_ or []),
+        launch_overrides(
             launcher=launcher.value if launcher else None,
             image=image,
             partition=partition,
@@ -118,8 +119,8 @@ def train(
             time=time_limit,
             container=container or None,
         ),
-        *data_overrides(data, mock_data, max_steps),
-    ]
+        data_overrides(data, mock_data, max_steps),
+    )
     lists = {
         "mounts": mount or [],
         "sbatch_extra": sbatch_extra or [],

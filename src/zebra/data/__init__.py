@@ -1,8 +1,9 @@
 """Data: sources, tokenizers and Megatron shards. The trainer's entry points are re-exported here.
 
-- `parse_data_path(entry)` -> `(target, weight)` of one recipe data path `TARGET[:WEIGHT]`.
-- `resolve_prefixes(entry)` -> `[(prefix, weight), ...]` for one recipe data path (`@sample`, a data folder,
-  or a plain Megatron prefix, each optionally `:WEIGHT`).
+- `parse_data_path(entry)` -> the `DataPath` (`target`, `weight`) of one recipe data path `TARGET[:WEIGHT]`; the
+  recipe loader calls it once per entry, and a recipe holds `DataPath`s from there on.
+- `resolve_prefixes(path)` -> `[DataPath(prefix, weight), ...]` for one recipe data path (`@sample`, a data
+  folder, or a plain Megatron prefix): the way from a recipe's data path into the data pipeline.
 - `bundled_prefix(tokenizer)` -> the bundled corpus (`@sample`) tokenized (cached), as a Megatron prefix.
 - `load_tokenizer(name_or_path)` -> a `PreTrainedTokenizerFast` (`byte` is built in).
 - `read_manifest(folder)` -> what a data folder holds.

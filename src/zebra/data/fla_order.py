@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from zebra.core.errors import ZebraError
 from zebra.data.manifest import Manifest, read_manifest
-from zebra.data.paths import BUNDLED, parse_data_path, prep_folder
+from zebra.data.paths import BUNDLED, DataPath, prep_folder
 
 if TYPE_CHECKING:
     import numpy as np
@@ -63,7 +63,7 @@ class FlaFolder:
         return [self.path / s.prefix for s in self.manifest.shards]
 
 
-def fla_folder(paths: list[str], seq_len: int, global_batch: int) -> FlaFolder:
+def fla_folder(paths: list[DataPath], seq_len: int, global_batch: int) -> FlaFolder:
     """The one convert-fla folder `data.paths` names, checked for `data.order: fla`.
 
     Args:
@@ -82,7 +82,7 @@ def fla_folder(paths: list[str], seq_len: int, global_batch: int) -> FlaFolder:
         )
     named: dict[Path, set[str]] = {}  # folder -> the shard prefixes named (empty: the folder itself)
     for entry in paths:
-        folder, shard = _folder_of(parse_data_path(entry).target)
+        folder, shard = _folder_of(entry.target)
         named.setdefault(folder, set()).update([shard] if shard else [])
     if len(named) != 1:
         raise ZebraError(

@@ -1,9 +1,10 @@
 """Recipe data paths: the grammar of one `data.paths` entry, `TARGET[:WEIGHT]`, and what a TARGET names.
 
 A TARGET is `@sample` (the bundled corpus), a data folder made by `zebra data prep` / `convert-fla` (or its
-`manifest.json`), or a plain Megatron prefix `PATH/NAME` (`NAME.bin` + `NAME.idx`). The recipe loader, the
-trainer, `resolve_prefixes` (`zebra.data.prefixes`) and `zebra data inspect` all read entries through
-`parse_data_path` and `prep_folder`. This module reads no data, so validating a recipe stays cheap.
+`manifest.json`), or a plain Megatron prefix `PATH/NAME` (`NAME.bin` + `NAME.idx`). Text is parsed once, where it
+enters (`zebra train --data`, a recipe YAML's `data.paths`), into a `DataPath`; from there the recipe, the
+trainer and `resolve_prefixes` (`zebra.data.prefixes`, the one way from a path to Megatron prefixes) hand the
+`DataPath` on. This module reads no data, so validating a recipe stays cheap.
 """
 
 from __future__ import annotations
@@ -19,11 +20,34 @@ BUNDLED = "@sample"  # the TARGET naming the bundled corpus
 _EXPECTED = "expected PREFIX[:weight]"
 
 
-class DataPath(NamedTuple):
-    """One parsed `data.paths` entry."""
-
+class _Fields(NamedTuple):
     target: str  # `@sample`, a data folder, its manifest.json, or a Megatron prefix
     weight: float  # > 0; relative to the other entries' weights
+
+
+class DataPath(_Fields):
+    """One parsed `data.paths` entry: unpacks and compares as `(target, weight)`; `str()` is the entry as it was
+    written (`parse_data_path`), else `TARGET:WEIGHT`, the form a run's config.yaml holds resolved prefixes in.
+
+    >>> str(parse_data_path("@sample")), str(DataPath("/d/a_text_document", 0.5))
+    ('@sample', '/d/a_text_document:0.5')
+    """
+
+    written: str  # the entry's text (an attribute, not a field: equality stays `(target, weight)`)
+
+    def __new__(cls, target: str, weight: float = 1.0, written: str | None = None) -> DataPath:
+        path = super().__new__(cls, target, weight)
+        path.written = written if written is not None else f"{target}:{weight!r}"
+        return path
+
+    def __getnewargs__(self) -> tuple[str, float, str]:  # copies and pickles keep the text
+        return (self.target, self.weight, self.written)
+
+    def __str__(self) -> str:
+        return self.written
+
+    def __repr__(self) -> str:
+        return f"DataPath({self.written!r})"
 
 
 def parse_data_path(entry: str) -> DataPath:
@@ -40,7 +64,7 @@ def parse_data_path(entry: str) -> DataPath:
     if not target:
         raise ZebraError(f"{entry!r}: empty prefix ({_EXPECTED})", fix="write the data path before the ':'")
     if weight_text is None:
-        return DataPath(target, 1.0)
+        return DataPath(target, 1.0, entry)
     try:
         weight = float(weight_text)
     except ValueError:
@@ -50,7 +74,7 @@ def parse_data_path(entry: str) -> DataPath:
             f"{entry!r}: weight {weight_text!r} is not a positive number ({_EXPECTED})",
             fix="write PATH, or PATH:WEIGHT with a WEIGHT above 0",
         )
-    return DataPath(target, weight)
+    return DataPath(target, weight, entry)
 
 
 def prep_folder(target: str | Path) -> Path | None:

@@ -19,18 +19,23 @@ from zebra.data.bundled_corpus import CORPUS_PATH
 from zebra.data.folder import shard_prefix
 from zebra.data.indexed import check_prefix
 from zebra.data.manifest import Manifest, manifest_path, read_manifest, shard_paths
-from zebra.data.paths import BUNDLED, parse_data_path, prep_folder
+from zebra.data.paths import BUNDLED, DataPath, parse_data_path, prep_folder
 from zebra.data.prep import plan_prep, run_prep
 from zebra.data.text_sources import default_folder, holds_text, open_source, prep_command
 
 
 def resolve_prefixes(
-    entry: str, *, tokenizer: str = "byte", prepare: bool = True, sample: BundledSample | None = None
-) -> list[tuple[str, float]]:
-    """Turn one `data.paths` entry into Megatron prefixes with blend weights; the trainer calls this.
+    entry: DataPath | str,
+    *,
+    tokenizer: str = "byte",
+    prepare: bool = True,
+    sample: BundledSample | None = None,
+) -> list[DataPath]:
+    """Turn one `data.paths` entry into Megatron prefixes with blend weights: the way into `zebra.data` from a
+    recipe's data path (the trainer's, `zebra data inspect`'s, calibration's).
 
     Args:
-        entry: `TARGET[:WEIGHT]` (`zebra.data.paths`).
+        entry: a `DataPath` as the recipe holds it, or its text `TARGET[:WEIGHT]` (parsed here).
         tokenizer: what `@sample` is tokenized with (other targets are already tokenized); a missing folder's
             error names the `zebra data prep` command that makes it with this tokenizer.
         prepare: tokenize `@sample` into the cache if it is not there yet; False (a dry run): write nothing and
@@ -38,16 +43,16 @@ def resolve_prefixes(
         sample: `@sample` as the caller already asked `bundled_sample` for it (tokenizer and prepare alike).
 
     Returns:
-        `[(prefix, weight), ...]`. The weights of one entry sum to its WEIGHT and split it in proportion to
+        `[DataPath(prefix, weight), ...]`. The weights of one entry sum to its WEIGHT and split it in proportion to
         each shard's tokens, so a folder's shards blend exactly like one concatenated dataset. Weights of
         several entries are relative to each other (Megatron's blend semantics).
 
     Raises:
         ZebraError: nothing there, an unfinished prep, or a shard whose files are missing or truncated.
     """
-    target, weight = parse_data_path(entry)
+    target, weight = entry if isinstance(entry, DataPath) else parse_data_path(entry)
     if target == BUNDLED:
-        return [(str((sample or bundled_sample(tokenizer, prepare=prepare)).prefix), weight)]
+        return [DataPath(str((sample or bundled_sample(tokenizer, prepare=prepare)).prefix), weight)]
     folder = prep_folder(target)
     if folder is not None:
         return _folder_prefixes(folder, read_manifest(folder), weight)
@@ -57,7 +62,7 @@ def resolve_prefixes(
             raise ZebraError(
                 f"data path {target}: {path}.bin holds no tokens", fix="pass a prefix with documents"
             )
-        return [(str(path.resolve()), weight)]
+        return [DataPath(str(path.resolve()), weight)]
     if path.exists() and holds_text(path):  # text where tokenized data belongs (a .jsonl, a folder of .txt)
         out = default_folder(str(path))
         raise ZebraError(
@@ -73,7 +78,7 @@ def resolve_prefixes(
     )
 
 
-def _folder_prefixes(folder: Path, manifest: Manifest, weight: float) -> list[tuple[str, float]]:
+def _folder_prefixes(folder: Path, manifest: Manifest, weight: float) -> list[DataPath]:
     """Every shard of a finished folder whose files match the manifest, weighted by its tokens."""
     if not manifest.complete:
         raise ZebraError(
@@ -90,7 +95,7 @@ def _folder_prefixes(folder: Path, manifest: Manifest, weight: float) -> list[tu
             )
     manifest.check_has_documents(folder)
     return [
-        (str(prefix), weight * s.tokens / manifest.tokens)
+        DataPath(str(prefix), weight * s.tokens / manifest.tokens)
         for prefix, s in zip(prefixes, manifest.shards, strict=True)
         if s.tokens  # a shard whose rows were all skipped holds no documents
     ]

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import zebra
-from zebra.data.paths import parse_data_path
 from zebra.launch.commands import cpu_threads_per_rank
 from zebra.launch.devices import amd_options, guess_vendor, nvidia_options
 from zebra.launch.environment import EnvVar, Mount, hf_cache, masked, parse_mount
@@ -126,7 +125,7 @@ def container_mounts(run: TrainRun) -> list[Mount]:
     run_dir = str(run.run_dir.resolve())
     mounts.append(Mount(run_dir, run_dir, False, "run"))
     for entry in run.recipe.data.paths if not run.recipe.data.mock else []:
-        folder = str(Path(parse_data_path(entry).target).parent)
+        folder = str(Path(entry.target).parent)
         if not _inside(folder, mounts):
             mounts.append(Mount(folder, folder, True, "data"))
     local = (

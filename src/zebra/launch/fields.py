@@ -58,8 +58,8 @@ def check_fields(run: TrainRun, env: list[EnvVar]) -> None:
         for text in _texts(getattr(launch, field.name)):
             check_text(key, text)
     check_text("the run folder (--output / --run)", str(run.run_dir))
-    for text in run.recipe.data.paths:
-        check_text("data.paths (--data)", text)
+    for path in run.recipe.data.paths:
+        check_text("data.paths (--data)", str(path))
     check_text("data.tokenizer", run.recipe.data.tokenizer)
     for var in env:
         check_text("an environment variable name", var.name)

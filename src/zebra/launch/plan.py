@@ -6,7 +6,7 @@ the environment they get (secrets masked when shown), the command of one node's 
 the container spec (docker, slurm with a container) or the sbatch parameters (slurm). `--dry-run` prints
 `LaunchPlan.describe()`.
 
-The flags of `zebra train` that set recipe keys become overrides before the recipe is loaded
+The flags of `zebra train` that set recipe keys become typed overrides before the recipe is loaded
 (`launch_overrides`); the repeatable ones add to the recipe's lists (`with_launch_lists`).
 """
 
@@ -83,15 +83,9 @@ class LaunchPlan:
         return info
 
 
-def launch_overrides(**settings: Any) -> list[str]:
-    """`--set`-style overrides of the recipe's launch section for the flags given (None: not given)."""
-    sets = []
-    for key, value in settings.items():
-        if value is None:
-            continue
-        text = str(value).lower() if isinstance(value, bool) else str(value)
-        sets.append(f"launch.{key}={text}")
-    return sets
+def launch_overrides(**settings: Any) -> dict[str, Any]:
+    """Typed overrides of the recipe's launch section for the flags given (None: not given)."""
+    return {f"launch.{key}": value for key, value in settings.items() if value is not None}
 
 
 def with_launch_lists(

@@ -1,4 +1,8 @@
-"""Load recipes: find by name or path, follow `extends:`, apply `--set` overrides, validate against the schema.
+"""Load recipes: find by name or path, follow `extends:`, apply overrides, validate against the schema.
+
+Overrides are typed: `{dotted key: value}` (`Overrides`). `zebra train`'s flags and `--init` give Python values;
+`--set KEY=VALUE` text is read once at the command line's edge (`parse_assignments`) and coerced by the same
+schema checks, so a wrong value reads the same from either.
 
 Every problem becomes a `ZebraError` reading `file: key.path: problem (expected ...)`.
 """
@@ -11,13 +15,16 @@ import functools
 import math
 import types
 import typing
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from zebra.core.errors import ZebraError, yaml_problem
-from zebra.data.paths import parse_data_path
+from zebra.data.paths import DataPath, parse_data_path
 from zebra.recipes.schema import MAX_SEQUENCES, Recipe, field_choices
 from zebra.spec import arch
+
+Overrides = Mapping[str, Any]  # dotted recipe key -> value (a Python value, or `--set` text as `CliText`)
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1] / "_recipes"  # installed wheel: zebra/_recipes
 _SOURCE_DIR = Path(__file__).resolve().parents[3] / "recipes"  # source checkout / editable install
@@ -124,28 +131,66 @@ def load_raw(path: Path, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     return _deep_merge(base, data)
 
 
-def apply_override(raw: dict[str, Any], assignment: str) -> None:
-    """Apply one `--set a.b.c=value` in place; the value stays a string until the schema coerces it."""
-    key, sep, value = assignment.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ZebraError(f"--set {assignment!r}: expected KEY=VALUE, e.g. --set train.lr=3e-4")
-    node = raw
+def parse_assignments(assignments: Iterable[str]) -> dict[str, CliText]:
+    """The command line's `--set a.b.c=value` strings as overrides: `{"a.b.c": CliText("value")}`, in order.
+
+    This is where `--set` text is read; the schema coerces each value once (`load_recipe`).
+
+    >>> parse_assignments(["train.lr=3e-4"])
+    {'train.lr': '3e-4'}
+    """
+    sets: dict[str, CliText] = {}
+    for assignment in assignments:
+        key, sep, value = assignment.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ZebraError(f"--set {assignment!r}: expected KEY=VALUE, e.g. --set train.lr=3e-4")
+        _key_parts(key, assignment)
+        sets = combine(sets, {key: CliText(value.strip())})
+    return sets
+
+
+def combine(*overrides: Overrides) -> dict[str, Any]:
+    """Overrides given one after the other as one mapping: a key given again takes its last value and its last
+    place (so `--set model.gdn.num_v_heads=4` after `--init` wins, as does a later `--set` of a section)."""
+    out: dict[str, Any] = {}
+    for sets in overrides:
+        for key, value in sets.items():
+            out.pop(key, None)
+            out[key] = value
+    return out
+
+
+def _key_parts(key: str, given: str) -> list[str]:
     parts = key.split(".")
     if not all(parts):
-        raise ZebraError(
-            f"--set {assignment!r}: empty part in key {key!r} (expected a dotted path like train.lr)"
-        )
+        raise ZebraError(f"--set {given!r}: empty part in key {key!r} (expected a dotted path like train.lr)")
+    return parts
+
+
+def apply_override(raw: dict[str, Any], key: str, value: Any) -> None:
+    """Set the dotted `key` of `raw` to `value` in place, marked as an override: errors about it name `--set`.
+    The schema coerces it as it does a YAML value, or as `--set` text when it is a `CliText`."""
+    node = raw
+    parts = _key_parts(key, f"{key}={value}")
     for part in parts[:-1]:
         child = node.setdefault(part, _OverrideSection())
         if not isinstance(child, dict):
-            raise ZebraError(f"--set {assignment!r}: {part} is not a section")
+            raise ZebraError(f"--set {f'{key}={value}'!r}: {part} is not a section")
         node = child
-    node[parts[-1]] = _OverrideValue(value.strip())
+    node[parts[-1]] = _Override(value)
 
 
-class _OverrideValue(str):
-    """A string that came from the command line: coerced to the field's type (YAML values are not)."""
+class CliText(str):
+    """A value as typed after `--set KEY=`: coerced to the field's type (`null`, `a,b`, `yes`; YAML values and
+    typed overrides are not)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Override:
+    """A value an override put in the raw recipe (so errors about it name --set)."""
+
+    value: Any
 
 
 class _OverrideSection(dict):
@@ -153,7 +198,21 @@ class _OverrideSection(dict):
 
 
 def _origin(value: Any, source: str) -> str:
-    return "--set" if isinstance(value, _OverrideValue | _OverrideSection) else source
+    return "--set" if isinstance(value, _Override | _OverrideSection) else source
+
+
+def _given(value: Any) -> Any:
+    return value.value if isinstance(value, _Override) else value
+
+
+def _section(value: Any) -> Any:
+    """A section's raw value for `build`: null is empty; a mapping an override gave stays marked as one."""
+    given = _given(value)
+    if given is None:
+        return {}
+    if isinstance(value, _Override) and isinstance(given, dict):
+        return _OverrideSection({k: _Override(v) for k, v in given.items()})
+    return value
 
 
 def _type_name(tp: Any) -> str:
@@ -170,7 +229,7 @@ def _type_name(tp: Any) -> str:
 
 def _coerce(value: Any, tp: Any, where: str, meta: dict[str, Any]) -> Any:
     """Value converted to `tp`, or raise ValueError('problem (expected ...)')."""
-    from_cli = isinstance(value, _OverrideValue)
+    from_cli = isinstance(value, CliText)
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         if value is None or (from_cli and value.lower() in ("null", "none", "")):
@@ -183,6 +242,8 @@ def _coerce(value: Any, tp: Any, where: str, meta: dict[str, Any]) -> Any:
             if value.startswith("[") != value.endswith("]"):
                 raise ValueError(f"got {value!r} (unbalanced brackets; expected a,b or [a, b])")
             value = [] if value in ("", "[]") else [v.strip() for v in value.strip("[]").split(",")]
+        if typing.get_args(tp) == (DataPath,):
+            return _data_paths(value, expected)
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ValueError(f"got {value!r} (expected {expected})")
         return list(value)
@@ -227,10 +288,22 @@ def _coerce(value: Any, tp: Any, where: str, meta: dict[str, Any]) -> Any:
     return value
 
 
+def _data_paths(value: Any, expected: str) -> list[DataPath]:
+    """`data.paths` as `DataPath`s: text (YAML, `--set`) parsed here, once; `DataPath`s (`--data`) kept."""
+    if not isinstance(value, list) or not all(isinstance(v, str | DataPath) for v in value):
+        raise ValueError(f"got {value!r} (expected {expected})")
+    try:
+        return [v if isinstance(v, DataPath) else parse_data_path(v) for v in value]
+    except ZebraError as e:
+        raise ValueError(e.message) from None
+
+
 def build(cls: type, data: Any, path: str, source: str) -> Any:
     """Instantiate dataclass `cls` from mapping `data`, validating every key against the schema."""
     if not isinstance(data, dict):
-        raise ZebraError(f"{_origin(data, source)}: {path or 'recipe'}: got {data!r} (expected a mapping)")
+        raise ZebraError(
+            f"{_origin(data, source)}: {path or 'recipe'}: got {_given(data)!r} (expected a mapping)"
+        )
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
     unknown = [k for k in data if k not in fields]
@@ -245,10 +318,10 @@ def build(cls: type, data: Any, path: str, source: str) -> Any:
         where = f"{path}.{name}" if path else name
         tp = hints[name]
         if dataclasses.is_dataclass(tp):
-            kwargs[name] = build(tp, value if value is not None else {}, where, source)
+            kwargs[name] = build(tp, _section(value), where, source)
             continue
         try:
-            kwargs[name] = _coerce(value, tp, where, dict(fields[name].metadata))
+            kwargs[name] = _coerce(_given(value), tp, where, dict(fields[name].metadata))
         except ValueError as e:
             raise ZebraError(f"{_origin(value, source)}: {where}: {e}") from None
     return cls(**kwargs)
@@ -300,11 +373,6 @@ def _check(recipe: Recipe, source: str, overridden: set[str]) -> None:
             f"{t.micro_batch_size} exceeds global_batch_size {t.global_batch_size}",
             "train.global_batch_size",
         )
-    for p in recipe.data.paths:
-        try:
-            parse_data_path(p)
-        except ZebraError as e:
-            fail("data.paths", e.message)
     split = recipe.data.split.split(",")
     try:
         parts = [float(s) for s in split]
@@ -314,20 +382,28 @@ def _check(recipe: Recipe, source: str, overridden: set[str]) -> None:
         fail("data.split", f"{recipe.data.split!r} (expected three non-negative weights like '99,1,0')")
 
 
-def load_recipe(name_or_path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
-    """Load, merge (`extends:`), override (`a.b=c`) and validate a recipe.
+def load_recipe(name_or_path: str | Path, overrides: Overrides | Iterable[str] = ()) -> Recipe:
+    """Load, merge (`extends:`), override and validate a recipe.
 
+    Args:
+        overrides: `{dotted key: value}`, applied in order after the YAML: Python values (`7`, `True`,
+            `[DataPath, ...]`) or `--set` text (`CliText`), checked by the same schema with the same errors;
+            or `--set` strings `a.b=c`, read by `parse_assignments`.
+
+    >>> load_recipe("tiny", overrides={"train.lr": 3e-4}).train.lr
+    0.0003
     >>> load_recipe("tiny", overrides=["train.lr=3e-4"]).train.lr
     0.0003
     """
+    sets = dict(overrides) if isinstance(overrides, Mapping) else parse_assignments(overrides)
     path = find_recipe(name_or_path)
     raw = load_raw(path)
-    for assignment in overrides:
-        apply_override(raw, assignment)
+    for key, value in sets.items():
+        apply_override(raw, key, value)
     recipe = build(Recipe, raw, "", str(path))
     recipe.source = str(path)
-    recipe.overridden = [assignment.split("=", 1)[0].strip() for assignment in overrides]
-    _check(recipe, str(path), {assignment.split("=", 1)[0].strip() for assignment in overrides})
+    recipe.overridden = list(sets)
+    _check(recipe, str(path), set(sets))
     return recipe
 
 

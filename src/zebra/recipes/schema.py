@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, make_dataclass
 from typing import Any
 
+from zebra.data.paths import DataPath
 from zebra.mixers import MIXERS, MLA, MixerSpec, recurrent_names
 from zebra.mixers.spec import HEAD_DIM, HEADS, POSITIONS
 from zebra.spec.arch import KERNEL_BACKENDS, MODEL_DEFAULTS
@@ -156,19 +157,17 @@ class _ModelFields:
         return ZebraConfig(**{**self.flat(), **overrides})
 
     @classmethod
-    def overrides_from_config(cls, config: Mapping[str, Any]) -> list[str]:
-        """`model.*=value` overrides that give a recipe the shapes of a ZebraConfig dict (an export's
-        config.json): the inverse of `flat`, over the keys `flat` fills. Keys the config lacks are left out."""
-        out = []
-        for path, key in sorted(
-            config_paths(cls).items(), key=lambda item: "." in item[1]
-        ):  # dict entries last
+    def overrides_from_config(cls, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Typed `{"model.<path>": value}` overrides that give a recipe the shapes of a ZebraConfig dict (an
+        export's config.json): the inverse of `flat`, over the keys `flat` fills (a dotted key is an entry of a
+        dict, e.g. `rope_scaling.factor`). Keys the config lacks are left out; the values are the config's own,
+        checked by the recipe's schema as `--set` values are."""
+        out: dict[str, Any] = {}
+        for path, key in config_paths(cls).items():
             outer, _, inner = key.partition(".")
             held = (config.get(outer) or {}) if inner else config
             if (inner or key) in held:
-                value = held[inner or key]
-                text = "null" if value is None else str(value).lower() if isinstance(value, bool) else value
-                out.append(f"model.{path}={text}")
+                out[f"model.{path}"] = held[inner or key]
         return out
 
 
@@ -216,7 +215,7 @@ def _at(section: Any, path: str) -> Any:
 @dataclass(kw_only=True)
 class DataSpec:
     tokenizer: str = spec("meta-llama/Llama-3.2-1B", doc="HF tokenizer name or path, or 'byte' (built in)")
-    paths: list[str] = spec(
+    paths: list[DataPath] = spec(
         doc="data folders, Megatron prefixes or @sample, each 'PATH' or 'PATH:weight' (blended)", factory=list
     )
     mock: bool = spec(False, doc="train on random tokens (no data needed)")
@@ -401,4 +400,5 @@ class Recipe:
         d = asdict(self)
         d.pop("source")
         d.pop("overridden")
+        d["data"]["paths"] = [str(p) for p in self.data.paths]  # each as written (resolved: PREFIX:WEIGHT)
         return d

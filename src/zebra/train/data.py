@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from zebra.core.errors import ZebraError
 from zebra.data import load_tokenizer
-from zebra.data.paths import parse_data_path
 
 if TYPE_CHECKING:
     import torch
@@ -59,11 +58,6 @@ def tokenizer_info(recipe: Recipe) -> TokenizerInfo:
             fix="use a tokenizer with an eos token (documents are separated by it)",
         )
     return TokenizerInfo(name=recipe.data.tokenizer, vocab_size=len(tok), eod=int(eod))
-
-
-def parse_blend(paths: list[str]) -> list[tuple[str, float]]:
-    """`["a:2", "b"]` -> `[("a", 2.0), ("b", 1.0)]` (each entry read by `zebra.data.parse_data_path`)."""
-    return [parse_data_path(p) for p in paths]
 
 
 @contextlib.contextmanager
@@ -113,7 +107,7 @@ def build_datasets(
         info = tokenizer_info(recipe)
         blend = None
         if not recipe.data.mock:
-            pairs = parse_blend(recipe.data.paths)
+            pairs = recipe.data.paths  # DataPath(prefix, weight)s, resolved by `zebra.train.run.resolve_data`
             if not pairs:
                 raise ZebraError(
                     "no training data (data.paths is empty)", fix="pass --data PREFIX or --mock-data"
@@ -153,7 +147,7 @@ def build_datasets(
                     fix=f"delete {cache_dir} (megatron builds it again from the data)",
                 ) from None
             raise ZebraError(
-                f"megatron could not build the dataset from {recipe.data.paths}: {e or type(e).__name__}",
+                f"megatron could not build the dataset from {[str(p) for p in recipe.data.paths]}: {e or type(e).__name__}",
                 fix="check data.split and that each prefix holds enough tokens for one sequence",
             ) from None
     if valid is not None and (valid_samples == 0 or len(valid) == 0):

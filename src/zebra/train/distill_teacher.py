@@ -48,7 +48,7 @@ def check_teacher(recipe: Recipe) -> None:
 def _check_same_tokenizer(recipe: Recipe, spec: str, tokenizer: Any) -> None:
     """The teacher's tokenizer (size + vocabulary hash) against the data's and the init export's."""
     from zebra.data import load_tokenizer, read_manifest
-    from zebra.data.paths import parse_data_path, prep_folder
+    from zebra.data.paths import prep_folder
     from zebra.data.tokenizers import export_vocabulary, recorded_vocabulary, vocabulary
 
     want = vocabulary(tokenizer)
@@ -58,7 +58,7 @@ def _check_same_tokenizer(recipe: Recipe, spec: str, tokenizer: Any) -> None:
             (f"data.tokenizer {recipe.data.tokenizer}", vocabulary(load_tokenizer(recipe.data.tokenizer)))
         )
         for entry in recipe.data.paths:
-            folder = prep_folder(parse_data_path(entry).target)
+            folder = prep_folder(entry.target)
             recorded = recorded_vocabulary(read_manifest(folder).tokenizer) if folder is not None else None
             if recorded is not None:
                 others.append((f"--data {entry}", recorded))

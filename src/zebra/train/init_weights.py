@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     import torch
 
 
-def init_overrides(folder: str | Path) -> list[str]:
-    """`--set`-style overrides for `--init DIR`: `train.init` (absolute) and the export's model shapes."""
+def init_overrides(folder: str | Path) -> dict[str, Any]:
+    """Typed recipe overrides for `--init DIR`: `train.init` (absolute) and the export's model shapes."""
     from zebra.recipes.schema import ModelSpec
 
     path = Path(folder).expanduser().resolve()
@@ -36,7 +36,7 @@ def init_overrides(folder: str | Path) -> list[str]:
             f"--init {folder}: model_type {cfg.get('model_type')!r}, not a Zebra export",
             fix="upcycle the model first (zebra upcycle MODEL --output DIR), then pass --init DIR",
         )
-    return [f"train.init={path}", *ModelSpec.overrides_from_config(cfg)]
+    return {"train.init": str(path), **ModelSpec.overrides_from_config(cfg)}
 
 
 def _check_export_folder(folder: str | Path, path: Path) -> None:

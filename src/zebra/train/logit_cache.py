@@ -66,10 +66,9 @@ def cache_key(recipe: Recipe) -> dict[str, Any]:
     """What a cache's rows depend on (data.paths resolved to prefixes)."""
     from zebra.data import load_tokenizer
     from zebra.data.tokenizers import vocabulary
-    from zebra.train.data import parse_blend
 
     data = []
-    for prefix, _weight in parse_blend(recipe.data.paths):
+    for prefix, _weight in recipe.data.paths:
         bin_file, idx_file = Path(f"{prefix}.bin"), Path(f"{prefix}.idx")
         data.append({"prefix": prefix, "bin_bytes": bin_file.stat().st_size, "idx_sha256": _sha256(idx_file)})
     return {

@@ -259,25 +259,26 @@ def run_compose(o: PipelineOptions, stage: Stage, view: PipelineView, tokens_bef
             "placement": report.placement, "kv_cache_fraction": report.kv_cache_fraction}  # fmt: skip
 
 
-def train_overrides(o: PipelineOptions, stage: Stage, steps: int) -> list[str]:
-    """The `--set` overrides of a training stage's recipe (`tiny`'s, its model replaced by the init export's)."""
+def train_overrides(o: PipelineOptions, stage: Stage, steps: int) -> dict[str, Any]:
+    """The typed overrides of a training stage's recipe (`tiny`'s, its model replaced by the init export's),
+    then the user's `--set`."""
     from zebra.core.device import resolve_device
+    from zebra.recipes.loader import combine, parse_assignments
     from zebra.train.run import distill_overrides
 
     init = export_of(o, stage.params["init"])
     lr, interval = stage.params["lr"], max(1, steps // o.evals)
     cuda = resolve_device(o.device).startswith("cuda")
-    return [
-        *distill_overrides(o.teacher, str(init)),
-        f"distill.stage={stage.params['stage']}",
-        f"data.paths={o.data}", "data.mock=false", f"data.tokenizer={init}", f"data.seq_len={o.seq_len}",
-        f"train.global_batch_size={o.batch}", f"train.micro_batch_size={o.micro_batch}",
-        f"train.max_steps={steps}", f"train.lr={lr}", f"train.min_lr={lr / 10}",
-        f"train.warmup_steps={max(1, steps // 100)}", "train.lr_decay_style=cosine",
-        f"train.eval_interval={interval}", f"train.save_interval={interval}", "train.export=true",
-        f"train.precision={'bf16' if cuda else 'fp32'}",
-        *o.sets,
-    ]  # fmt: skip
+    stage_sets = {
+        "distill.stage": stage.params["stage"],
+        "data.paths": [o.data], "data.mock": False, "data.tokenizer": str(init), "data.seq_len": o.seq_len,
+        "train.global_batch_size": o.batch, "train.micro_batch_size": o.micro_batch,
+        "train.max_steps": steps, "train.lr": lr, "train.min_lr": lr / 10,
+        "train.warmup_steps": max(1, steps // 100), "train.lr_decay_style": "cosine",
+        "train.eval_interval": interval, "train.save_interval": interval, "train.export": True,
+        "train.precision": "bf16" if cuda else "fp32",
+    }  # fmt: skip
+    return combine(distill_overrides(o.teacher, str(init)), stage_sets, parse_assignments(o.sets))
 
 
 def run_train(o: PipelineOptions, stage: Stage, view: PipelineView, tokens_before: int) -> dict[str, Any]:

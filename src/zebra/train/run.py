@@ -1,7 +1,7 @@
 """One training run, resolved before any rank starts: the recipe (data prefixes made absolute), where its ranks
 are (`RankLayout`), how each global batch splits over them, the run directory and the checkpoint it resumes.
 
-    recipe = load_recipe("tiny", overrides=data_overrides(None, mock_data=True, max_steps=50))
+    recipe = load_recipe("tiny", overrides=data_overrides(None, mock_data=True, max_steps=50))  # typed
     run = resolve_run(recipe, RankLayout("cpu", nodes=1, ranks_per_node=2))
     prepare_run(run)                       # RUN/config.yaml, which every rank reads
 
@@ -21,7 +21,7 @@ from zebra.core.atomic import write_atomic
 from zebra.core.errors import ZebraError, reading
 from zebra.core.locks import FolderLock
 from zebra.data import load_tokenizer, read_manifest, resolve_prefixes
-from zebra.data.paths import BUNDLED, parse_data_path, prep_folder
+from zebra.data.paths import BUNDLED, DataPath, prep_folder
 from zebra.data.prefixes import bundled_sample
 from zebra.folders.checkpoint_dir import committed, find_checkpoints, newest_step, remove_checkpoints
 from zebra.recipes import Recipe, dump_recipe, load_recipe
@@ -59,7 +59,7 @@ class RankLayout:
 class TrainRun:
     """A run ready to start: `prepare_run` writes it to `run_dir`, where every rank reads it back."""
 
-    recipe: Recipe  # resolved: data.paths are absolute prefixes with weights
+    recipe: Recipe  # resolved: data.paths are `DataPath`s of absolute Megatron prefixes
     run_dir: Path
     ranks: RankLayout
     micro_batch: int
@@ -84,7 +84,7 @@ class TrainRun:
             "seq_len": d.seq_len,
             "tokens_per_step": t.global_batch_size * d.seq_len,
             "max_steps": t.max_steps,
-            "data": "mock (megatron MockGPTDataset)" if d.mock else d.paths,
+            "data": "mock (megatron MockGPTDataset)" if d.mock else [str(p) for p in d.paths],
             "tokenizer": d.tokenizer,
             "teacher": self.recipe.distill.teacher or None,
             "init": t.init or None,
@@ -94,22 +94,22 @@ class TrainRun:
         }
 
 
-def data_overrides(data: list[str] | None, mock_data: bool, max_steps: int | None) -> list[str]:
-    """`--set`-style overrides for `zebra train --data / --mock-data / --max-steps`."""
+def data_overrides(data: list[str] | None, mock_data: bool, max_steps: int | None) -> dict[str, Any]:
+    """Typed recipe overrides for `zebra train --data / --mock-data / --max-steps`: each `--data` entry is
+    handed on as one list item, which the recipe's schema parses into a `DataPath` (once)."""
     if data and mock_data:
         raise ZebraError("--data and --mock-data exclude each other", fix="pass one of them")
-    sets = []
+    sets: dict[str, Any] = {}
     if data:
-        if any("," in d for d in data):
+        if any("," in d for d in data):  # `--set data.paths=a,b` splits there: one grammar for both
             raise ZebraError(
                 f"--data {data}: a prefix may not contain ','", fix="repeat --data for each prefix"
             )
-        sets.append("data.paths=" + ",".join(data))
-        sets.append("data.mock=false")
+        sets |= {"data.paths": list(data), "data.mock": False}
     if mock_data:
-        sets += ["data.mock=true", "data.paths=[]"]
+        sets |= {"data.mock": True, "data.paths": []}
     if max_steps is not None:
-        sets.append(f"train.max_steps={max_steps}")
+        sets["train.max_steps"] = max_steps
     return sets
 
 
@@ -132,28 +132,28 @@ def resolve_data(recipe: Recipe, *, prepare_data: bool = True) -> None:
 
         fla_folder(recipe.data.paths, recipe.data.seq_len, recipe.train.global_batch_size)
     _check_vocab(recipe)
-    for entry in recipe.data.paths:
-        _check_manifest_tokenizer(entry, recipe)
+    for path in recipe.data.paths:
+        _check_manifest_tokenizer(path, recipe)
     # a dry run asks for `@sample` once: its prefix, and its document count where it is not written yet
     sample = None
-    if not prepare_data and any(parse_data_path(entry).target == BUNDLED for entry in recipe.data.paths):
+    if not prepare_data and any(path.target == BUNDLED for path in recipe.data.paths):
         sample = bundled_sample(recipe.data.tokenizer, prepare=False)
     resolved = [
-        (str(Path(prefix).resolve()), weight)
-        for entry in recipe.data.paths
-        for prefix, weight in resolve_prefixes(
-            entry, tokenizer=recipe.data.tokenizer, prepare=prepare_data, sample=sample
+        DataPath(str(Path(prefix.target).resolve()), prefix.weight)
+        for path in recipe.data.paths
+        for prefix in resolve_prefixes(
+            path, tokenizer=recipe.data.tokenizer, prepare=prepare_data, sample=sample
         )
     ]
     if recipe.data.order != "fla":  # before the run folder exists; FLA's order has no split
         unwritten = sample is not None and not sample.prepared  # no files to count its documents in
         check_split_documents(
             recipe,
-            [prefix for prefix, _ in resolved],
+            [prefix.target for prefix in resolved],
             eval_on=recipe.train.eval_interval > 0,
             documents={str(sample.prefix.resolve()): sample.documents} if unwritten else None,
         )
-    recipe.data.paths = [f"{prefix}:{weight!r}" for prefix, weight in resolved]
+    recipe.data.paths = resolved  # config.yaml holds each as PREFIX:WEIGHT
 
 
 def resolve_distill(recipe: Recipe, *, write: bool = True) -> None:
@@ -227,13 +227,13 @@ def _check_init_tokenizer(recipe: Recipe) -> None:
         )
 
 
-def distill_overrides(teacher: str | None, init: str | None) -> list[str]:
-    """`--set`-style overrides for `zebra train --teacher / --init` (init also sets the export's model shapes)."""
+def distill_overrides(teacher: str | None, init: str | None) -> dict[str, Any]:
+    """Typed recipe overrides for `zebra train --teacher / --init` (init also sets the export's model shapes)."""
     from zebra.train.init_weights import init_overrides
 
-    sets = init_overrides(init) if init else []
+    sets = init_overrides(init) if init else {}
     if teacher:
-        sets.append(f"distill.teacher={teacher}")
+        sets["distill.teacher"] = teacher
     return sets
 
 
@@ -247,17 +247,17 @@ def _check_vocab(recipe: Recipe) -> None:
         )
 
 
-def _check_manifest_tokenizer(entry: str, recipe: Recipe) -> None:
+def _check_manifest_tokenizer(path: DataPath, recipe: Recipe) -> None:
     """Data prepared with another tokenizer than the recipe's would train on meaningless ids: refuse it. The same
     tokenizer under another name (a moved or copied folder, an absolute path) has the same vocabulary hash."""
-    folder = prep_folder(parse_data_path(entry).target)
+    folder = prep_folder(path.target)
     if folder is None:
         return
     record = read_manifest(folder).tokenizer
     name = record.get("name")
     if name and name != recipe.data.tokenizer and not _same_vocabulary(record, recipe.data.tokenizer):
         raise ZebraError(
-            f"--data {entry}: tokenized with {name}, but the recipe trains with {recipe.data.tokenizer}",
+            f"--data {path}: tokenized with {name}, but the recipe trains with {recipe.data.tokenizer}",
             fix=f"--set data.tokenizer={name} (with a model.vocab_size that covers it), or prepare the data "
             f"again with --tokenizer {recipe.data.tokenizer}",
         )

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from zebra.train.data import RankBatchSampler, batch_plan, build_datasets, fla_dataset, parse_blend
+from zebra.train.data import RankBatchSampler, batch_plan, build_datasets, fla_dataset
 
 
 @dataclass
@@ -47,9 +47,11 @@ def sample_order(
         ZebraError: anything `zebra train` would refuse for this recipe and data (one line).
     """
     from zebra.recipes import load_recipe
+    from zebra.recipes.loader import parse_assignments
     from zebra.train.run import resolve_data
 
-    recipe = load_recipe(recipe_name, overrides=[*overrides, f"data.paths={data}", "data.mock=false"])
+    sets = {**parse_assignments(overrides), "data.paths": [data], "data.mock": False}
+    recipe = load_recipe(recipe_name, overrides=sets)
     if (
         recipe.data.order == "megatron"
     ):  # megatron's dataset needs the prefixes and the tokenizer; FLA's neither
@@ -85,7 +87,7 @@ def _rows_reader(recipe, samples: int, ranks: int, cache: Path) -> Callable[[int
         order = fla_dataset(recipe, samples, ranks=ranks).order
         return lambda g: int(order.rows([g])[0])
     train, _ = build_datasets(recipe, train_samples=samples, valid_samples=0, cache_dir=cache)
-    return megatron_rows(train, [prefix for prefix, _ in parse_blend(recipe.data.paths)])
+    return megatron_rows(train, [path.target for path in recipe.data.paths])
 
 
 def megatron_rows(dataset: Any, prefixes: list[str]) -> Callable[[int], list[int]]:
