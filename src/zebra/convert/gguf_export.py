@@ -31,7 +31,7 @@ from zebra.convert.gguf_maps import (
     zero_tensors,
 )
 from zebra.convert.gguf_vocab import write_vocab
-from zebra.convert.native import SERVABLE
+from zebra.convert.native import servable_recipes
 from zebra.convert.writer import (
     SPECIAL_TOKEN_IDS,
     load_tokenizer_to_ship,
@@ -73,7 +73,7 @@ def gguf_refusal(cfg: Any) -> ZebraError | None:
     if arch_for(cfg) is None:
         kinds = set(layer_kinds(cfg))
         labels = " + ".join(MIXERS[c].label for c in dict.fromkeys(mixers))
-        closest = ", or ".join(dict.fromkeys(SERVABLE[k] for k in SERVABLE if k in kinds))
+        closest = servable_recipes(kinds)
         return ZebraError(
             f"--to gguf: model.pattern mixes {labels} and no llama.cpp architecture holds that mix "
             f"({', '.join(GGUF_ARCHS)} do not)",

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from zebra.convert.native import Blocker, NativeTensor
 from zebra.mixers import MIXERS
+from zebra.mixers.spec import Blocker, NativeTensor
 
 Tensors = Callable[[Any, str, str], list[NativeTensor]]
 # llama.cpp 0.3.36's hybrid memory fails on its first decode when no layer is attention (GGML_ASSERT(buffer) in

@@ -133,7 +133,7 @@ MODEL_TYPES = {
 }
 
 
-def _servable(kinds: set[str]) -> str:
+def servable_recipes(kinds: set[str]) -> str:
     """Where no class holds a model's mix of mixers: the recipes that export, one for each kind it holds."""
     named = (s.native.servable for s in MIXERS.values() if s.name in kinds and s.native and s.native.servable)
     return ", or ".join(dict.fromkeys(named))
@@ -165,7 +165,8 @@ def refusal(cfg: Any, to: str) -> ZebraError | None:
         if other is None:
             return ZebraError(
                 f"--to {to}: model.pattern mixes {labels} and no transformers class holds that mix",
-                fix=f"export it with --to hf (trust_remote_code); the closest servable recipes: {_servable(kinds)}",
+                fix="export it with --to hf (trust_remote_code); the closest servable recipes: "
+                + servable_recipes(kinds),
             )
         missing = " / ".join(s.label for s in MIXERS.values() if s.name in unknown)
         return ZebraError(
