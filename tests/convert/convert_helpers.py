@@ -92,3 +92,21 @@ def write_run(run_dir, recipe, model, step=20):
         "progress": {"step": torch.tensor(step)},
     }
     return Checkpointer(run_dir, keep_last=2, env=env).save(step, state, {"consumed_samples": 64})
+
+
+# `zebra train` arguments: a few optimizer steps on the bundled corpus, small batches: trained weights (not the
+# init) in seconds
+TRAIN = ["--data", "@sample", "--max-steps", "4"] + [
+    arg
+    for o in (
+        "data.seq_len=32",
+        "train.global_batch_size=4",
+        "train.micro_batch_size=4",
+        "train.warmup_steps=1",
+        "train.eval_interval=0",
+        "train.save_interval=0",
+        "train.export=false",
+        "train.lr=5e-3",
+    )
+    for arg in ("--set", o)
+]

@@ -8,26 +8,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from convert_helpers import TRAIN
 from typer.testing import CliRunner
 
 from cli_results import assert_one_line_error
 from zebra.cli.main import app
 from zebra.convert import export_hf
 
-TRAIN = ["--data", "@sample", "--max-steps", "4"] + [
-    arg
-    for o in (
-        "data.seq_len=32",
-        "train.global_batch_size=4",
-        "train.micro_batch_size=4",
-        "train.warmup_steps=1",
-        "train.eval_interval=0",
-        "train.save_interval=0",
-        "train.export=false",
-        "train.lr=5e-3",
-    )
-    for arg in ("--set", o)
-]
 ARCHS = {"tiny-gdn": "qwen35", "tiny-mamba": "granitehybrid", "tiny-kimi": "kimi-linear"}
 
 

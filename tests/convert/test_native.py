@@ -8,28 +8,13 @@ import json
 
 import pytest
 import torch
-from convert_helpers import build_model
+from convert_helpers import TRAIN, build_model
 from typer.testing import CliRunner
 
 from cli_results import assert_one_line_error
 from zebra.cli.main import app
 from zebra.convert import export_hf
 
-# a few optimizer steps on the bundled corpus, small batches: trained weights (not the init) in seconds
-TRAIN = ["--data", "@sample", "--max-steps", "4"] + [
-    arg
-    for o in (
-        "data.seq_len=32",
-        "train.global_batch_size=4",
-        "train.micro_batch_size=4",
-        "train.warmup_steps=1",
-        "train.eval_interval=0",
-        "train.save_interval=0",
-        "train.export=false",
-        "train.lr=5e-3",
-    )
-    for arg in ("--set", o)
-]
 EXPORTS = [
     ("tiny-gdn", "qwen3-next", "Qwen3NextForCausalLM"),
     ("tiny-gdn", "qwen3.5", "Qwen3_5ForCausalLM"),

@@ -35,6 +35,7 @@ from zebra.convert.native import servable_recipes
 from zebra.convert.writer import (
     SPECIAL_TOKEN_IDS,
     load_tokenizer_to_ship,
+    process_alive,
     special_token_ids,
     with_chat_template,
 )
@@ -166,7 +167,7 @@ def gguf_file(path: Path, *, force: bool) -> Iterator[Path]:
     path = Path(path).absolute()
     for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a killed run
         pid = stale.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             stale.unlink(missing_ok=True)
     if path.exists() or path.is_symlink():
         if not force:
@@ -195,16 +196,6 @@ def gguf_file(path: Path, *, force: bool) -> Iterator[Path]:
 def _magic(path: Path) -> bytes:
     with open(path, "rb") as f:
         return f.read(4)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def export_gguf(

@@ -235,7 +235,7 @@ def output_dir(path: Path, *, force: bool, flag: str = "--output") -> Iterator[P
 def _remove_stale_temps(path: Path) -> None:
     for stale in path.parent.glob(f".{path.name}.old-*"):  # killed between `path -> old` and `tmp -> path`
         pid = stale.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             if path.exists() or path.is_symlink():
                 shutil.rmtree(stale, ignore_errors=True)
             else:
@@ -243,11 +243,12 @@ def _remove_stale_temps(path: Path) -> None:
                 fsync_dir(path.parent)
     for stale in path.parent.glob(f".{path.name}.tmp-*"):
         pid = stale.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` is running (one of another user counts), for a temporary name that carries it."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
