@@ -10,6 +10,10 @@ from typing import Any
 
 from zebra.mixers.spec import UpcycleAdapter, fla_refuse, fla_value_dim
 
+# Zebra's q/k L2 normalisation epsilon (zebra_kernels); llama.cpp uses the model's norm epsilon there (a GGUF
+# blocker of both mixers)
+L2NORM_EPS = 1e-6
+
 
 def fla_dims(cfg: dict[str, Any], *, value_heads: bool) -> dict[str, Any]:
     """Heads, key / value channels per head and conv width (and the value heads) from an FLA config dict

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from zebra.core.errors import ZebraError
-from zebra.mixers.delta_rule import fla_dims, fla_sizes, megatron_dims, upcycle_from_attention
+from zebra.mixers.delta_rule import L2NORM_EPS, fla_dims, fla_sizes, megatron_dims, upcycle_from_attention
 from zebra.mixers.spec import (
     HEAD_DIM,
     HEADS,
@@ -15,6 +16,7 @@ from zebra.mixers.spec import (
     Blocker,
     ConfigField,
     FLAAdapter,
+    GgufAdapter,
     MegatronAdapter,
     MixerSpec,
     NativeAdapter,
@@ -23,6 +25,8 @@ from zebra.mixers.spec import (
     Split,
     concat,
     conv_check,
+    eps_blocker,
+    neg_exp,
     register_mixer,
     weights,
 )
@@ -179,6 +183,46 @@ def _native_config(cfg: Any) -> dict[str, Any]:
     }
 
 
+def _tiled(cfg: Any, width: int) -> Callable[[Any], Any]:
+    """Value-head rows grouped by key head `[k0: v0..v(r-1) | k1: ...]` (Zebra, FLA) -> tiled `[v0 of k0, v0 of
+    k1, ..., v1 of k0, ...]`, the order llama.cpp's broadcast of the H key heads over HV value heads reads."""
+    H, r = cfg.gdn_num_heads, cfg.gdn_num_v_heads // cfg.gdn_num_heads
+
+    def reorder(t: Any) -> Any:  # [HV * width, ...]
+        return t.reshape(H, r, width, *t.shape[1:]).transpose(0, 1).reshape(t.shape)
+
+    return reorder
+
+
+def _gguf_blockers(cfg: Any) -> list[Blocker]:
+    out = _native_blockers(cfg)
+    if cfg.gdn_head_v_dim != cfg.gdn_head_dim:
+        why = "its loader sizes value heads by the key head dim"
+        out.append(Blocker("model.gdn.head_v_dim", cfg.gdn_head_v_dim, cfg.gdn_head_dim, why))
+    return out + eps_blocker(cfg, L2NORM_EPS, "its q/k L2 norm uses the model epsilon, Zebra's uses 1e-6")
+
+
+def _gguf_tensors(cfg: Any, z: str, b: str) -> list[NativeTensor]:
+    """llama.cpp's qwen35 linear-attention block: value heads tiled, q/k/v fused, per-head vectors as columns."""
+    value, head = _tiled(cfg, cfg.gdn_head_v_dim), _tiled(cfg, 1)
+
+    def qkv(parts: list[Any]) -> Any:  # rows [q | k | v], v tiled; conv: [C, 1, W] -> [C, W]
+        q, k, v = (p.reshape(p.shape[0], -1) for p in parts)
+        return concat([q, k, value(v)])
+
+    return [
+        NativeTensor(b + "attn_qkv.weight", weights(z, "q_proj", "k_proj", "v_proj"), qkv),
+        NativeTensor(b + "attn_gate.weight", weights(z, "g_proj"), lambda p: value(p[0])),
+        NativeTensor(b + "ssm_conv1d.weight", weights(z, "q_conv1d", "k_conv1d", "v_conv1d"), qkv),
+        NativeTensor(b + "ssm_dt.bias", (z + "dt_bias",), lambda p: head(p[0])),
+        NativeTensor(b + "ssm_a", (z + "A_log",), lambda p: head(neg_exp(p))),
+        NativeTensor(b + "ssm_beta.weight", weights(z, "b_proj"), lambda p: head(p[0])),
+        NativeTensor(b + "ssm_alpha.weight", weights(z, "a_proj"), lambda p: head(p[0])),
+        NativeTensor(b + "ssm_norm.weight", (z + "o_norm.weight",)),
+        NativeTensor(b + "ssm_out.weight", weights(z, "o_proj"), lambda p: value(p[0].T).T),
+    ]
+
+
 GDN = register_mixer(
     MixerSpec(
         char="G",
@@ -244,5 +288,6 @@ GDN = register_mixer(
             config=_native_config,
             servable="1b-gdn-pure (--to qwen3-next / qwen3.5)",
         ),
+        gguf=GgufAdapter(tensors=_gguf_tensors, blockers=_gguf_blockers),
     )
 )

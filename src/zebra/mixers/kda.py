@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from zebra.core.errors import ZebraError
-from zebra.mixers.delta_rule import fla_dims, fla_sizes, megatron_dims, upcycle_from_attention
+from zebra.mixers.delta_rule import L2NORM_EPS, fla_dims, fla_sizes, megatron_dims, upcycle_from_attention
 from zebra.mixers.spec import (
     HEAD_DIM,
     HEADS,
@@ -15,6 +15,7 @@ from zebra.mixers.spec import (
     Blocker,
     ConfigField,
     FLAAdapter,
+    GgufAdapter,
     MegatronAdapter,
     MixerSpec,
     NativeAdapter,
@@ -22,9 +23,12 @@ from zebra.mixers.spec import (
     Reshape,
     Shapes,
     Split,
+    column,
     concat,
     conv_check,
+    eps_blocker,
     fla_refuse,
+    neg_exp,
     register_mixer,
     weights,
 )
@@ -150,6 +154,33 @@ def _native_config(cfg: Any) -> dict[str, Any]:
     }
 
 
+def _gguf_blockers(cfg: Any) -> list[Blocker]:
+    out = []
+    if cfg.kda_gate_bias:
+        out.append(Blocker("model.kda.gate_bias", True, False, "its output gate g_b has no bias"))
+    if cfg.kda_head_dim != cfg.kda_head_v_dim:
+        why = f"one kda.head_dim serves queries, keys and values (head_v_dim is {cfg.kda_head_v_dim})"
+        out.append(Blocker("model.kda.head_dim", cfg.kda_head_dim, cfg.kda_head_v_dim, why))
+    if "*" in cfg.layer_pattern and cfg.kda_num_heads != cfg.num_attention_heads:
+        why = "one head count serves its KDA and MLA layers"
+        out.append(Blocker("model.kda.num_heads", cfg.kda_num_heads, cfg.num_attention_heads, why))
+    return out + eps_blocker(cfg, L2NORM_EPS, "its q/k L2 norm uses the model epsilon, Zebra's uses 1e-6")
+
+
+def _gguf_tensors(cfg: Any, z: str, b: str) -> list[NativeTensor]:
+    """llama.cpp's kimi-linear KDA block: Zebra's tensors renamed, the decay rates as `A = -exp(A_log)`."""
+    names = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "b_proj": "ssm_beta",
+             "f_proj.0": "ssm_f_a", "f_proj.1": "ssm_f_b", "g_proj.0": "ssm_g_a", "g_proj.1": "ssm_g_b",
+             "o_norm": "ssm_norm", "o_proj": "attn_output"}  # fmt: skip
+    convs = [NativeTensor(f"{b}ssm_conv1d_{x}.weight", weights(z, f"{x}_conv1d")) for x in "qkv"]  # [C, 1, W]
+    return [
+        *(NativeTensor(f"{b}{g}.weight", weights(z, m)) for m, g in names.items()),
+        *convs,
+        NativeTensor(b + "ssm_dt.bias", (z + "dt_bias",)),
+        NativeTensor(b + "ssm_a", (z + "A_log",), column(neg_exp)),
+    ]
+
+
 KDA = register_mixer(
     MixerSpec(
         char="K",
@@ -209,5 +240,6 @@ KDA = register_mixer(
             config=_native_config,
             servable="1b-kda-mla-kimi (KDA + NoPE MLA, --to kimi-linear)",
         ),
+        gguf=GgufAdapter(tensors=_gguf_tensors, blockers=_gguf_blockers),
     )
 )

@@ -12,18 +12,23 @@ from zebra.mixers.spec import (
     ZEBRA_LAYER,
     Blocker,
     ConfigField,
+    GgufAdapter,
     MegatronAdapter,
     MixerSpec,
     NativeAdapter,
     NativeTensor,
     Shapes,
     UpcycleAdapter,
+    column,
     conv_check,
+    neg_exp,
     register_mixer,
+    weights,
 )
 
 # Megatron's MambaMixer builds its gated norm with eps=1e-5 whatever the model's norm epsilon.
 MAMBA_NORM_EPS = 1e-5
+GGUF_EXPAND = 2  # llama.cpp's granitehybrid loader asserts an inner width d_inner == 2 * n_embd
 # its parameters: Zebra and Bamba keep Megatron's MambaMixer names and layouts
 _PARAMS = (
     "in_proj.weight",
@@ -122,6 +127,29 @@ def _native_config(cfg: Any) -> dict[str, Any]:
     }
 
 
+def _gguf_blockers(cfg: Any) -> list[Blocker]:
+    out = []
+    if cfg.mamba_expand != GGUF_EXPAND:
+        why = "its loader asserts an inner width of twice the model width"
+        out.append(Blocker("model.mamba.expand", cfg.mamba_expand, GGUF_EXPAND, why))
+    return out + _native_blockers(cfg)  # the norm epsilon, as the native export
+
+
+def _gguf_tensors(cfg: Any, z: str, b: str) -> list[NativeTensor]:
+    """llama.cpp's granitehybrid Mamba2 block: Megatron's layouts, the decay rates as `A = -exp(A_log)`."""
+    G = cfg.mamba_num_groups
+    return [
+        NativeTensor(b + "ssm_in.weight", weights(z, "in_proj")),  # rows [z | x | B | C | dt] as llama.cpp
+        NativeTensor(b + "ssm_conv1d.weight", weights(z, "conv1d"), lambda p: p[0].squeeze(1)),  # [C, W]
+        NativeTensor(b + "ssm_conv1d.bias", (z + "conv1d.bias",)),
+        NativeTensor(b + "ssm_dt.bias", (z + "dt_bias",)),
+        NativeTensor(b + "ssm_a", (z + "A_log",), column(neg_exp)),
+        NativeTensor(b + "ssm_d", (z + "D",), column(lambda p: p[0])),
+        NativeTensor(b + "ssm_norm.weight", weights(z, "norm"), lambda p: p[0].reshape(G, -1)),  # per group
+        NativeTensor(b + "ssm_out.weight", weights(z, "out_proj")),
+    ]
+
+
 MAMBA2 = register_mixer(
     MixerSpec(
         char="M",
@@ -169,5 +197,6 @@ MAMBA2 = register_mixer(
             config=_native_config,
             servable="tiny-mamba's pure Mamba2 form (--to bamba)",
         ),
+        gguf=GgufAdapter(tensors=_gguf_tensors, blockers=_gguf_blockers),
     )
 )

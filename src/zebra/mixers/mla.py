@@ -15,11 +15,13 @@ from zebra.mixers.spec import (
     ZEBRA_LAYER,
     Blocker,
     ConfigField,
+    GgufAdapter,
     MegatronAdapter,
     MixerSpec,
     NativeAdapter,
     NativeTensor,
     register_mixer,
+    weights,
 )
 
 # Kimi-Linear's KimiLinearAttention builds its latent RMSNorms with the default epsilon
@@ -123,6 +125,38 @@ def _native_tensors(cfg: Any, z: str, n: str, to: str) -> list[NativeTensor]:
     ]
 
 
+def _gguf_blockers(cfg: Any) -> list[Blocker]:
+    out = []
+    if cfg.mla_rope:
+        out.append(Blocker("model.mla.rope", True, False, "its MLA has no positional encoding (NoPE)"))
+    if not cfg.mla_latent_norm:
+        out.append(Blocker("model.mla.latent_norm", False, True, "it normalises the key/value latent"))
+    return out
+
+
+def _gguf_tensors(cfg: Any, z: str, b: str) -> list[NativeTensor]:
+    """llama.cpp's kimi-linear MLA block: MQA over the latent, the key/value up projection split per head."""
+    H, nope, dv = cfg.num_attention_heads, cfg.qk_nope_head_dim, cfg.v_head_dim
+
+    def kv_up(parts: list[Any]) -> tuple[Any, Any]:  # per head rows [k_nope | v]
+        return parts[0].reshape(H, nope + dv, -1).split([nope, dv], dim=1)  # [H, nope, R], [H, dv, R]
+
+    if cfg.q_lora_rank:
+        query = [NativeTensor(b + "attn_q_a.weight", weights(z, "q_down_proj")),
+                 NativeTensor(b + "attn_q_a_norm.weight", weights(z, "q_norm")),
+                 NativeTensor(b + "attn_q_b.weight", weights(z, "q_up_proj"))]  # fmt: skip
+    else:
+        query = [NativeTensor(b + "attn_q.weight", weights(z, "q_proj"))]
+    return [
+        *query,
+        NativeTensor(b + "attn_kv_a_mqa.weight", weights(z, "kv_down_proj")),  # rows [latent | rope part]
+        NativeTensor(b + "attn_kv_a_norm.weight", weights(z, "kv_norm")),
+        NativeTensor(b + "attn_k_b.weight", weights(z, "kv_up_proj"), lambda p: kv_up(p)[0].transpose(1, 2)),
+        NativeTensor(b + "attn_v_b.weight", weights(z, "kv_up_proj"), lambda p: kv_up(p)[1]),
+        NativeTensor(b + "attn_output.weight", weights(z, "o_proj")),
+    ]
+
+
 def _native_config(cfg: Any) -> dict[str, Any]:
     return {
         "mla_use_nope": True,  # Moonshot's flag; vLLM's KimiMLAAttention asserts it (transformers is NoPE always)
@@ -218,5 +252,6 @@ MLA = register_mixer(
             config=_native_config,
             servable="1b-kda-mla-kimi (KDA + NoPE MLA, --to kimi-linear)",
         ),
+        gguf=GgufAdapter(tensors=_gguf_tensors, blockers=_gguf_blockers),
     )
 )

@@ -8,12 +8,14 @@ from zebra.mixers.spec import (
     MEGATRON_LAYER,
     MLP,
     ZEBRA_LAYER,
+    GgufAdapter,
     MegatronAdapter,
     MixerSpec,
     NativeAdapter,
     NativeTensor,
     Split,
     register_mixer,
+    weights,
 )
 
 _L, _Z = MEGATRON_LAYER, ZEBRA_LAYER
@@ -35,6 +37,11 @@ def _native_tensors(cfg: Any, z: str, n: str, to: str) -> list[NativeTensor]:
     ]
 
 
+def _gguf_tensors(cfg: Any, z: str, b: str) -> list[NativeTensor]:
+    """llama.cpp's feed-forward tensors, the same in every architecture."""
+    return [NativeTensor(f"{b}ffn_{p}.weight", weights(z, f"{p}_proj")) for p in ("gate", "up", "down")]
+
+
 SWIGLU = register_mixer(
     MixerSpec(
         char=MLP,
@@ -51,5 +58,6 @@ SWIGLU = register_mixer(
             pre_norms=("mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"),
         ),
         native=NativeAdapter(tensors=_native_tensors),
+        gguf=GgufAdapter(tensors=_gguf_tensors),
     )
 )

@@ -13,8 +13,9 @@
   uses the mixer;
 - `zebra recipes list` prints `label`, the model card `title` and `summary`;
 - the optional adapters: `fla` (FLA's whole-model class, `zebra convert` both ways, `zebra bench train
-  --against fla`), `megatron` (Primus checkpoints: the layer kind, the saved arguments, the key table) and
-  `upcycle` (`zebra upcycle`: the mixer's sizes from a teacher's attention and the weight copy).
+  --against fla`), `megatron` (Primus checkpoints: the layer kind, the saved arguments, the key table),
+  `upcycle` (`zebra upcycle`: the mixer's sizes from a teacher's attention and the weight copy), `native`
+  (`zebra convert --to <transformers class>`) and `gguf` (`zebra convert --to gguf`: llama.cpp's tensors).
 
 Every function of a spec reads a *flat* configuration: any object with the attributes of `ZebraConfig` (the config
 itself, or `Recipe.model.flat()` through `zebra.spec.arch.as_config`). Adding a mixer: docs/models.md.
@@ -202,6 +203,21 @@ class NativeAdapter:
     servable: str = ""
 
 
+@dataclass(frozen=True)
+class GgufAdapter:
+    """How the mixer (or MLP) becomes its part of a llama.cpp GGUF block (`zebra.convert.gguf_maps`, whose
+    `GGUF_ARCHS` say which llama.cpp architecture holds which mixers, and write its metadata).
+
+    Attributes:
+        tensors: `(cfg, zebra prefix, block prefix) -> [NativeTensor]`, the GGUF tensors (llama.cpp's names,
+            `blk.{i}.ssm_a`) and how each is built; the prefixes end in a dot.
+        blockers: `cfg -> [Blocker]`: the settings llama.cpp cannot run exactly.
+    """
+
+    tensors: Callable[[Any, str, str], list[NativeTensor]]
+    blockers: Callable[[Any], list[Blocker]] = lambda cfg: []
+
+
 def weights(prefix: str, *modules: str) -> tuple[str, ...]:
     """The weight names `<prefix><module>.weight` of `modules` (a native adapter's sources)."""
     return tuple(f"{prefix}{m}.weight" for m in modules)
@@ -212,6 +228,24 @@ def concat(parts: list[Any], dim: int = 0) -> Any:
     import torch
 
     return torch.cat(parts, dim=dim)
+
+
+def neg_exp(parts: list[Any]) -> Any:
+    """`-exp(A_log)` of the first tensor, computed in float64 and rounded once (llama.cpp stores the decay
+    rates `A` themselves; a `NativeTensor.build`)."""
+    import torch
+
+    return -torch.exp(parts[0].double()).to(parts[0].dtype)
+
+
+def column(build: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
+    """`build`, its result made a column: `[H] -> [H, 1]` (llama.cpp's `{1, H}`)."""
+    return lambda parts: build(parts).reshape(-1, 1)
+
+
+def eps_blocker(cfg: Any, eps: float, why: str) -> list[Blocker]:
+    """A `Blocker` of `model.norm_eps` unless the model's norm epsilon is `eps`."""
+    return [] if cfg.rms_norm_eps == eps else [Blocker("model.norm_eps", cfg.rms_norm_eps, eps, why)]
 
 
 @dataclass(frozen=True)
@@ -243,7 +277,7 @@ class MixerSpec:
         check: `cfg -> [(field, problem)]`, the rules between its sizes that one field's range cannot express;
             `field` is named within `section`; run only when the pattern uses the mixer.
         summary: `cfg -> str`, its sizes in one line (the model card).
-        fla, megatron, upcycle, native: the optional adapters (None: that route does not take this mixer).
+        fla, megatron, upcycle, native, gguf: the optional adapters (None: that route does not take this mixer).
     """
 
     char: str
@@ -266,6 +300,7 @@ class MixerSpec:
     megatron: MegatronAdapter | None = None
     upcycle: UpcycleAdapter | None = None
     native: NativeAdapter | None = None
+    gguf: GgufAdapter | None = None
 
     def __post_init__(self) -> None:
         if self.fields and not self.config_defaults:
