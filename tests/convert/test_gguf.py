@@ -160,3 +160,15 @@ def test_force_never_replaces_a_file_that_is_not_gguf(tmp_path):
     result = run("convert", str(source), "--to", "gguf", "-o", str(notes), "--force")
     assert_one_line_error(result, "not a GGUF file")
     assert notes.read_text() == "my notes"
+
+
+def test_the_mixers_a_llama_cpp_architecture_holds_are_those_that_declare_their_gguf_part():
+    """The tensor maps and blockers live in the registry (`MixerSpec.gguf`); an architecture naming a mixer
+    without one would fail mid-export instead of being refused."""
+    from zebra.convert.gguf_maps import GGUF_ARCHS
+    from zebra.mixers import MIXERS, MLP
+
+    held = set().union(*(a.mixers for a in GGUF_ARCHS.values()))
+    declared = {s.name for c, s in MIXERS.items() if s.gguf is not None and c != MLP}
+    assert held == declared == {"gdn", "mamba2", "kda", "mla"}
+    assert MIXERS[MLP].gguf is not None  # every block's MLP
