@@ -85,8 +85,9 @@ def _qwen35_metadata(cfg: Any, kinds: list[str], w: Any) -> None:
     w.add_ssm_conv_kernel(cfg.gdn_conv_size)
     w.add_ssm_state_size(cfg.gdn_head_dim)
     w.add_ssm_group_count(cfg.gdn_num_heads)
-    w.add_ssm_time_step_rank(cfg.gdn_num_v_heads)
-    w.add_ssm_inner_size(cfg.gdn_num_v_heads * cfg.gdn_head_v_dim)
+    sizes = mixer_named("gdn").megatron.dims(cfg)  # the mixer's own sizes: value heads, their total width
+    w.add_ssm_time_step_rank(sizes["gdn_v_heads"])
+    w.add_ssm_inner_size(sizes["gdn_value"])
     w.add_array(f"{w.arch}.attention.recurrent_layers", [k == "gdn" for k in kinds])
     w.add_rope_dimension_sections(
         [_head_dim(cfg) // 2, 0, 0, 0]

@@ -152,7 +152,7 @@ def parse_assignments(assignments: Iterable[str]) -> dict[str, CliText]:
 
 def combine(*overrides: Overrides) -> dict[str, Any]:
     """Overrides given one after the other as one mapping: a key given again takes its last value and its last
-    place (so `--set model.gdn.num_v_heads=4` after `--init` wins, as does a later `--set` of a section)."""
+    place (so `--set model.mla.kv_lora_rank=64` after `--init` wins, as does a later `--set` of a section)."""
     out: dict[str, Any] = {}
     for sets in overrides:
         for key, value in sets.items():
