@@ -101,9 +101,10 @@ def calibration_tokens(
     from zebra.data.paths import parse_data_path
     from zebra.data.prefixes import resolve_prefixes
 
-    _check_tokenizer(spec, parse_data_path(spec).target, tokenizer)
+    path = parse_data_path(spec)  # the one parse of the text: the DataPath goes on into data/
+    _check_tokenizer(spec, path.target, tokenizer)
     need, pieces, have = samples * seq_len, [], 0
-    for prefix, _ in resolve_prefixes(spec, tokenizer="byte"):
+    for prefix, _ in resolve_prefixes(path, tokenizer="byte"):
         dataset = open_dataset(prefix)
         for i in range(len(dataset)):
             pieces.append(np.asarray(dataset[i], dtype=np.int64))
