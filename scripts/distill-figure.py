@@ -195,7 +195,7 @@ def pipeline_options(args, mixer: str, pack: dict):
         batch=args.batch, micro_batch=args.micro_batch, ild_lr=args.ild_lr, kd_lr=args.kd_lr, evals=args.evals,
         smart_samples=args.smart_samples, device=args.device, calibrate_samples=args.calibrate_samples,
         calibrate_seq_len=args.calibrate_seq_len, calibrate_steps=args.calibrate_steps,
-        calibrate_batch=args.calibrate_batch, sets=(f"data.split={pack['split']}", "train.log_interval=1"),
+        calibrate_batch=min(args.calibrate_batch, args.calibrate_samples), sets=(f"data.split={pack['split']}", "train.log_interval=1"),
     )  # fmt: skip
 
 
@@ -432,7 +432,7 @@ def parse_args():
     p.add_argument("--calibrate-samples", type=int, default=64)
     p.add_argument("--calibrate-seq-len", type=int, default=512)
     p.add_argument("--calibrate-steps", type=int, default=300)
-    p.add_argument("--calibrate-batch", type=int, default=8)
+    p.add_argument("--calibrate-batch", type=int, default=8, help="at most --calibrate-samples (default 8, or fewer)")
     p.add_argument("--heldout-windows", type=int, default=32, help="windows of --seq-len for the script's CE")
     p.add_argument("--eval-examples", type=int, default=500)
     p.add_argument("--device", default="auto")

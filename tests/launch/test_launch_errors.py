@@ -52,7 +52,7 @@ DOCKER = ["--launcher", "docker"]
         ([*SLURM, "--qos", "high\x1b[2J"], "launch.qos (--qos)"),
         ([*SLURM, "--time", "10\n:00"], "launch.time (--time)"),
         ([*SLURM, "--sbatch-extra=--comment=a\nrm -rf ~"], "launch.sbatch_extra (--sbatch-extra)"),
-        ([*SLURM, "--run", "tiny\nid"], "the run folder"),
+        ([*SLURM, "--run", "tiny\nid"], "a run name is one folder name"),
         ([*SLURM, "--set", "launch.account=a\tb"], "launch.account (--account)"),
         ([*DOCKER, "--image", "busybox\nx"], "launch.image (--image)"),
         ([*DOCKER, "--mount", "/tmp:/da\nta"], "launch.mounts (--mount)"),

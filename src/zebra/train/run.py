@@ -280,7 +280,7 @@ def run_name(run: str | None, recipe: Recipe) -> str:
         origin = "--set" if "name" in recipe.overridden else recipe.source or "recipe"
         where = f"--run {name!r}" if run else f"{origin}: name: {name!r}"
         raise ZebraError(
-            f"{where}: a run name is one folder name (no '/', not '.' or '..', printable UTF-8 text)",
+            f"{where}: a run name is one folder name (no '/', not '.' or '..', no control character, UTF-8 text)",
             fix="pass --run NAME with a plain name (--output DIR chooses the folder that holds the runs)",
         )
     return name
