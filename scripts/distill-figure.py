@@ -432,7 +432,9 @@ def parse_args():
     p.add_argument("--calibrate-samples", type=int, default=64)
     p.add_argument("--calibrate-seq-len", type=int, default=512)
     p.add_argument("--calibrate-steps", type=int, default=300)
-    p.add_argument("--calibrate-batch", type=int, default=8, help="at most --calibrate-samples (default 8, or fewer)")
+    p.add_argument(
+        "--calibrate-batch", type=int, default=8, help="at most --calibrate-samples (default 8, or fewer)"
+    )
     p.add_argument("--heldout-windows", type=int, default=32, help="windows of --seq-len for the script's CE")
     p.add_argument("--eval-examples", type=int, default=500)
     p.add_argument("--device", default="auto")
