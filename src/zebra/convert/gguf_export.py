@@ -31,7 +31,7 @@ from zebra.convert.gguf_maps import (
     zero_tensors,
 )
 from zebra.convert.gguf_vocab import write_vocab
-from zebra.convert.native import servable_recipes
+from zebra.convert.native import pairs_refusal, servable_recipes
 from zebra.convert.writer import (
     SPECIAL_TOKEN_IDS,
     load_tokenizer_to_ship,
@@ -41,7 +41,7 @@ from zebra.convert.writer import (
 )
 from zebra.core.atomic import fsync_dir, make_folder, write_error
 from zebra.core.errors import ZebraError
-from zebra.mixers import MIXERS, MLP
+from zebra.mixers import MIXERS
 
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0")
 GGUF_MAGIC = b"GGUF"
@@ -63,14 +63,9 @@ def check_gguf_type(gguf_type: str) -> None:
 
 def gguf_refusal(cfg: Any) -> ZebraError | None:
     """Why the model of `cfg` cannot be written exactly as a GGUF llama.cpp runs (the first reason), or None."""
-    pattern = cfg.layer_pattern
-    mixers = pattern[0::2]
-    if len(pattern) % 2 or set(pattern[1::2]) != {MLP} or MLP in mixers:
-        return ZebraError(
-            f"--to gguf: model.pattern {pattern!r} does not alternate mixer and MLP; llama.cpp's blocks are a "
-            "mixer followed by an MLP",
-            fix=f"train a pattern of mixer/MLP pairs such as {'G-' * 2!r}",
-        )
+    mixers = cfg.layer_pattern[0::2]
+    if unpaired := pairs_refusal(cfg.layer_pattern, "gguf", "llama.cpp's blocks"):
+        return unpaired
     if arch_for(cfg) is None:
         kinds = set(layer_kinds(cfg))
         labels = " + ".join(MIXERS[c].label for c in dict.fromkeys(mixers))

@@ -144,20 +144,27 @@ def _target_for(mixers: set[str]) -> str | None:
     return next((t.name for t in TARGETS.values() if mixers <= set(t.mixers)), None)
 
 
+def pairs_refusal(pattern: str, to: str, blocks: str) -> ZebraError | None:
+    """The refusal of a `pattern` that is not mixer/MLP pairs, which every native layout (`blocks`: what the
+    target calls them) needs, or None."""
+    if len(pattern) % 2 or set(pattern[1::2]) != {MLP} or MLP in pattern[0::2]:
+        return ZebraError(
+            f"--to {to}: model.pattern {pattern!r} does not alternate mixer and MLP; {blocks} are a mixer "
+            "followed by an MLP",
+            fix=f"train a pattern of mixer/MLP pairs such as {'G-' * 2!r}",
+        )
+    return None
+
+
 def refusal(cfg: Any, to: str) -> ZebraError | None:
     """Why the model of `cfg` cannot be written exactly as `--to to` (the first reason), or None.
 
     Called before anything is read: every reason names the recipe field and the value that would fit.
     """
     target = TARGETS[to]
-    pattern = cfg.layer_pattern
-    mixers = pattern[0::2]
-    if len(pattern) % 2 or set(pattern[1::2]) != {MLP} or MLP in mixers:
-        return ZebraError(
-            f"--to {to}: model.pattern {pattern!r} does not alternate mixer and MLP; {target.architecture}'s "
-            "layers are a mixer followed by an MLP",
-            fix=f"train a pattern of mixer/MLP pairs such as {'G-' * 2!r}",
-        )
+    mixers = cfg.layer_pattern[0::2]
+    if unpaired := pairs_refusal(cfg.layer_pattern, to, f"{target.architecture}'s layers"):
+        return unpaired
     kinds = {MIXERS[c].name for c in mixers}
     labels = " + ".join(MIXERS[c].label for c in dict.fromkeys(mixers))
     if unknown := sorted(kinds - set(target.mixers)):
