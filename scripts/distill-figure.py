@@ -195,7 +195,8 @@ def pipeline_options(args, mixer: str, pack: dict):
         batch=args.batch, micro_batch=args.micro_batch, ild_lr=args.ild_lr, kd_lr=args.kd_lr, evals=args.evals,
         smart_samples=args.smart_samples, device=args.device, calibrate_samples=args.calibrate_samples,
         calibrate_seq_len=args.calibrate_seq_len, calibrate_steps=args.calibrate_steps,
-        calibrate_batch=min(args.calibrate_batch, args.calibrate_samples), sets=(f"data.split={pack['split']}", "train.log_interval=1"),
+        calibrate_batch=min(args.calibrate_batch, args.calibrate_samples),
+        calibrate_teacher_forced=args.calibrate_teacher_forced, sets=(f"data.split={pack['split']}", "train.log_interval=1"),
     )  # fmt: skip
 
 
@@ -434,6 +435,11 @@ def parse_args():
     p.add_argument("--calibrate-steps", type=int, default=300)
     p.add_argument(
         "--calibrate-batch", type=int, default=8, help="at most --calibrate-samples (default 8, or fewer)"
+    )
+    p.add_argument(
+        "--calibrate-teacher-forced",
+        action="store_true",
+        help="fit each mixer on the teacher's inputs (zebra distill --calibrate-teacher-forced)",
     )
     p.add_argument("--heldout-windows", type=int, default=32, help="windows of --seq-len for the script's CE")
     p.add_argument("--eval-examples", type=int, default=500)
