@@ -20,7 +20,6 @@ import torch
 from zebra.convert.audit import audit, expected_shapes, meta_model
 
 NOISE_FACTOR = 4.0
-NATIVE_MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "bamba", "kimi_linear")
 
 
 def cached_greedy(model: Any, input_ids: torch.Tensor, max_new_tokens: int) -> list[int]:

@@ -21,7 +21,7 @@ import torch
 from zebra.convert import native_verify as nv
 from zebra.convert.audit import Audit, audit, expected_shapes, meta_model, zebra_audit
 from zebra.convert.formats import Checkpoint, open_checkpoint
-from zebra.convert.native_verify import NATIVE_MODEL_TYPES
+from zebra.convert.native import MODEL_TYPES
 from zebra.convert.tensor_sources import SafetensorsSource
 from zebra.core.device import resolve_device
 from zebra.core.errors import ZebraError
@@ -137,7 +137,7 @@ def verify(
         raise ZebraError("--prompt '': an empty prompt", fix="give some text, e.g. --prompt 'Zebras are'")
     device = resolve_device(device)
     directory = Path(directory)
-    if config_model_type(directory) in NATIVE_MODEL_TYPES:
+    if config_model_type(directory) in MODEL_TYPES.values():
         return _verify_native(directory, against, prompts, device, max_new_tokens, tokenizer)
     ckpt = open_checkpoint(directory)
     on_gpu = device.startswith("cuda")
