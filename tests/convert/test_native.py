@@ -153,7 +153,7 @@ def test_1b_recipes_plan_every_tensor_of_the_native_class(recipe, to):
     from transformers import AutoModelForCausalLM
 
     from zebra.convert.audit import audit, expected_shapes, meta_model
-    from zebra.convert.native import native_config, plan, refusal
+    from zebra.convert.native import native_config, plan, refusal, stored_shapes
     from zebra.convert.native_export import NativeSource
     from zebra.convert.tensor_sources import StateDictSource
     from zebra.models import ZebraForCausalLM
@@ -166,6 +166,7 @@ def test_1b_recipes_plan_every_tensor_of_the_native_class(recipe, to):
     no_ids = dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id"))  # as export_native passes them
     native = meta_model(AutoModelForCausalLM.from_config, native_config(config, to, no_ids))
     expected, tied = expected_shapes(native)
+    expected = stored_shapes(to, expected)
     result = audit({k: s for k, (s, _) in source.shapes().items()}, expected, tied=tied, target=to)
     assert result.ok, result.to_dict()
     assert result.checked == len(expected)

@@ -34,6 +34,8 @@ class NativeTarget:
         zero_centred_norms: the layer norms compute `x * (1 + w)` (Qwen): their weight is written as `w - 1`.
         config: `(zebra config, layer_types) -> config.json fields` of the class itself (without the mixers'
             sizes, ids, dtype, architectures).
+        stored: `{name: shape}` of the class's parameters -> the names and shapes its checkpoints store, where
+            they differ (transformers renames them on load, `conversion_mapping.py`); None where they do not.
     """
 
     name: str
@@ -44,6 +46,7 @@ class NativeTarget:
     final_norm: str
     zero_centred_norms: bool
     config: Callable[[Any, list[str]], dict[str, Any]]
+    stored: Callable[[dict[str, tuple[int, ...]]], dict[str, tuple[int, ...]]] | None = None
 
 
 def _adapter(name: str) -> NativeAdapter:
@@ -74,8 +77,19 @@ def _common_config(cfg: Any, layer_types: list[str]) -> dict[str, Any]:
 
 
 def _qwen_config(cfg: Any, layer_types: list[str]) -> dict[str, Any]:
-    """Qwen3.5 text (its GDN sizes: `zebra.mixers.gdn`)."""
-    return {**_common_config(cfg, layer_types), "layer_types": layer_types}
+    """Qwen3.5 text (its GDN sizes: `zebra.mixers.gdn`).
+
+    `full_attention_interval` says the same as `layer_types` in the form SGLang reads: its Qwen3-Next / Qwen3.5
+    configs (`sglang/srt/configs/qwen3_next.py`, 0.5.23) ignore `layer_types` and make layer `l` full attention
+    where `(l + 1) % full_attention_interval == 0`, so one past the layer count means none (every layer is GDN).
+    transformers keeps it as a plain attribute when `layer_types` is given.
+    """
+    assert set(layer_types) == {"linear_attention"}, layer_types  # the Qwen targets hold GDN layers only
+    return {
+        **_common_config(cfg, layer_types),
+        "layer_types": layer_types,
+        "full_attention_interval": len(layer_types) + 1,
+    }
 
 
 def _qwen3_next_config(cfg: Any, layer_types: list[str]) -> dict[str, Any]:
@@ -106,6 +120,32 @@ def _kimi_config(cfg: Any, layer_types: list[str]) -> dict[str, Any]:
     }
 
 
+def _kimi_stored(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """Kimi-Linear as Moonshot's checkpoints store it, the form vLLM's and SGLang's loaders read: the forget
+    gate's `f_a_proj`, `f_b_proj`, `dt_bias`, `A_log` directly under `self_attn` (transformers 5.25 nests them in
+    `forget_gate`), and one short convolution per q / k / v (`q_conv1d`, `k_conv1d`, `v_conv1d`, each [C, 1, W];
+    transformers concatenates them into `conv1d` on load). vLLM 0.33 (`vllm/models/kimi_k3/nvidia/model.py`,
+    `KimiLinearModel.load_weights`) stacks `.f_a_proj` and `.q_conv1d` into its fused parameters and calls the fused
+    conv loader with a shard id that a plain `conv1d` never gets; SGLang 0.5.23 (`sglang/srt/models/kimi_linear.py`)
+    does the same with `fused_qkvbfg_a_proj` and `qkv_conv1d`: transformers' names are refused by both."""
+    out: dict[str, tuple[int, ...]] = {}
+    for name, shape in shapes.items():
+        if ".self_attn.forget_gate." in name:
+            out[name.replace(".forget_gate.", ".")] = shape
+        elif name.endswith(".self_attn.conv1d.weight"):
+            for x in "qkv":
+                out[name.replace(".conv1d.", f".{x}_conv1d.")] = (shape[0] // 3, *shape[1:])
+        else:
+            out[name] = shape
+    return out
+
+
+def stored_shapes(to: str, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """The checkpoint names and shapes of `--to to` from its class's parameter `shapes`."""
+    stored = TARGETS[to].stored
+    return stored(shapes) if stored else shapes
+
+
 _QWEN = {
     "mixers": {"gdn": ("linear_attention", "linear_attn")},
     "mlp": "mlp",
@@ -122,7 +162,7 @@ TARGETS: dict[str, NativeTarget] = {
                      "pre_ff_layernorm", "model.final_layernorm", False, _bamba_config),
         NativeTarget("kimi-linear", "KimiLinearForCausalLM",
                      {"kda": ("linear_attention", "self_attn"), "mla": ("full_attention", "self_attn")}, "mlp",
-                     "post_attention_layernorm", "model.norm", False, _kimi_config),
+                     "post_attention_layernorm", "model.norm", False, _kimi_config, _kimi_stored),
     )
 }  # fmt: skip
 MODEL_TYPES = {

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from zebra.convert.audit import audit, expected_shapes, meta_model
+from zebra.convert.native import MODEL_TYPES, stored_shapes
 
 NOISE_FACTOR = 4.0
 NATIVE_MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "bamba", "kimi_linear")
@@ -56,13 +57,14 @@ def zebra_greedy(model: Any, input_ids: torch.Tensor, max_new_tokens: int) -> li
 
 
 def native_audit(directory: Path, weights: dict[str, tuple[int, ...]]) -> Any:
-    """The export's tensors against its own class on the meta device."""
+    """The export's tensors against its own class on the meta device, in the names its checkpoints store."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(directory)
     model = meta_model(AutoModelForCausalLM.from_config, config)
     expected, tied = expected_shapes(model)
-    return audit(weights, expected, tied=tied, target=type(model).__name__)
+    to = {t: name for name, t in MODEL_TYPES.items()}[config.model_type]
+    return audit(weights, stored_shapes(to, expected), tied=tied, target=type(model).__name__)
 
 
 def load_native(directory: Path, device: str) -> Any:
