@@ -17,13 +17,18 @@ from zebra.convert import export_hf
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
-    """`--to` -> (export folder, Zebra model): tiny-gdn and tiny-kimi with random weights."""
+    """`--to` -> (export folder, Zebra model): tiny-gdn, tiny-mamba and tiny-kimi with random weights."""
     from zebra.models import ZebraForCausalLM
     from zebra.recipes import load_recipe
 
     root = tmp_path_factory.mktemp("engines")
     out = {}
-    for recipe, targets in (("tiny-gdn", ("qwen3.5", "qwen3-next")), ("tiny-kimi", ("kimi-linear",))):
+    recipes = {
+        "tiny-gdn": ("qwen3.5", "qwen3-next"),
+        "tiny-mamba": ("granite-hybrid",),
+        "tiny-kimi": ("kimi-linear",),
+    }
+    for recipe, targets in recipes.items():
         torch.manual_seed(0)
         model = ZebraForCausalLM(load_recipe(recipe).model.to_config()).eval()
         source = export_hf(model.state_dict(), model.config, root / recipe, tokenizer="byte")
@@ -118,3 +123,30 @@ def test_kimi_linear_config_is_the_dense_nope_form_the_engines_build(exports):
     q_rows = shapes["model.layers.0.self_attn.q_proj.weight"][0]
     assert kda_sizes["head_dim"] * kda_sizes["num_heads"] == q_rows
     assert config["tie_word_embeddings"] is False and "lm_head.weight" in shapes
+
+
+def test_granite_hybrid_is_the_dense_mamba2_form_vllm_and_sglang_build(exports):
+    """vLLM 0.33 lists BambaForCausalLM only as supported until 0.23 (vllm/model_executor/models/registry.py) and
+    SGLang 0.5.23 has no Bamba: both serve Mamba2 + MLP layers as GraniteMoeHybridForCausalLM
+    (vllm/model_executor/models/granitemoehybrid.py, sglang/srt/models/granitemoehybrid.py). Both build a MoE
+    only where num_local_experts > 0 and the dense `shared_mlp` (input_linear rows [gate | up]) where
+    shared_intermediate_size > 0; both scale by the Granite multipliers; SGLang reads "linear_attention" as a
+    Mamba layer and, when the head is tied, has no `lm_head.weight` parameter to load (a KeyError)."""
+    from transformers import AutoModelForCausalLM
+
+    folder, model = exports["granite-hybrid"]
+    config, shapes = _config(folder), _shapes(folder)
+    assert config["model_type"] == "granitemoehybrid" and config["num_local_experts"] == 0
+    assert set(config["layer_types"]) <= {"mamba", "linear_attention"}
+    assert config["shared_intermediate_size"] == model.config.intermediate_size
+    assert [config[k] for k in ("embedding_multiplier", "residual_multiplier", "logits_scaling")] == [1.0] * 3
+    hidden, inner = model.config.hidden_size, model.config.intermediate_size
+    assert shapes["model.layers.0.shared_mlp.input_linear.weight"] == (2 * inner, hidden)
+    assert "model.layers.0.mamba.A_log" in shapes  # both rename A_log to their A on load
+    assert config["tie_word_embeddings"] is ("lm_head.weight" not in shapes)
+    native = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    ids = torch.tensor([list(b"The zebra ")])
+    with torch.no_grad():
+        expected = model(input_ids=ids, use_cache=False).logits
+        got = native(input_ids=ids, use_cache=False).logits
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)  # a swapped gate / up costs far more

@@ -1,4 +1,4 @@
-"""`zebra convert --to qwen3-next | qwen3.5 | bamba | kimi-linear`: a briefly trained tiny model of each exportable
+"""`zebra convert --to qwen3-next | qwen3.5 | bamba | granite-hybrid | kimi-linear`: a briefly trained tiny model of each exportable
 form is exported, reloaded by transformers' own class (no trust_remote_code), checked by `zebra verify` against
 the float64 noise floor, and generates Zebra's greedy tokens; what cannot map exactly is refused before any work."""
 
@@ -19,6 +19,7 @@ EXPORTS = [
     ("tiny-gdn", "qwen3-next", "Qwen3NextForCausalLM"),
     ("tiny-gdn", "qwen3.5", "Qwen3_5ForCausalLM"),
     ("tiny-mamba", "bamba", "BambaForCausalLM"),
+    ("tiny-mamba", "granite-hybrid", "GraniteMoeHybridForCausalLM"),
     ("tiny-kimi", "kimi-linear", "KimiLinearForCausalLM"),
 ]
 

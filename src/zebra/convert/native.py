@@ -1,4 +1,5 @@
-"""Exports to transformers' own classes: Qwen3-Next / Qwen3.5 (GDN), Bamba (Mamba2), Kimi-Linear (KDA + NoPE MLA).
+"""Exports to transformers' own classes: Qwen3-Next / Qwen3.5 (GDN), Bamba and Granite 4.0 hybrid (Mamba2),
+Kimi-Linear (KDA + NoPE MLA).
 
 A native layer `i` is the Zebra sublayers `2i` (its mixer) and `2i + 1` (its SwiGLU MLP): the pattern must
 alternate mixer and MLP. Each `NativeTarget` says which native module holds which mixer kind, how its norms store
@@ -8,7 +9,8 @@ exact export (a recipe field and the value that fits), its part of `config.json`
 built from Zebra tensors by concatenation, row permutation or reshape alone. Nothing is computed approximately: a
 model that cannot be written exactly is refused before anything is read or written (`refusal`).
 
-Names, permutations and norms are those of transformers 5.25's `modeling_{qwen3_next,qwen3_5,bamba,kimi_linear}.py`.
+Names, permutations and norms are those of transformers 5.25's
+`modeling_{qwen3_next,qwen3_5,bamba,granitemoehybrid,kimi_linear}.py`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class NativeTarget:
             sizes, ids, dtype, architectures).
         stored: `{name: shape}` of the class's parameters -> the names and shapes its checkpoints store, where
             they differ (transformers renames them on load, `conversion_mapping.py`); None where they do not.
+        head_when_tied: `lm_head.weight` is written when tied to the embedding too (False: left out, as
+            transformers saves a tied head).
     """
 
     name: str
@@ -47,6 +51,7 @@ class NativeTarget:
     zero_centred_norms: bool
     config: Callable[[Any, list[str]], dict[str, Any]]
     stored: Callable[[dict[str, tuple[int, ...]]], dict[str, tuple[int, ...]]] | None = None
+    head_when_tied: bool = True
 
 
 def _adapter(name: str) -> NativeAdapter:
@@ -100,6 +105,24 @@ def _qwen3_next_config(cfg: Any, layer_types: list[str]) -> dict[str, Any]:
 
 def _bamba_config(cfg: Any, layer_types: list[str]) -> dict[str, Any]:
     return {**_common_config(cfg, layer_types), "attn_layer_indices": []}
+
+
+def _granite_config(cfg: Any, layer_types: list[str]) -> dict[str, Any]:
+    """Granite 4.0's hybrid with Mamba2 layers and a dense SwiGLU (`shared_mlp`) after each: no experts, every
+    Granite scale 1 (embedding, residual, logits), no position embedding (no attention layer). The Mamba2 class
+    that vLLM 0.33 serves (`vllm/model_executor/models/granitemoehybrid.py`; its registry lists Bamba only as
+    supported until 0.23) and SGLang 0.5.23 too (`sglang/srt/models/granitemoehybrid.py`; it has no Bamba)."""
+    return {
+        **_common_config(cfg, layer_types),
+        "layer_types": layer_types,
+        "num_local_experts": 0,  # vLLM and SGLang build block_sparse_moe only where this is > 0
+        "shared_intermediate_size": cfg.intermediate_size,
+        "embedding_multiplier": 1.0,
+        "residual_multiplier": 1.0,
+        "logits_scaling": 1.0,
+        "attention_multiplier": 1.0,
+        "position_embedding_type": "nope",
+    }
 
 
 def _kimi_config(cfg: Any, layer_types: list[str]) -> dict[str, Any]:
@@ -160,6 +183,10 @@ TARGETS: dict[str, NativeTarget] = {
                      zero_centred_norms=True, config=_qwen_config),
         NativeTarget("bamba", "BambaForCausalLM", {"mamba2": ("linear_attention", "mamba")}, "feed_forward",
                      "pre_ff_layernorm", "model.final_layernorm", False, _bamba_config),
+        # SGLang's GraniteMoeHybridForCausalLM.load_weights has no `lm_head.weight` to load into when tied
+        NativeTarget("granite-hybrid", "GraniteMoeHybridForCausalLM", {"mamba2": ("mamba", "mamba")},
+                     "shared_mlp", "post_attention_layernorm", "model.norm", False, _granite_config,
+                     head_when_tied=False),
         NativeTarget("kimi-linear", "KimiLinearForCausalLM",
                      {"kda": ("linear_attention", "self_attn"), "mla": ("full_attention", "self_attn")}, "mlp",
                      "post_attention_layernorm", "model.norm", False, _kimi_config, _kimi_stored),
@@ -169,6 +196,7 @@ MODEL_TYPES = {
     "qwen3-next": "qwen3_next",
     "qwen3.5": "qwen3_5_text",
     "bamba": "bamba",
+    "granite-hybrid": "granitemoehybrid",
     "kimi-linear": "kimi_linear",
 }
 
@@ -254,7 +282,8 @@ def plan(cfg: Any, to: str, zebra_names: Sequence[str]) -> list[NativeTensor]:
         out += _adapter(SWIGLU.name).tensors(cfg, mlp + "mixer.", f"{layer}{target.mlp}.", to)
     out.append(NativeTensor(f"{target.final_norm}.weight", ("model.norm.weight",), norm))
     head = "lm_head.weight" if "lm_head.weight" in zebra_names else "model.embeddings.weight"
-    out.append(NativeTensor("lm_head.weight", (head,)))
+    if target.head_when_tied or not cfg.tie_word_embeddings:
+        out.append(NativeTensor("lm_head.weight", (head,)))
     return out
 
 

@@ -1,4 +1,5 @@
-"""`zebra verify` of a transformers-native export (`zebra convert --to qwen3-next | qwen3.5 | bamba | kimi-linear`).
+"""`zebra verify` of a transformers-native export (`zebra convert --to qwen3-next | qwen3.5 | bamba |
+granite-hybrid | kimi-linear`).
 
 The export is loaded by transformers' own class (`AutoModelForCausalLM`, no `trust_remote_code`) in float32 and
 compared with its Zebra source run by `ZebraForCausalLM` in float64, the closest thing to the exact result on
@@ -21,7 +22,7 @@ from zebra.convert.audit import audit, expected_shapes, meta_model
 from zebra.convert.native import MODEL_TYPES, stored_shapes
 
 NOISE_FACTOR = 4.0
-NATIVE_MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "bamba", "kimi_linear")
+NATIVE_MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "bamba", "granitemoehybrid", "kimi_linear")
 
 
 def cached_greedy(model: Any, input_ids: torch.Tensor, max_new_tokens: int) -> list[int]:
