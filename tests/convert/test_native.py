@@ -83,6 +83,8 @@ def _zebra_model(run_dir):
         ("tiny-kimi", {"mla_rope": True}, "kimi-linear", "model.mla.rope: true"),
         ("tiny-gdn", {"gdn_allow_neg_eigval": True}, "qwen3-next", "model.gdn.allow_neg_eigval: true"),
         ("tiny-mamba", {"rms_norm_eps": 1e-6}, "bamba", "model.norm_eps: 1e-06"),
+        ("tiny-mamba", {"rms_norm_eps": 1e-6}, "granite-hybrid", "model.norm_eps: 1e-06"),
+        ("tiny-kda", {}, "granite-hybrid", "use --to kimi-linear"),
         ("tiny-gdn", {}, "bamba", "has GDN sublayers"),
         ("tiny", {}, "kimi-linear", "mixes MLA + Mamba2 + GDN + KDA"),
     ],
