@@ -1,4 +1,4 @@
-"""`zebra convert --to qwen3-next | qwen3.5 | bamba | kimi-linear`: a briefly trained tiny model of each exportable
+"""`zebra convert --to qwen3-next | qwen3.5 | bamba | granite-hybrid | kimi-linear`: a briefly trained tiny model of each exportable
 form is exported, reloaded by transformers' own class (no trust_remote_code), checked by `zebra verify` against
 the float64 noise floor, and generates Zebra's greedy tokens; what cannot map exactly is refused before any work."""
 
@@ -19,6 +19,7 @@ EXPORTS = [
     ("tiny-gdn", "qwen3-next", "Qwen3NextForCausalLM"),
     ("tiny-gdn", "qwen3.5", "Qwen3_5ForCausalLM"),
     ("tiny-mamba", "bamba", "BambaForCausalLM"),
+    ("tiny-mamba", "granite-hybrid", "GraniteMoeHybridForCausalLM"),
     ("tiny-kimi", "kimi-linear", "KimiLinearForCausalLM"),
 ]
 
@@ -82,6 +83,8 @@ def _zebra_model(run_dir):
         ("tiny-kimi", {"mla_rope": True}, "kimi-linear", "model.mla.rope: true"),
         ("tiny-gdn", {"gdn_allow_neg_eigval": True}, "qwen3-next", "model.gdn.allow_neg_eigval: true"),
         ("tiny-mamba", {"rms_norm_eps": 1e-6}, "bamba", "model.norm_eps: 1e-06"),
+        ("tiny-mamba", {"rms_norm_eps": 1e-6}, "granite-hybrid", "model.norm_eps: 1e-06"),
+        ("tiny-kda", {}, "granite-hybrid", "use --to kimi-linear"),
         ("tiny-gdn", {}, "bamba", "has GDN sublayers"),
         ("tiny", {}, "kimi-linear", "mixes MLA + Mamba2 + GDN + KDA"),
     ],
@@ -153,7 +156,7 @@ def test_1b_recipes_plan_every_tensor_of_the_native_class(recipe, to):
     from transformers import AutoModelForCausalLM
 
     from zebra.convert.audit import audit, expected_shapes, meta_model
-    from zebra.convert.native import native_config, plan, refusal
+    from zebra.convert.native import native_config, plan, refusal, stored_shapes
     from zebra.convert.native_export import NativeSource
     from zebra.convert.tensor_sources import StateDictSource
     from zebra.models import ZebraForCausalLM
@@ -166,6 +169,7 @@ def test_1b_recipes_plan_every_tensor_of_the_native_class(recipe, to):
     no_ids = dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id"))  # as export_native passes them
     native = meta_model(AutoModelForCausalLM.from_config, native_config(config, to, no_ids))
     expected, tied = expected_shapes(native)
+    expected = stored_shapes(to, expected)
     result = audit({k: s for k, (s, _) in source.shapes().items()}, expected, tied=tied, target=to)
     assert result.ok, result.to_dict()
     assert result.checked == len(expected)

@@ -44,7 +44,8 @@ def convert(
         typer.Option(
             "--to",
             help="hf (= zebra): a Zebra HF export; fla: FLA's layout; transformers' own classes: qwen3-next, "
-            "qwen3.5 (GDN), bamba (Mamba2), kimi-linear (KDA + NoPE MLA); gguf: one file for llama.cpp.",
+            "qwen3.5 (GDN), bamba, granite-hybrid (Mamba2), kimi-linear (KDA + NoPE MLA); gguf: one file for "
+            "llama.cpp.",
         ),
     ] = "hf",
     output: Annotated[

@@ -1,4 +1,5 @@
-"""Exports to transformers' own classes: Qwen3-Next / Qwen3.5 (GDN), Bamba (Mamba2), Kimi-Linear (KDA + NoPE MLA).
+"""Exports to transformers' own classes: Qwen3-Next / Qwen3.5 (GDN), Bamba and Granite 4.0 hybrid (Mamba2),
+Kimi-Linear (KDA + NoPE MLA).
 
 A native layer `i` is the Zebra sublayers `2i` (its mixer) and `2i + 1` (its SwiGLU MLP): the pattern must
 alternate mixer and MLP. Each `NativeTarget` says which native module holds which mixer kind, how its norms store
@@ -8,7 +9,8 @@ exact export (a recipe field and the value that fits), its part of `config.json`
 built from Zebra tensors by concatenation, row permutation or reshape alone. Nothing is computed approximately: a
 model that cannot be written exactly is refused before anything is read or written (`refusal`).
 
-Names, permutations and norms are those of transformers 5.25's `modeling_{qwen3_next,qwen3_5,bamba,kimi_linear}.py`.
+Names, permutations and norms are those of transformers 5.25's
+`modeling_{qwen3_next,qwen3_5,bamba,granitemoehybrid,kimi_linear}.py`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ class NativeTarget:
         zero_centred_norms: the layer norms compute `x * (1 + w)` (Qwen): their weight is written as `w - 1`.
         config: `(zebra config, layer_types) -> config.json fields` of the class itself (without the mixers'
             sizes, ids, dtype, architectures).
+        stored: `{name: shape}` of the class's parameters -> the names and shapes its checkpoints store, where
+            they differ (transformers renames them on load, `conversion_mapping.py`); None where they do not.
+        head_when_tied: `lm_head.weight` is written when tied to the embedding too (False: left out, as
+            transformers saves a tied head).
     """
 
     name: str
@@ -44,6 +50,8 @@ class NativeTarget:
     final_norm: str
     zero_centred_norms: bool
     config: Callable[[Any, list[str]], dict[str, Any]]
+    stored: Callable[[dict[str, tuple[int, ...]]], dict[str, tuple[int, ...]]] | None = None
+    head_when_tied: bool = True
 
 
 def _adapter(name: str) -> NativeAdapter:
@@ -74,8 +82,19 @@ def _common_config(cfg: Any, layer_types: list[str]) -> dict[str, Any]:
 
 
 def _qwen_config(cfg: Any, layer_types: list[str]) -> dict[str, Any]:
-    """Qwen3.5 text (its GDN sizes: `zebra.mixers.gdn`)."""
-    return {**_common_config(cfg, layer_types), "layer_types": layer_types}
+    """Qwen3.5 text (its GDN sizes: `zebra.mixers.gdn`).
+
+    `full_attention_interval` says the same as `layer_types` in the form SGLang reads: its Qwen3-Next / Qwen3.5
+    configs (`sglang/srt/configs/qwen3_next.py`, 0.5.23) ignore `layer_types` and make layer `l` full attention
+    where `(l + 1) % full_attention_interval == 0`, so one past the layer count means none (every layer is GDN).
+    transformers keeps it as a plain attribute when `layer_types` is given.
+    """
+    assert set(layer_types) == {"linear_attention"}, layer_types  # the Qwen targets hold GDN layers only
+    return {
+        **_common_config(cfg, layer_types),
+        "layer_types": layer_types,
+        "full_attention_interval": len(layer_types) + 1,
+    }
 
 
 def _qwen3_next_config(cfg: Any, layer_types: list[str]) -> dict[str, Any]:
@@ -86,6 +105,24 @@ def _qwen3_next_config(cfg: Any, layer_types: list[str]) -> dict[str, Any]:
 
 def _bamba_config(cfg: Any, layer_types: list[str]) -> dict[str, Any]:
     return {**_common_config(cfg, layer_types), "attn_layer_indices": []}
+
+
+def _granite_config(cfg: Any, layer_types: list[str]) -> dict[str, Any]:
+    """Granite 4.0's hybrid with Mamba2 layers and a dense SwiGLU (`shared_mlp`) after each: no experts, every
+    Granite scale 1 (embedding, residual, logits), no position embedding (no attention layer). The Mamba2 class
+    that vLLM 0.33 serves (`vllm/model_executor/models/granitemoehybrid.py`; its registry lists Bamba only as
+    supported until 0.23) and SGLang 0.5.23 too (`sglang/srt/models/granitemoehybrid.py`; it has no Bamba)."""
+    return {
+        **_common_config(cfg, layer_types),
+        "layer_types": layer_types,
+        "num_local_experts": 0,  # vLLM and SGLang build block_sparse_moe only where this is > 0
+        "shared_intermediate_size": cfg.intermediate_size,
+        "embedding_multiplier": 1.0,
+        "residual_multiplier": 1.0,
+        "logits_scaling": 1.0,
+        "attention_multiplier": 1.0,
+        "position_embedding_type": "nope",
+    }
 
 
 def _kimi_config(cfg: Any, layer_types: list[str]) -> dict[str, Any]:
@@ -106,6 +143,32 @@ def _kimi_config(cfg: Any, layer_types: list[str]) -> dict[str, Any]:
     }
 
 
+def _kimi_stored(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """Kimi-Linear as Moonshot's checkpoints store it, the form vLLM's and SGLang's loaders read: the forget
+    gate's `f_a_proj`, `f_b_proj`, `dt_bias`, `A_log` directly under `self_attn` (transformers 5.25 nests them in
+    `forget_gate`), and one short convolution per q / k / v (`q_conv1d`, `k_conv1d`, `v_conv1d`, each [C, 1, W];
+    transformers concatenates them into `conv1d` on load). vLLM 0.33 (`vllm/models/kimi_k3/nvidia/model.py`,
+    `KimiLinearModel.load_weights`) stacks `.f_a_proj` and `.q_conv1d` into its fused parameters and calls the fused
+    conv loader with a shard id that a plain `conv1d` never gets; SGLang 0.5.23 (`sglang/srt/models/kimi_linear.py`)
+    does the same with `fused_qkvbfg_a_proj` and `qkv_conv1d`: transformers' names are refused by both."""
+    out: dict[str, tuple[int, ...]] = {}
+    for name, shape in shapes.items():
+        if ".self_attn.forget_gate." in name:
+            out[name.replace(".forget_gate.", ".")] = shape
+        elif name.endswith(".self_attn.conv1d.weight"):
+            for x in "qkv":
+                out[name.replace(".conv1d.", f".{x}_conv1d.")] = (shape[0] // 3, *shape[1:])
+        else:
+            out[name] = shape
+    return out
+
+
+def stored_shapes(to: str, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """The checkpoint names and shapes of `--to to` from its class's parameter `shapes`."""
+    stored = TARGETS[to].stored
+    return stored(shapes) if stored else shapes
+
+
 _QWEN = {
     "mixers": {"gdn": ("linear_attention", "linear_attn")},
     "mlp": "mlp",
@@ -120,15 +183,20 @@ TARGETS: dict[str, NativeTarget] = {
                      zero_centred_norms=True, config=_qwen_config),
         NativeTarget("bamba", "BambaForCausalLM", {"mamba2": ("linear_attention", "mamba")}, "feed_forward",
                      "pre_ff_layernorm", "model.final_layernorm", False, _bamba_config),
+        # SGLang's GraniteMoeHybridForCausalLM.load_weights has no `lm_head.weight` to load into when tied
+        NativeTarget("granite-hybrid", "GraniteMoeHybridForCausalLM", {"mamba2": ("mamba", "mamba")},
+                     "shared_mlp", "post_attention_layernorm", "model.norm", False, _granite_config,
+                     head_when_tied=False),
         NativeTarget("kimi-linear", "KimiLinearForCausalLM",
                      {"kda": ("linear_attention", "self_attn"), "mla": ("full_attention", "self_attn")}, "mlp",
-                     "post_attention_layernorm", "model.norm", False, _kimi_config),
+                     "post_attention_layernorm", "model.norm", False, _kimi_config, _kimi_stored),
     )
 }  # fmt: skip
 MODEL_TYPES = {
     "qwen3-next": "qwen3_next",
     "qwen3.5": "qwen3_5_text",
     "bamba": "bamba",
+    "granite-hybrid": "granitemoehybrid",
     "kimi-linear": "kimi_linear",
 }
 
@@ -214,7 +282,8 @@ def plan(cfg: Any, to: str, zebra_names: Sequence[str]) -> list[NativeTensor]:
         out += _adapter(SWIGLU.name).tensors(cfg, mlp + "mixer.", f"{layer}{target.mlp}.", to)
     out.append(NativeTensor(f"{target.final_norm}.weight", ("model.norm.weight",), norm))
     head = "lm_head.weight" if "lm_head.weight" in zebra_names else "model.embeddings.weight"
-    out.append(NativeTensor("lm_head.weight", (head,)))
+    if target.head_when_tied or not cfg.tie_word_embeddings:
+        out.append(NativeTensor("lm_head.weight", (head,)))
     return out
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from zebra.convert.audit import audit, expected_shapes, meta_model
-from zebra.convert.native import TARGETS, native_config, plan, refusal
+from zebra.convert.native import TARGETS, native_config, plan, refusal, stored_shapes
 from zebra.convert.tensor_sources import Shapes, TensorSource
 from zebra.convert.writer import (
     DEFAULT_MAX_SHARD,
@@ -86,6 +86,7 @@ def export_native(
     config = native_config(cfg, to, ids)
     source = NativeSource(checkpoint.tensors, plan(cfg, to, list(checkpoint.tensors.shapes())))
     expected, tied = expected_shapes(meta_model(AutoModelForCausalLM.from_config, config))
+    expected = stored_shapes(to, expected)  # the names its checkpoints store, where transformers renames
     target = TARGETS[to].architecture
     shapes = {k: s for k, (s, _) in source.shapes().items()}
     audit(shapes, expected, tied=tied, target=target).raise_if_failed(f"{checkpoint.path} as {target}")

@@ -1,4 +1,5 @@
-"""`zebra verify` of a transformers-native export (`zebra convert --to qwen3-next | qwen3.5 | bamba | kimi-linear`).
+"""`zebra verify` of a transformers-native export (`zebra convert --to qwen3-next | qwen3.5 | bamba |
+granite-hybrid | kimi-linear`).
 
 The export is loaded by transformers' own class (`AutoModelForCausalLM`, no `trust_remote_code`) in float32 and
 compared with its Zebra source run by `ZebraForCausalLM` in float64, the closest thing to the exact result on
@@ -18,6 +19,7 @@ from typing import Any
 import torch
 
 from zebra.convert.audit import audit, expected_shapes, meta_model
+from zebra.convert.native import MODEL_TYPES, stored_shapes
 
 NOISE_FACTOR = 4.0
 
@@ -55,13 +57,14 @@ def zebra_greedy(model: Any, input_ids: torch.Tensor, max_new_tokens: int) -> li
 
 
 def native_audit(directory: Path, weights: dict[str, tuple[int, ...]]) -> Any:
-    """The export's tensors against its own class on the meta device."""
+    """The export's tensors against its own class on the meta device, in the names its checkpoints store."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(directory)
     model = meta_model(AutoModelForCausalLM.from_config, config)
     expected, tied = expected_shapes(model)
-    return audit(weights, expected, tied=tied, target=type(model).__name__)
+    to = {t: name for name, t in MODEL_TYPES.items()}[config.model_type]
+    return audit(weights, stored_shapes(to, expected), tied=tied, target=type(model).__name__)
 
 
 def load_native(directory: Path, device: str) -> Any:

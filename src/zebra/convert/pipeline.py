@@ -26,7 +26,8 @@ from zebra.core.device import resolve_dtype
 from zebra.core.errors import ZebraError
 from zebra.spec import arch
 
-NATIVE_TARGETS = tuple(native.TARGETS)  # transformers' own classes: qwen3-next, qwen3.5, bamba, kimi-linear
+# transformers' own classes: qwen3-next, qwen3.5, bamba, granite-hybrid, kimi-linear
+NATIVE_TARGETS = tuple(native.TARGETS)
 TARGETS = ("hf", "fla", "zebra", *NATIVE_TARGETS, "gguf")  # gguf: one file for llama.cpp
 
 

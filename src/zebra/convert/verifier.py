@@ -124,8 +124,9 @@ def verify(
 
     Args:
         directory: a converted checkpoint (Zebra export or FLA directory; any convertible format works), or a
-            transformers-native export (`zebra convert --to qwen3-next | qwen3.5 | bamba | kimi-linear`): its own
-            class against `against` in float64 with the measured float32 noise floor (`native_verify`).
+            transformers-native export (`zebra convert --to qwen3-next | qwen3.5 | bamba | granite-hybrid |
+            kimi-linear`): its own class against `against` in float64 with the measured float32 noise floor
+            (`native_verify`).
         against: the source it was converted from (optional; without it there is no parity check, except
             FLA-vs-ours on a GPU).
         prompts: texts to run (tokenised with the directory's tokenizer; fixed token ids when there is none).

@@ -24,7 +24,6 @@ from zebra.mixers.spec import (
     Shapes,
     Split,
     column,
-    concat,
     conv_check,
     eps_blocker,
     fla_refuse,
@@ -124,15 +123,16 @@ def _native_blockers(cfg: Any) -> list[Blocker]:
 
 
 def _native_tensors(cfg: Any, z: str, n: str, to: str) -> list[NativeTensor]:
-    """Kimi-Linear's KimiDeltaAttention."""
+    """Kimi-Linear's KimiDeltaAttention, in the names Moonshot's checkpoints store (`native._kimi_stored`: what
+    vLLM and SGLang read; transformers renames them on load)."""
     H = cfg.kda_num_heads
     return [
         *(NativeTensor(n + f"{p}.weight", (z + f"{p}.weight",)) for p in ("q_proj", "k_proj", "v_proj", "b_proj")),
-        NativeTensor(n + "conv1d.weight", weights(z, "q_conv1d", "k_conv1d", "v_conv1d"), concat),
-        NativeTensor(n + "forget_gate.f_a_proj.weight", (z + "f_proj.0.weight",)),
-        NativeTensor(n + "forget_gate.f_b_proj.weight", (z + "f_proj.1.weight",)),
-        NativeTensor(n + "forget_gate.dt_bias", (z + "dt_bias",)),
-        NativeTensor(n + "forget_gate.A_log", (z + "A_log",), lambda p: p[0].view(1, 1, H, 1)),
+        *(NativeTensor(n + f"{x}_conv1d.weight", weights(z, f"{x}_conv1d")) for x in "qkv"),  # [H*K, 1, W]
+        NativeTensor(n + "f_a_proj.weight", (z + "f_proj.0.weight",)),
+        NativeTensor(n + "f_b_proj.weight", (z + "f_proj.1.weight",)),
+        NativeTensor(n + "dt_bias", (z + "dt_bias",)),
+        NativeTensor(n + "A_log", (z + "A_log",), lambda p: p[0].view(1, 1, H, 1)),
         NativeTensor(n + "g_a_proj.weight", (z + "g_proj.0.weight",)),
         NativeTensor(n + "g_b_proj.weight", (z + "g_proj.1.weight",)),
         NativeTensor(n + "o_norm.weight", (z + "o_norm.weight",)),

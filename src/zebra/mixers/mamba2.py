@@ -195,7 +195,7 @@ MAMBA2 = register_mixer(
             tensors=lambda cfg, z, n, to: [NativeTensor(n + p, (z + p,)) for p in _PARAMS],
             blockers=_native_blockers,
             config=_native_config,
-            servable="tiny-mamba's pure Mamba2 form (--to bamba)",
+            servable="tiny-mamba's pure Mamba2 form (--to bamba, or --to granite-hybrid for vLLM and SGLang)",
         ),
         gguf=GgufAdapter(tensors=_gguf_tensors, blockers=_gguf_blockers),
     )

@@ -14,6 +14,7 @@ from zebra.mixers.spec import (
     NativeAdapter,
     NativeTensor,
     Split,
+    concat,
     register_mixer,
     weights,
 )
@@ -31,7 +32,13 @@ _MEGATRON_KEYS = {
 
 
 def _native_tensors(cfg: Any, z: str, n: str, to: str) -> list[NativeTensor]:
-    """Every native class's SwiGLU MLP has the same three projections."""
+    """The native classes' SwiGLU MLP has the same three projections, but Granite's `shared_mlp`, whose
+    `input_linear` rows are [gate | up] (it chunks them in two, silu on the first)."""
+    if to == "granite-hybrid":
+        return [
+            NativeTensor(n + "input_linear.weight", weights(z, "gate_proj", "up_proj"), concat),  # [2I, H]
+            NativeTensor(n + "output_linear.weight", weights(z, "down_proj")),
+        ]
     return [
         NativeTensor(f"{n}{p}.weight", (f"{z}{p}.weight",)) for p in ("gate_proj", "up_proj", "down_proj")
     ]
