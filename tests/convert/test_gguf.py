@@ -172,6 +172,18 @@ def test_what_llama_cpp_cannot_run_exactly_is_refused_in_one_line_before_any_wor
     assert [p.name for p in tmp_path.iterdir()] == ["src"]  # not even a temporary file
 
 
+@pytest.mark.parametrize(("recipe", "says"), [("1b-gdn-pure", None), ("1b-kda-mla-kimi", None),
+                                              ("1b-kda-mla", "model.mla.rope: true")])  # fmt: skip
+def test_the_1b_recipes_in_a_servable_form_pass_the_gguf_checks_at_full_size(recipe, says):
+    """The full-size recipes made to be served (`1b-gdn-pure`, Kimi-Linear's form) meet every llama.cpp
+    constraint (one head count for KDA and MLA among them); the RoPE hybrid is refused, naming the field."""
+    from zebra.convert.gguf_export import gguf_refusal
+    from zebra.recipes import load_recipe
+
+    refusal = gguf_refusal(load_recipe(recipe).model.to_config())
+    assert (refusal is None) if says is None else (says in str(refusal))
+
+
 def test_a_type_gguf_py_cannot_write_is_refused_in_one_line(tmp_path):
     source = _random_export(tmp_path, "tiny-gdn")
     result = run(
