@@ -246,8 +246,10 @@ def test_an_fp8_run_warns_resumes_like_the_uninterrupted_run_and_exports(cli, tm
     (no float8 layers) whose logits are finite."""
     from zebra.models import ZebraForCausalLM
 
-    levers = ("model.hidden_size=256", "model.intermediate_size=1024", "train.fp8=true",
-              "train.save_interval=4", "train.export=true")  # fmt: skip
+    # the narrowest float8 MLPs (FLOAT8_MIN_DIM) on 2 x 32 tokens a step: torch's CPU `_scaled_mm` is a plain
+    # loop (1.2 s for one 256 x 256 x 1024 product), and 256-wide MLPs at 8 x 32 tokens made this test 5 minutes
+    levers = ("model.hidden_size=128", "model.intermediate_size=256", "train.fp8=true", "train.global_batch_size=2",
+              "train.micro_batch_size=2", "train.save_interval=4", "train.export=true")  # fmt: skip
 
     def train(run: str, *extra: str):
         result = cli("train", "tiny-gdn", "--data", sample_prefix, "--max-steps", "8", "--output", str(tmp_path),
@@ -322,8 +324,10 @@ def test_float8_training_step_runs_close_to_bf16(device):
     from zebra.models import ZebraForCausalLM
 
     backend = "torch" if device == "cpu" else "auto"
+    # the narrowest float8 MLPs on the CPU, where torch's `_scaled_mm` is a plain loop
+    hidden, inner = (128, 256) if device == "cpu" else (256, 1024)
     config = load_recipe("tiny-gdn").model.to_config(
-        hidden_size=256, intermediate_size=1024, kernel_backend=backend
+        hidden_size=hidden, intermediate_size=inner, kernel_backend=backend
     )
     T = 64 if device == "cpu" else 256
     gen = torch.Generator(device).manual_seed(0)
