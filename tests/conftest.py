@@ -34,6 +34,11 @@ from optional_inputs import OPTIONAL_FIXTURES, RUNNING, require_input, required
 
 for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ[_var] = "1"
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT") and "OMP_NUM_THREADS" not in os.environ:
+    # `-n N` workers share the cores: torch in each (and in the zebra processes it starts) takes its share of
+    # threads, not every core (4 threads on 2 cores slow every test down); set before anything imports torch.
+    _workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // _workers))
 if os.environ.get("ZEBRA_PYCACHE") is None:
     from zebra.core.caches import bytecode_cache_dir
 
@@ -55,6 +60,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if OPTIONAL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.optional)
+        # `-n N --dist loadgroup`: a worker takes a whole file (its module fixtures are made once), and one worker
+        # runs every test of the real services in turn (two at once would wait for each other's Slurm nodes)
+        group = "services" if item.get_closest_marker("infra") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if gpu_items and not _gpu_available():  # torch is imported only when a gpu test was collected
         skip = pytest.mark.skip(reason="needs a CUDA/ROCm GPU")
