@@ -257,8 +257,7 @@ def load_export(folder, device):
 
 def step0(args, options, ctx) -> dict:
     """The two calibrated students of the pipeline composed with --mla MLA layers placed evenly (each layer as its
-    all-MLA or all-recurrent student calibrated it, on that student's own stream), before any training; its
-    held-out CE."""
+    all-MLA or all-recurrent student calibrated it), before any training; its held-out CE."""
     from zebra.upcycle.compose import compose
 
     out = Path(options.output) / "step0-hybrid"
@@ -439,7 +438,14 @@ def parse_args():
     p.add_argument(
         "--calibrate-teacher-forced",
         action="store_true",
-        help="fit each mixer on the teacher's inputs (zebra distill --calibrate-teacher-forced)",
+        default=True,
+        help="fit each mixer on the teacher's inputs (the default, as zebra distill's)",
+    )
+    p.add_argument(
+        "--calibrate-sequential",
+        dest="calibrate_teacher_forced",
+        action="store_false",
+        help="fit each mixer on its own student's stream (zebra distill --calibrate-sequential)",
     )
     p.add_argument("--heldout-windows", type=int, default=32, help="windows of --seq-len for the script's CE")
     p.add_argument("--eval-examples", type=int, default=500)

@@ -5,7 +5,9 @@ Two tables:
 - `--table forms`: every MLA form on an all-MLA student (`--mla-layers all`): plain or activation-aware SVD, with
   and without the latent RMSNorms, at the default and at full ranks;
 - `--table calibrate`: the hybrids (`--mixers mamba,gdn`, `--mla 8` by default, default ranks) as upcycled and
-  after `--calibrate` (gates + per-layer fit).
+  after `--calibrate` (gates + per-layer fit);
+- `--table compose`: what `zebra distill` composes before ILD: per mixer, the all-MLA and the all-recurrent student
+  each calibrated (OUT/MIXER-mla, OUT/MIXER-rec), then `compose(..., mla=--mla, placement="even")` (OUT/MIXER-hybrid).
 
 Each student is written by `zebra.upcycle.upcycle` (what `zebra upcycle` runs) into OUT, loaded back from its
 export and scored on the first `--windows` windows of `--seq` tokens of the held-out data, beside the teacher.
@@ -76,16 +78,22 @@ def forms(args) -> list[tuple[str, dict]]:
     return out
 
 
-def hybrids(args) -> list[tuple[str, dict]]:
-    """(label, upcycle keyword arguments) of each hybrid as upcycled and calibrated."""
+def calibrate_options(args):
+    """The `CalibrateOptions` of the command line."""
     from zebra.upcycle.calibrate import CalibrateOptions
     from zebra.upcycle.fit import FitOptions
-    from zebra.upcycle.student import StudentOptions
 
     fit = FitOptions(steps=args.steps, eval_every=args.eval_every or args.steps, lr=args.lr, batch=args.fit_batch,
                      schedule=args.schedule, output_lstsq=args.output_lstsq, pass_through=args.pass_through)  # fmt: skip
-    calibrate = CalibrateOptions(args.calibration, samples=args.samples, seq_len=args.calibrate_seq_len, fit=fit,
-                                 sequential=args.sequential, correct_residual=args.correct_residual)  # fmt: skip
+    return CalibrateOptions(args.calibration, samples=args.samples, seq_len=args.calibrate_seq_len, fit=fit,
+                            sequential=args.sequential, correct_residual=args.correct_residual)  # fmt: skip
+
+
+def hybrids(args) -> list[tuple[str, dict]]:
+    """(label, upcycle keyword arguments) of each hybrid as upcycled and calibrated."""
+    from zebra.upcycle.student import StudentOptions
+
+    calibrate = calibrate_options(args)
     out = []
     for mixer in args.mixers.split(","):
         options = StudentOptions(mixer=mixer, mla=args.mla)
@@ -93,6 +101,29 @@ def hybrids(args) -> list[tuple[str, dict]]:
             out.append((f"{mixer} + {args.mla} MLA, upcycled", {"options": options}))
         out.append((f"{mixer} + {args.mla} MLA, calibrated", {"options": options, "calibrate": calibrate}))
     return out
+
+
+def composed_student(args, teacher, mixer: str):
+    """(the hybrid composed of the all-MLA and the all-recurrent student of `mixer`, each calibrated, as the
+    pipeline's upcycle stages do; the calibration records {"mla": ..., "rec": ...})."""
+    import torch
+
+    from zebra.models import ZebraForCausalLM
+    from zebra.upcycle.compose import compose
+    from zebra.upcycle.run import upcycle_teacher
+    from zebra.upcycle.student import StudentOptions
+
+    calibrate = calibrate_options(args)
+    records = {}
+    for role, student in (("mla", {"mla_layers": "all"}), ("rec", {"mla": 0})):
+        torch.manual_seed(0)
+        report = upcycle_teacher(teacher, args.output / f"{mixer}-{role}", StudentOptions(mixer=mixer, **student),
+                                 dtype="fp32", force=True, calibrate=calibrate, on_calibrate=progress_printer())  # fmt: skip
+        records[role] = report.calibration.get("layers", [])
+    out = args.output / f"{mixer}-hybrid"
+    compose(args.output / f"{mixer}-mla", args.output / f"{mixer}-rec", out, mla=args.mla, placement="even",
+            force=True)  # fmt: skip
+    return ZebraForCausalLM.from_pretrained(out, dtype=torch.float32), records
 
 
 def in_memory_student(teacher, kwargs):
@@ -149,7 +180,7 @@ def main() -> None:
     p.add_argument("--calibration", required=True, help="prepared folder in the teacher's tokenizer")
     p.add_argument("--heldout", required=True, help="prepared folder, or a text file")
     p.add_argument("--output", type=Path, required=True)
-    p.add_argument("--table", choices=("forms", "calibrate"), default="calibrate")
+    p.add_argument("--table", choices=("forms", "calibrate", "compose"), default="calibrate")
     p.add_argument("--mixers", default="mamba,gdn")
     p.add_argument("--mla", type=int, default=8)
     p.add_argument("--steps", type=int, default=50, help="calibrate: Adam steps per layer")
@@ -195,11 +226,20 @@ def main() -> None:
     windows = heldout_windows(args.heldout, teacher.tokenizer, args.seq, args.windows)
     rows = [{"student": "teacher", "ce": heldout_ce(build_teacher_model(teacher, torch.float32), windows)}]
     print(f"teacher: {rows[0]['ce']:.3f}", flush=True)
-    students = forms(args) if args.table == "forms" else hybrids(args)
+    if args.table == "compose":
+        students = [
+            (f"{m} + {args.mla} MLA, composed, {'sequential' if args.sequential else 'teacher-forced'}", m)
+            for m in args.mixers.split(",")
+        ]
+    else:
+        students = forms(args) if args.table == "forms" else hybrids(args)
     for n, (label, kwargs) in enumerate(students[args.skip :], start=args.skip):
         folder = args.output / f"student-{n}"
         start = time.time()
-        if args.in_memory:
+        if args.table == "compose":
+            model, layers = composed_student(args, teacher, kwargs)
+            report = type("Report", (), {"calibration": {"layers": layers}})()
+        elif args.in_memory:
             model, report = in_memory_student(teacher, kwargs)
         else:
             report = upcycle(args.teacher, folder, force=True, on_calibrate=progress_printer(), **kwargs)

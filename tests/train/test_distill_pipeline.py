@@ -56,11 +56,12 @@ def test_one_command_runs_every_stage_into_one_folder(pipeline):
     for name in ("upcycle-mla", "upcycle-rec"):  # calibrated on --data: every mixer's fit lowered its error
         layers = stages[name]["calibration"]["layers"]
         assert len(layers) == 4 and all(f["error_fit"] < f["error_upcycled"] for f in layers), layers
-        calibration = stages[name]["calibration"]  # the --calibrate-* flags reach both upcycles
+        # the --calibrate-* flags reach both upcycles; teacher-forced, zebra distill's default
+        calibration = stages[name]["calibration"]
         assert (calibration["lr"], calibration["schedule"], calibration["sequential"]) == (
             2e-3,
             "cosine",
-            True,
+            False,
         )
     hybrid = json.loads((out / "hybrid" / "upcycle.json").read_text())
     assert hybrid["placement"] == "smart" and len(hybrid["smart"]["scores"]) == 4
@@ -151,6 +152,10 @@ def test_a_budget_too_small_for_the_stages_is_refused_before_any_work(tmp_path, 
     "extra, culprit",
     [
         (["--no-calibrate", "--calibrate-steps", "5"], "--calibrate-steps with --no-calibrate"),
+        (
+            ["--calibrate-correct-residual", "0.5"],
+            "--calibrate-correct-residual with --calibrate-teacher-forced (this command's default)",
+        ),
         (["--calibrate-lr", "-1"], "--calibrate-lr -1.0: out of range"),
         (["--calibrate-schedule", "linear"], "--calibrate-schedule linear: out of range"),
         (["--calibrate-samples", "2", "--calibrate-batch", "4"], "--calibrate-batch 4: out of range"),

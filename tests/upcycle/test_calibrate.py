@@ -191,6 +191,22 @@ def test_calibrate_through_the_cli(tmp_path):
         "pass_through": False}  # fmt: skip
 
 
+def test_each_command_has_its_own_calibration_default_and_either_flag_overrides_it():
+    """`zebra upcycle` calibrates on the student's own stream unless told, `zebra distill` (whose two students are
+    composed) teacher-forced; --calibrate-sequential / --calibrate-teacher-forced choose either way."""
+    from zebra.upcycle.calibrate import calibrate_options
+
+    for default in (False, True):
+        assert calibrate_options("d", teacher_forced_default=default).sequential is not default
+        for chosen in (False, True):
+            options = calibrate_options("d", teacher_forced_default=default, teacher_forced=chosen)
+            assert options.sequential is not chosen
+    sequential = calibrate_options(
+        "d", teacher_forced_default=True, teacher_forced=False, correct_residual=0.5
+    )
+    assert sequential.correct_residual == 0.5
+
+
 @pytest.mark.parametrize(
     "flags, culprit",
     [
@@ -211,6 +227,10 @@ def test_calibrate_through_the_cli(tmp_path):
         (
             ["--no-calibrate-data", "--calibrate-pass-through"],
             "--calibrate-pass-through without --calibrate DATA",
+        ),
+        (
+            ["--no-calibrate-data", "--calibrate-sequential"],
+            "--calibrate-sequential without --calibrate DATA",
         ),
     ],
 )

@@ -111,13 +111,20 @@ CalibrateScheduleOpt = Annotated[
     str | None,
     typer.Option("--calibrate-schedule", help="Calibration: LR over the steps, constant or cosine."),
 ]
-CalibrateTeacherForcedOpt = Annotated[
-    bool,
-    typer.Option(
-        "--calibrate-teacher-forced",
-        help="Calibration: fit each mixer on the teacher's input (default: on the student's own stream).",
-    ),
-]
+
+
+def calibrate_teacher_forced_option(default: str) -> Any:
+    """`--calibrate-teacher-forced/--calibrate-sequential`; `default` names the command's own (None: it).
+
+    Use as `calibrate_teacher_forced: Annotated[bool | None, calibrate_teacher_forced_option("sequential")] = None`.
+    """
+    return typer.Option(
+        "--calibrate-teacher-forced/--calibrate-sequential",
+        help="Calibration: fit each mixer on the teacher's input to its layer, or on the student's own stream "
+        f"(with the drift so far added to its target) [{default}].",
+    )
+
+
 CalibrateCorrectResidualOpt = Annotated[
     float | None,
     typer.Option(

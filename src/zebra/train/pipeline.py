@@ -12,7 +12,8 @@ one folder (docs/upcycle.md "One command").
 
 The stage list is data (`plan_stages`): each `Stage` names its runner (`RUNNERS`) and what it passes on, so a
 stage is one entry. Both upcycle stages calibrate their student on --data (`zebra.upcycle.calibrate`: each new
-mixer fitted to its teacher layer's attention) unless `calibrate` is off. Every
+mixer fitted to its teacher layer's attention, teacher-forced by default: the students are composed, and a fit on
+one student's own stream corrects a drift the hybrid does not have) unless `calibrate` is off. Every
 check that can fail runs before the first stage (`check_options`). A second call with the same options continues:
 finished stages are skipped, a training stage resumes from its newest checkpoint (the trainer's; SIGTERM saves
 one, kill -9 loses the steps since the last), an interrupted upcycle or compose is redone.
@@ -65,7 +66,7 @@ class PipelineOptions:
     calibrate_batch: int = 2  # sequences per fit step
     calibrate_lr: float = 1e-3  # the rest as `zebra upcycle --calibrate-*` (zebra.upcycle.calibrate.SETTINGS)
     calibrate_schedule: str = "constant"
-    calibrate_teacher_forced: bool = False
+    calibrate_teacher_forced: bool = True  # each mixer on the teacher's input: it composes (docs/upcycle.md)
     calibrate_correct_residual: float = 1.0
     calibrate_output_lstsq: bool = False
     calibrate_pass_through: bool = True

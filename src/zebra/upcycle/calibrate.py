@@ -80,25 +80,32 @@ def check_calibrate_options(o: CalibrateOptions) -> None:
 
 
 def calibrate_options(
-    data: str | None, device: str = "auto", off: str = "without --calibrate DATA", **given: Any
+    data: str | None,
+    device: str = "auto",
+    off: str = "without --calibrate DATA",
+    teacher_forced_default: bool = False,
+    **given: Any,
 ) -> CalibrateOptions | None:
-    """The `CalibrateOptions` of the commands' `--calibrate-*` flags (`SETTINGS`; None: the default), or None
-    when `data` is None. Refused in one line, naming the flag: a setting given without calibration (`off` says
-    why there is none), `--calibrate-correct-residual` with `--calibrate-teacher-forced`, a value out of range."""
+    """The `CalibrateOptions` of the commands' `--calibrate-*` flags (`SETTINGS`; None: the default, where
+    `teacher_forced_default` is the command's own: `zebra distill` calibrates teacher-forced), or None when
+    `data` is None. Refused in one line, naming the flag: a setting given without calibration (`off` says why
+    there is none), `--calibrate-correct-residual` with a teacher-forced calibration, a value out of range."""
     unknown = set(given) - set(SETTINGS)
     if unknown:
         raise TypeError(f"calibrate_options: unknown settings {sorted(unknown)}")
-    flags = ("teacher_forced", "output_lstsq")  # on/off flags: False is their default, not a choice
-    chosen = {k: v for k, v in given.items() if v is not None and not (k in flags and v is False)}
+    chosen = {k: v for k, v in given.items() if v is not None and not (k == "output_lstsq" and v is False)}
     if data is None:
         if chosen:
-            raise ZebraError(f"{flag(next(iter(chosen)))} {off}: there is no calibration to apply it to",
+            key = next(iter(chosen))
+            raise ZebraError(f"{given_flag(key, chosen[key])} {off}: there is no calibration to apply it to",
                              fix="pass --calibrate DATA too, or leave the --calibrate-* options out")  # fmt: skip
         return None
-    if chosen.get("teacher_forced") and "correct_residual" in chosen:
-        raise ZebraError(f"{flag('correct_residual')} with {flag('teacher_forced')}: the correction is of the "
-                         "student's own stream, which a teacher-forced fit does not use",
-                         fix="leave one of the two out")  # fmt: skip
+    teacher_forced = chosen.get("teacher_forced", teacher_forced_default)
+    if teacher_forced and "correct_residual" in chosen:
+        default = "" if "teacher_forced" in chosen else " (this command's default)"
+        raise ZebraError(f"{flag('correct_residual')} with {flag('teacher_forced')}{default}: the correction is of "
+                         "the student's own stream, which a teacher-forced fit does not use",
+                         fix="pass --calibrate-sequential, or leave --calibrate-correct-residual out")  # fmt: skip
     defaults, fit_defaults = CalibrateOptions(""), FitOptions()
     fit = FitOptions(**{k: chosen.get(k, getattr(fit_defaults, k))
                         for k in ("steps", "batch", "lr", "schedule", "output_lstsq", "pass_through")})  # fmt: skip
@@ -108,9 +115,15 @@ def calibrate_options(
         seq_len=chosen.get("seq_len", defaults.seq_len),
         device=device,
         fit=fit,
-        sequential=not chosen.get("teacher_forced", False),
+        sequential=not teacher_forced,
         correct_residual=chosen.get("correct_residual", defaults.correct_residual),
     )
+
+
+def given_flag(key: str, value: Any) -> str:
+    """The flag that gave `value` to `key`: the negative form of an on/off pair where it was off."""
+    negative = {"teacher_forced": "--calibrate-sequential", "pass_through": "--calibrate-keep-init"}
+    return negative[key] if value is False and key in negative else flag(key)
 
 
 @dataclass
