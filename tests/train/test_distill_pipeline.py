@@ -154,7 +154,7 @@ def test_a_budget_too_small_for_the_stages_is_refused_before_any_work(tmp_path, 
         (["--no-calibrate", "--calibrate-steps", "5"], "--calibrate-steps with --no-calibrate"),
         (
             ["--calibrate-correct-residual", "0.5"],
-            "--calibrate-correct-residual with --calibrate-teacher-forced (this command's default)",
+            "--calibrate-correct-residual with --calibrate-teacher-forced (the default)",
         ),
         (["--calibrate-lr", "-1"], "--calibrate-lr -1.0: out of range"),
         (["--calibrate-schedule", "linear"], "--calibrate-schedule linear: out of range"),

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from zebra.core.errors import ZebraError
 from zebra.mixers import recurrent_spec, resolve
 from zebra.upcycle import StudentOptions
 from zebra.upcycle.attention_records import attention_statistics, record_attention
@@ -181,30 +182,29 @@ def test_calibrate_through_the_cli(tmp_path):
     for needle in ("calibration: ||y - y_teacher|| / ||y_teacher|| on 64 tokens", "fitted", "best step"):
         assert needle in text, table.stdout
     flags = ["--calibrate-batch", "1", "--calibrate-lr", "3e-3", "--calibrate-schedule", "cosine",
-             "--calibrate-teacher-forced", "--calibrate-output-lstsq", "--calibrate-keep-init"]  # fmt: skip
+             "--calibrate-sequential", "--calibrate-output-lstsq", "--calibrate-keep-init"]  # fmt: skip
     as_json = CliRunner().invoke(app, [*args, *flags, "--force", "--json"])
     assert as_json.exit_code == 0, as_json.output
     record = json.loads(as_json.stdout)["calibration"]
     assert [f["mixer"] for f in record["layers"]] == ["gdn", "mla"]
     assert {k: record[k] for k in ("batch", "lr", "schedule", "sequential", "output_lstsq", "pass_through")} == {
-        "batch": 1, "lr": 3e-3, "schedule": "cosine", "sequential": False, "output_lstsq": True,
+        "batch": 1, "lr": 3e-3, "schedule": "cosine", "sequential": True, "output_lstsq": True,
         "pass_through": False}  # fmt: skip
 
 
-def test_each_command_has_its_own_calibration_default_and_either_flag_overrides_it():
-    """`zebra upcycle` calibrates on the student's own stream unless told, `zebra distill` (whose two students are
-    composed) teacher-forced; --calibrate-sequential / --calibrate-teacher-forced choose either way."""
+def test_both_commands_calibrate_teacher_forced_unless_told_and_either_flag_chooses():
+    """Teacher-forced fits compose (zebra distill) and start the directly calibrated hybrid lower too (docs/upcycle.md
+    "Two students, composed"); --calibrate-sequential fits on the student's own stream, with its correction."""
     from zebra.upcycle.calibrate import calibrate_options
 
-    for default in (False, True):
-        assert calibrate_options("d", teacher_forced_default=default).sequential is not default
-        for chosen in (False, True):
-            options = calibrate_options("d", teacher_forced_default=default, teacher_forced=chosen)
-            assert options.sequential is not chosen
-    sequential = calibrate_options(
-        "d", teacher_forced_default=True, teacher_forced=False, correct_residual=0.5
-    )
-    assert sequential.correct_residual == 0.5
+    assert calibrate_options("d").sequential is False
+    for chosen in (False, True):
+        assert calibrate_options("d", teacher_forced=chosen).sequential is not chosen
+    assert calibrate_options("d", teacher_forced=False, correct_residual=0.5).correct_residual == 0.5
+    with pytest.raises(
+        ZebraError, match=r"--calibrate-correct-residual with --calibrate-teacher-forced \(the def"
+    ):
+        calibrate_options("d", correct_residual=0.5)
 
 
 @pytest.mark.parametrize(
@@ -217,11 +217,18 @@ def test_each_command_has_its_own_calibration_default_and_either_flag_overrides_
             ["--calibrate-batch", "3"],
             "--calibrate-batch 3: out of range hint: pass between 1 and --calibrate-samples (2)",
         ),
-        (["--calibrate-correct-residual", "2"], "--calibrate-correct-residual 2.0: out of range"),
+        (
+            ["--calibrate-sequential", "--calibrate-correct-residual", "2"],
+            "--calibrate-correct-residual 2.0: out of range",
+        ),
         (["--calibrate-steps", "-1"], "--calibrate-steps -1: out of range"),
         (
             ["--calibrate-teacher-forced", "--calibrate-correct-residual", "0.5"],
             "--calibrate-correct-residual with --calibrate-teacher-forced",
+        ),
+        (
+            ["--calibrate-correct-residual", "0.5"],
+            "--calibrate-correct-residual with --calibrate-teacher-forced (the default)",
         ),
         (["--no-calibrate-data", "--calibrate-steps", "5"], "--calibrate-steps without --calibrate DATA"),
         (

@@ -113,16 +113,14 @@ CalibrateScheduleOpt = Annotated[
 ]
 
 
-def calibrate_teacher_forced_option(default: str) -> Any:
-    """`--calibrate-teacher-forced/--calibrate-sequential`; `default` names the command's own (None: it).
-
-    Use as `calibrate_teacher_forced: Annotated[bool | None, calibrate_teacher_forced_option("sequential")] = None`.
-    """
-    return typer.Option(
+CalibrateTeacherForcedOpt = Annotated[
+    bool | None,
+    typer.Option(
         "--calibrate-teacher-forced/--calibrate-sequential",
         help="Calibration: fit each mixer on the teacher's input to its layer, or on the student's own stream "
-        f"(with the drift so far added to its target) [{default}].",
-    )
+        "(with the drift so far added to its target) [teacher-forced].",
+    ),
+]
 
 
 CalibrateCorrectResidualOpt = Annotated[

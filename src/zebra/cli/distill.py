@@ -19,8 +19,8 @@ from zebra.cli._options import (
     CalibrateScheduleOpt,
     CalibrateSeqLenOpt,
     CalibrateStepsOpt,
+    CalibrateTeacherForcedOpt,
     JsonOpt,
-    calibrate_teacher_forced_option,
     examples,
 )
 from zebra.cli._output import RichTrainView, out
@@ -103,7 +103,7 @@ def distill_command(
     calibrate_batch: CalibrateBatchOpt = None,
     calibrate_lr: CalibrateLrOpt = None,
     calibrate_schedule: CalibrateScheduleOpt = None,
-    calibrate_teacher_forced: Annotated[bool | None, calibrate_teacher_forced_option("teacher-forced")] = None,
+    calibrate_teacher_forced: CalibrateTeacherForcedOpt = None,
     calibrate_correct_residual: CalibrateCorrectResidualOpt = None,
     calibrate_output_lstsq: CalibrateOutputLstsqOpt = False,
     calibrate_pass_through: CalibratePassThroughOpt = None,
@@ -116,7 +116,7 @@ def distill_command(
     from zebra.upcycle.calibrate import calibrate_options
 
     fitting = calibrate_options(
-        data if calibrate else None, device, off="with --no-calibrate", teacher_forced_default=True,
+        data if calibrate else None, device, off="with --no-calibrate",
         samples=calibrate_samples,
         seq_len=calibrate_seq_len, steps=calibrate_steps, batch=calibrate_batch, lr=calibrate_lr,
         schedule=calibrate_schedule, teacher_forced=calibrate_teacher_forced,

@@ -17,10 +17,10 @@ from zebra.cli._options import (
     CalibrateScheduleOpt,
     CalibrateSeqLenOpt,
     CalibrateStepsOpt,
+    CalibrateTeacherForcedOpt,
     ForceOpt,
     JsonOpt,
     YesOpt,
-    calibrate_teacher_forced_option,
     examples,
 )
 from zebra.cli._output import out
@@ -104,7 +104,7 @@ def upcycle_command(
     calibrate_batch: CalibrateBatchOpt = None,
     calibrate_lr: CalibrateLrOpt = None,
     calibrate_schedule: CalibrateScheduleOpt = None,
-    calibrate_teacher_forced: Annotated[bool | None, calibrate_teacher_forced_option("sequential")] = None,
+    calibrate_teacher_forced: CalibrateTeacherForcedOpt = None,
     calibrate_correct_residual: CalibrateCorrectResidualOpt = None,
     calibrate_output_lstsq: CalibrateOutputLstsqOpt = False,
     calibrate_pass_through: CalibratePassThroughOpt = None,

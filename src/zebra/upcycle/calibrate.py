@@ -42,7 +42,9 @@ class CalibrateOptions:
     seq_len: int = 128  # tokens per sequence
     device: str = "auto"  # where the teacher runs and the mixers are fitted
     fit: FitOptions = field(default_factory=FitOptions)
-    sequential: bool = True  # each mixer on the student's own stream, earlier ones fitted (sequential.py)
+    sequential: bool = (
+        False  # True: each mixer on the student's own stream, earlier ones fitted (sequential.py)
+    )
     correct_residual: float = 1.0  # sequential: the target adds this share of the teacher-student stream gap
 
     def __post_init__(self) -> None:
@@ -83,11 +85,9 @@ def calibrate_options(
     data: str | None,
     device: str = "auto",
     off: str = "without --calibrate DATA",
-    teacher_forced_default: bool = False,
     **given: Any,
 ) -> CalibrateOptions | None:
-    """The `CalibrateOptions` of the commands' `--calibrate-*` flags (`SETTINGS`; None: the default, where
-    `teacher_forced_default` is the command's own: `zebra distill` calibrates teacher-forced), or None when
+    """The `CalibrateOptions` of the commands' `--calibrate-*` flags (`SETTINGS`; None: the default), or None when
     `data` is None. Refused in one line, naming the flag: a setting given without calibration (`off` says why
     there is none), `--calibrate-correct-residual` with a teacher-forced calibration, a value out of range."""
     unknown = set(given) - set(SETTINGS)
@@ -100,13 +100,13 @@ def calibrate_options(
             raise ZebraError(f"{given_flag(key, chosen[key])} {off}: there is no calibration to apply it to",
                              fix="pass --calibrate DATA too, or leave the --calibrate-* options out")  # fmt: skip
         return None
-    teacher_forced = chosen.get("teacher_forced", teacher_forced_default)
+    defaults, fit_defaults = CalibrateOptions(""), FitOptions()
+    teacher_forced = chosen.get("teacher_forced", not defaults.sequential)
     if teacher_forced and "correct_residual" in chosen:
-        default = "" if "teacher_forced" in chosen else " (this command's default)"
+        default = "" if "teacher_forced" in chosen else " (the default)"
         raise ZebraError(f"{flag('correct_residual')} with {flag('teacher_forced')}{default}: the correction is of "
                          "the student's own stream, which a teacher-forced fit does not use",
                          fix="pass --calibrate-sequential, or leave --calibrate-correct-residual out")  # fmt: skip
-    defaults, fit_defaults = CalibrateOptions(""), FitOptions()
     fit = FitOptions(**{k: chosen.get(k, getattr(fit_defaults, k))
                         for k in ("steps", "batch", "lr", "schedule", "output_lstsq", "pass_through")})  # fmt: skip
     return CalibrateOptions(
