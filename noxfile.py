@@ -8,9 +8,10 @@ import nox
 
 nox.options.sessions = ["lint", "tests"]
 
-# The README's test command: the whole suite; `gpu` tests skip themselves without a GPU, `infra` tests without
-# dockerd/slurmd (.ci/run starts them and makes their absence a failure).
-TEST_COMMAND = ("python3", "-m", "pytest", "-q")
+# The README's test command: the whole suite on one xdist worker per core (tests/conftest.py groups them); `gpu`
+# tests skip themselves without a GPU, `infra` tests without dockerd/slurmd (.ci/run starts them and makes their
+# absence a failure).
+TEST_COMMAND = ("python3", "-m", "pytest", "-q", "-n", "auto", "--dist", "loadgroup")
 
 
 @nox.session(python=False)

@@ -39,6 +39,11 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT") and "OMP_NUM_THREADS" not in os.e
     # threads, not every core (4 threads on 2 cores slow every test down); set before anything imports torch.
     _workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
     os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // _workers))
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # an xdist worker starts with COLUMNS=80 LINES=24, which its controller's shell did not set: zebra's console
+    # (made when a test module imports the CLI) would fold at 80 columns where a pipe gets 160
+    for _var in ("COLUMNS", "LINES"):
+        os.environ.pop(_var, None)
 if os.environ.get("ZEBRA_PYCACHE") is None:
     from zebra.core.caches import bytecode_cache_dir
 
