@@ -111,8 +111,6 @@ CalibrateScheduleOpt = Annotated[
     str | None,
     typer.Option("--calibrate-schedule", help="Calibration: LR over the steps, constant or cosine."),
 ]
-
-
 CalibrateTeacherForcedOpt = Annotated[
     bool | None,
     typer.Option(
@@ -121,8 +119,6 @@ CalibrateTeacherForcedOpt = Annotated[
         "(with the drift so far added to its target) [teacher-forced].",
     ),
 ]
-
-
 CalibrateCorrectResidualOpt = Annotated[
     float | None,
     typer.Option(

@@ -116,8 +116,7 @@ def distill_command(
     from zebra.upcycle.calibrate import calibrate_options
 
     fitting = calibrate_options(
-        data if calibrate else None, device, off="with --no-calibrate",
-        samples=calibrate_samples,
+        data if calibrate else None, device, off="with --no-calibrate", samples=calibrate_samples,
         seq_len=calibrate_seq_len, steps=calibrate_steps, batch=calibrate_batch, lr=calibrate_lr,
         schedule=calibrate_schedule, teacher_forced=calibrate_teacher_forced,
         correct_residual=calibrate_correct_residual, output_lstsq=calibrate_output_lstsq,

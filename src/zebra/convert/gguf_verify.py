@@ -29,8 +29,9 @@ N_CTX = 512
 # relative max |diff| and cosine a quantised GGUF must reach (GGML type name -> thresholds), about 3x the worst
 # measured on tiny-gdn, tiny-mamba and tiny-kimi trained 4 and 20 steps (docs/formats.md): F16 6.3e-4 and
 # 1 - cosine 8.7e-9, BF16 5.4e-3 and 4.9e-7, Q8_0 7.3e-3 and 3.7e-6, 4 and 5 bits 0.21 and 4.7e-4 (relative to the
-# largest logit: larger on the less trained models, whose logits are smaller). Two swapped GDN output-gate heads cost 0.10 and 2.4e-4: Q8_0 and
-# the 16-bit types catch that, 4 and 5 bits only gross mistakes; exactness is the float32 file's check.
+# largest logit: larger on the less trained models, whose logits are smaller). Two swapped GDN output-gate heads
+# cost 0.10 and 2.4e-4: Q8_0 and the 16-bit types catch that, 4 and 5 bits only gross mistakes; exactness is the
+# float32 file's check.
 QUANT_THRESHOLDS = {
     "F16": (2e-3, 1 - 1e-7),
     "BF16": (1.5e-2, 1 - 2e-6),

@@ -42,9 +42,7 @@ class CalibrateOptions:
     seq_len: int = 128  # tokens per sequence
     device: str = "auto"  # where the teacher runs and the mixers are fitted
     fit: FitOptions = field(default_factory=FitOptions)
-    sequential: bool = (
-        False  # True: each mixer on the student's own stream, earlier ones fitted (sequential.py)
-    )
+    sequential: bool = False  # True: each mixer on the student's own stream, earlier ones fitted first
     correct_residual: float = 1.0  # sequential: the target adds this share of the teacher-student stream gap
 
     def __post_init__(self) -> None:
@@ -82,10 +80,7 @@ def check_calibrate_options(o: CalibrateOptions) -> None:
 
 
 def calibrate_options(
-    data: str | None,
-    device: str = "auto",
-    off: str = "without --calibrate DATA",
-    **given: Any,
+    data: str | None, device: str = "auto", off: str = "without --calibrate DATA", **given: Any
 ) -> CalibrateOptions | None:
     """The `CalibrateOptions` of the commands' `--calibrate-*` flags (`SETTINGS`; None: the default), or None when
     `data` is None. Refused in one line, naming the flag: a setting given without calibration (`off` says why
