@@ -88,7 +88,7 @@ def test_kernel_cache_in_a_file_is_a_warning_not_ok(tmp_path):
 
     (tmp_path / "cache").write_text("a file")
     check = check_kernel_cache({"ZEBRA_KERNEL_CACHE": str(tmp_path / "cache")})
-    assert check.status == "warn" and f"{tmp_path / 'cache'} is a file" in check.detail
+    assert check.status == "warn" and f"a file is in the way: {tmp_path / 'cache'};" in check.detail
 
 
 def test_kernel_cache_does_not_take_torchs_own_folders_for_yours(tmp_path, monkeypatch):

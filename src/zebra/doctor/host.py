@@ -75,7 +75,9 @@ def check_kernel_cache(env: Mapping[str, str] = os.environ) -> Check:
     )
     fix = f"export {KERNEL_CACHE_ENV}=<a folder kept between runs> (and unset TRITON_CACHE_DIR)"
     if not _existing(triton).is_dir():  # ZEBRA_CACHE naming a file: every command would refuse it
-        return warn("kernel-cache", f"cannot be made, {_existing(triton)} is a file: {detail}", fix)
+        return warn(
+            "kernel-cache", f"cannot be made, a file is in the way: {_existing(triton)}; {detail}", fix
+        )
     if not os.access(_existing(triton), os.W_OK):
         return warn("kernel-cache", f"not writable: {detail}", fix)
     if _existing(triton).is_relative_to(_existing(Path(tempfile.gettempdir()))):
