@@ -92,13 +92,19 @@ def _megatron_fields(arg, first) -> dict[str, Any]:
     }
 
 
-def _native_blockers(cfg: Any) -> list[Blocker]:
-    """Kimi-Linear's MLA: NoPE, latent norms with epsilon 1e-6."""
+def _gguf_blockers(cfg: Any) -> list[Blocker]:
+    """Kimi-Linear's MLA, in llama.cpp as in transformers: NoPE, the key/value latent normalised."""
     out = []
     if cfg.mla_rope:
         out.append(Blocker("model.mla.rope", True, False, "its MLA has no positional encoding (NoPE)"))
     if not cfg.mla_latent_norm:
         out.append(Blocker("model.mla.latent_norm", False, True, "it normalises the key/value latent"))
+    return out
+
+
+def _native_blockers(cfg: Any) -> list[Blocker]:
+    """Kimi-Linear's MLA in transformers: as in llama.cpp, and its latent norms with epsilon 1e-6."""
+    out = _gguf_blockers(cfg)
     if cfg.rms_norm_eps != KIMI_LATENT_NORM_EPS:
         out.append(
             Blocker("model.norm_eps", cfg.rms_norm_eps, KIMI_LATENT_NORM_EPS, "its MLA latent norms use 1e-6")
@@ -123,15 +129,6 @@ def _native_tensors(cfg: Any, z: str, n: str, to: str) -> list[NativeTensor]:
         NativeTensor(n + "kv_b_proj.weight", (z + "kv_up_proj.weight",)),
         NativeTensor(n + "o_proj.weight", (z + "o_proj.weight",)),
     ]
-
-
-def _gguf_blockers(cfg: Any) -> list[Blocker]:
-    out = []
-    if cfg.mla_rope:
-        out.append(Blocker("model.mla.rope", True, False, "its MLA has no positional encoding (NoPE)"))
-    if not cfg.mla_latent_norm:
-        out.append(Blocker("model.mla.latent_norm", False, True, "it normalises the key/value latent"))
-    return out
 
 
 def _gguf_tensors(cfg: Any, z: str, b: str) -> list[NativeTensor]:
