@@ -237,17 +237,18 @@ def main() -> None:
         folder = args.output / f"student-{n}"
         start = time.time()
         if args.table == "compose":
-            model, layers = composed_student(args, teacher, kwargs)
-            report = type("Report", (), {"calibration": {"layers": layers}})()
-        elif args.in_memory:
-            model, report = in_memory_student(teacher, kwargs)
+            model, calibration = composed_student(args, teacher, kwargs)  # {"mla": layers, "rec": layers}
         else:
-            report = upcycle(args.teacher, folder, force=True, on_calibrate=progress_printer(), **kwargs)
-            model = ZebraForCausalLM.from_pretrained(folder, dtype=torch.float32)
+            if args.in_memory:
+                model, report = in_memory_student(teacher, kwargs)
+            else:
+                report = upcycle(args.teacher, folder, force=True, on_calibrate=progress_printer(), **kwargs)
+                model = ZebraForCausalLM.from_pretrained(folder, dtype=torch.float32)
+            calibration = report.calibration.get("layers", [])
         seconds = time.time() - start
         ce = heldout_ce(model, windows)
         rows.append({"student": label, "ce": ce, "ratio": ce / rows[0]["ce"], "upcycle_s": round(seconds, 1),
-                     "calibration": report.calibration.get("layers", [])})  # fmt: skip
+                     "calibration": calibration})  # fmt: skip
         print(f"{label}: {ce:.3f} ({ce / rows[0]['ce']:.2f}x the teacher; {seconds:.0f} s)", flush=True)
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / f"step0-{args.table}.json").write_text(json.dumps(rows, indent=1) + "\n")
