@@ -6,6 +6,7 @@ compared with Zebra's; what cannot map exactly is refused before any work, and n
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from convert_helpers import TRAIN
@@ -105,6 +106,45 @@ def test_a_smaller_type_runs_in_llama_cpp_at_a_visible_logit_error_within_its_th
 
 
 @pytest.mark.slow
+def test_a_k_quant_from_llama_cpps_quantizer_runs_within_its_thresholds(quantised_kernels, tmp_path):
+    """`--gguf-type q4_k_m`: the float32 file goes through llama.cpp's own quantizer, which stores Q4_K where a
+    matrix's rows are multiples of 256 (tiny-gdn widened to 256 for that) and its fallbacks elsewhere; nothing
+    but the output is left, and `zebra verify` holds it to the thresholds of every type it holds."""
+    run_dir = tmp_path / "runs" / "tiny-gdn"
+    wide = ["--set", "model.hidden_size=256", "--set", "model.intermediate_size=768"]
+    assert run("train", "tiny-gdn", "--output", str(run_dir.parent), *TRAIN, *wide).exit_code == 0
+    reports, sizes = {}, {}
+    for gguf_type in ("f32", "q4_k_m"):
+        out = tmp_path / "out" / f"{gguf_type}.gguf"
+        result = run("convert", str(run_dir), "--to", "gguf", "--gguf-type", gguf_type, "-o", str(out))
+        assert result.exit_code == 0, result.output
+        verified = run("verify", str(out), "--against", str(run_dir), "--json")
+        reports[gguf_type], sizes[gguf_type] = json.loads(verified.stdout), out.stat().st_size
+        assert verified.exit_code == 0 and reports[gguf_type]["ok"], verified.output
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["f32.gguf", "q4_k_m.gguf"]
+    (note,) = [n for n in reports["q4_k_m"]["notes"] if n.startswith("quantised (")]
+    assert "Q4_K" in note and "Q6_K" in note  # llama.cpp's Q4_K_M keeps some matrices at 6 bits
+    assert reports["q4_k_m"]["parity"][0]["max_abs"] > 10 * reports["f32"]["parity"][0]["max_abs"]
+    assert sizes["q4_k_m"] < 0.25 * sizes["f32"]
+
+
+def test_a_quantizer_failure_leaves_neither_file_and_keeps_the_old_one(llama_cpp, tmp_path, monkeypatch):
+    """llama.cpp's quantizer refusing (here: a file type it does not know) is one line with its own words; the
+    float32 file it was given and its half-written output are both removed."""
+    import llama_cpp as lib
+
+    source = _random_export(tmp_path, "tiny-gdn")
+    out = tmp_path / "model.gguf"
+    assert run("convert", str(source), "--to", "gguf", "-o", str(out)).exit_code == 0
+    before = out.read_bytes()
+    monkeypatch.setattr(lib, "LLAMA_FTYPE_MOSTLY_Q4_K_M", 999)
+    result = run("convert", str(source), "--to", "gguf", "-o", str(out), "--gguf-type", "q4_k_m", "--force")
+    assert_one_line_error(result, "llama.cpp's quantizer failed", "invalid output file type 999")
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf", "src"]
+
+
+@pytest.mark.slow
 def test_two_swapped_heads_in_a_q8_0_file_fail_its_thresholds(quantised_kernels, trained, tmp_path):
     """The quantised thresholds are not so loose that a wrong head order passes (measured: two swapped GDN
     output-gate heads cost 0.10 relative and 1 - 2.7e-4 cosine, Q8_0's own error 7.3e-3 at most)."""
@@ -184,12 +224,23 @@ def test_the_1b_recipes_in_a_servable_form_pass_the_gguf_checks_at_full_size(rec
     assert (refusal is None) if says is None else (says in str(refusal))
 
 
-def test_a_type_gguf_py_cannot_write_is_refused_in_one_line(tmp_path):
+def test_an_unknown_type_is_refused_in_one_line_naming_the_types(tmp_path):
     source = _random_export(tmp_path, "tiny-gdn")
     result = run(
-        "convert", str(source), "--to", "gguf", "--gguf-type", "q4_k", "-o", str(tmp_path / "x.gguf")
+        "convert", str(source), "--to", "gguf", "--gguf-type", "q3_k", "-o", str(tmp_path / "x.gguf")
     )
-    assert_one_line_error(result, "--gguf-type q4_k", "no quantizer for the k-quants", "llama-quantize")
+    assert_one_line_error(result, "--gguf-type q3_k", "not a type this export writes", "q4_k_m")
+    assert [p.name for p in tmp_path.iterdir()] == ["src"]
+
+
+def test_a_k_quant_without_llama_cpp_python_is_refused_before_any_work(tmp_path, monkeypatch):
+    """The k-quants are llama.cpp's quantizer's work: without llama-cpp-python nothing is written."""
+    source = _random_export(tmp_path, "tiny-gdn")
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # `import llama_cpp` raises ImportError
+    result = run(
+        "convert", str(source), "--to", "gguf", "--gguf-type", "q4_k_m", "-o", str(tmp_path / "x.gguf")
+    )
+    assert_one_line_error(result, "--gguf-type q4_k_m", "llama-cpp-python", "pip install llama-cpp-python")
     assert [p.name for p in tmp_path.iterdir()] == ["src"]
 
 

@@ -69,7 +69,8 @@ def convert(
         str,
         typer.Option(
             "--gguf-type",
-            help="--to gguf: f32 (exact), f16, bf16, q8_0, q5_1, q5_0, q4_1, q4_0 for the matrices.",
+            help="--to gguf: f32 (exact), f16, bf16, q8_0, q5_1, q5_0, q4_1, q4_0, or the k-quants q6_k, "
+            "q5_k_m, q5_k_s, q4_k_m, q4_k_s (llama.cpp's quantizer; needs llama-cpp-python).",
         ),
     ] = "f32",
     force: ForceOpt = False,

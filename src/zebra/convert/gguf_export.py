@@ -11,6 +11,10 @@ on any error, Ctrl-C or SIGTERM).
 Stored types (`--gguf-type`): `f32` (exact), `f16`, `bf16`, and the block quantisations gguf-py 0.19 can write
 (`q8_0`, `q5_1`, `q5_0`, `q4_1`, `q4_0`). Only 2-D weight matrices whose rows fill whole blocks are converted;
 norms, biases, decay rates, convolutions (llama.cpp's `ssm_conv` reads float32) and 3-D tensors stay float32.
+The k-quants (`q6_k`, `q5_k_m`, `q5_k_s`, `q4_k_m`, `q4_k_s`; `q5_k` and `q4_k` are the `_m` forms), which gguf-py cannot write, are made by llama.cpp's
+own quantizer (llama-cpp-python's `llama_model_quantize`, as `llama-quantize` does) from the float32 file written
+first under a temporary name: its rules pick each tensor's type (a matrix whose rows are not a multiple of 256
+falls back to a 32-block type, Q5_0 for Q4_K).
 """
 
 from __future__ import annotations
@@ -43,22 +47,34 @@ from zebra.core.atomic import fsync_dir, make_folder, write_error
 from zebra.core.errors import ZebraError
 from zebra.mixers import MIXERS
 
-GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0")
+WRITTEN_TYPES = ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0")  # gguf-py's encoders
+# --gguf-type -> llama.cpp's file type name (`LLAMA_FTYPE_MOSTLY_<name>`): made by llama.cpp's quantizer
+# (q5_k and q4_k are llama-quantize's aliases of the _m forms)
+LLAMA_QUANTIZED = {"q6_k": "Q6_K", "q5_k_m": "Q5_K_M", "q5_k_s": "Q5_K_S", "q4_k_m": "Q4_K_M", "q4_k_s": "Q4_K_S",
+                   "q5_k": "Q5_K_M", "q4_k": "Q4_K_M"}  # fmt: skip
+GGUF_TYPES = (*WRITTEN_TYPES, *LLAMA_QUANTIZED)
 GGUF_MAGIC = b"GGUF"
-# types llama.cpp has that gguf-py 0.19's quantizer cannot write (its `quantize` raises NotImplementedError)
-UNWRITABLE = ("q4_k", "q5_k", "q6_k", "q2_k", "q3_k")
 KEEP_FLOAT32 = ("conv1d", "norm", ".ssm_a", ".ssm_d")  # name parts of tensors that stay float32
 
 
 def check_gguf_type(gguf_type: str) -> None:
     """A one-line ZebraError for a `--gguf-type` this writer has no encoder for."""
-    if gguf_type in GGUF_TYPES:
+    if gguf_type in WRITTEN_TYPES:
         return
-    why = " (gguf-py 0.19 has no quantizer for the k-quants)" if gguf_type.lower() in UNWRITABLE else ""
-    raise ZebraError(
-        f"--gguf-type {gguf_type}: not a type this export writes{why}",
-        fix=f"use one of {', '.join(GGUF_TYPES)}; llama.cpp's llama-quantize makes k-quants from the f32 file",
-    )
+    if gguf_type not in LLAMA_QUANTIZED:
+        raise ZebraError(
+            f"--gguf-type {gguf_type}: not a type this export writes",
+            fix=f"use one of {', '.join(GGUF_TYPES)}",
+        )
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        raise ZebraError(
+            f"--gguf-type {gguf_type}: the k-quants are made by llama.cpp's quantizer, and llama-cpp-python "
+            "does not import",
+            fix="pip install llama-cpp-python (built from source: README.md says how), or use one of "
+            f"{', '.join(WRITTEN_TYPES)}",
+        ) from None
 
 
 def gguf_refusal(cfg: Any) -> ZebraError | None:
@@ -231,20 +247,80 @@ def export_gguf(
     arch.metadata(cfg, block_kinds(cfg, arch), writer)
     write_vocab(writer, tok, cfg.vocab_size, ids)
     writer.add_name(Path(checkpoint.path).name)
-    types = {n: stored_type(n, shape, gguf_type) for n, shape in shapes.items()}
+    written = "f32" if gguf_type in LLAMA_QUANTIZED else gguf_type
+    types = {n: stored_type(n, shape, written) for n, shape in shapes.items()}
     total = sum(_tensor_info(writer, n, shapes[n], t) for n, t in types.items())
     with gguf_file(Path(output), force=force) as tmp:
+        # the k-quants: the float32 file first, under a temporary name of its own, then llama.cpp's quantizer
+        f32 = tmp.with_name(tmp.name.replace(".tmp-", ".tmp-f32-")) if written != gguf_type else tmp
         try:
-            writer.write_header_to_file(tmp)
-            writer.write_kv_data_to_file()
-            writer.write_ti_data_to_file()
-            done = 0
-            for name, qtype in types.items():
-                data = _encode(torch.zeros(zeros[name]) if name in zeros else source.get(name), qtype)
-                writer.write_tensor_data(data)
-                done += data.nbytes
+            try:
+                writer.write_header_to_file(f32)
+                writer.write_kv_data_to_file()
+                writer.write_ti_data_to_file()
+                done = 0
+                for name, qtype in types.items():
+                    data = _encode(torch.zeros(zeros[name]) if name in zeros else source.get(name), qtype)
+                    writer.write_tensor_data(data)
+                    done += data.nbytes
+                    if on_progress is not None:
+                        on_progress(done, total, name)
+            finally:
+                writer.close()
+            if f32 != tmp:
                 if on_progress is not None:
-                    on_progress(done, total, name)
+                    on_progress(done, total, f"llama.cpp quantizes to {LLAMA_QUANTIZED[gguf_type]}")
+                llama_quantize(f32, tmp, LLAMA_QUANTIZED[gguf_type])
         finally:
-            writer.close()
+            if f32 != tmp:
+                f32.unlink(missing_ok=True)
     return Path(output)
+
+
+def llama_quantize(source: Path, output: Path, file_type: str) -> None:
+    """llama.cpp's quantizer: the float32 GGUF `source` as `output` of `LLAMA_FTYPE_MOSTLY_<file_type>`.
+
+    llama.cpp logs every tensor while it works: that goes to a temporary file, and its last lines are the error's
+    words when it fails. Every level is let through for the call: llama-cpp-python's log callback takes ggml's
+    error level for debug and drops it once a `Llama(verbose=False)` has run."""
+    import logging
+    import tempfile
+
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{file_type}")
+    params.nthread = os.cpu_count() or 1
+    logger = logging.getLogger("llama-cpp-python")
+    level = logger.level
+    with tempfile.TemporaryFile("w+") as log:
+        logger.setLevel(logging.DEBUG)
+        try:
+            with _stderr_to(log):
+                status = llama_cpp.llama_model_quantize(str(source).encode(), str(output).encode(), params)
+        finally:
+            logger.setLevel(level)
+        log.seek(0)
+        last = " ".join(line.strip() for line in log.read().splitlines()[-2:])
+    if status != 0:
+        raise ZebraError(
+            f"--gguf-type {file_type.lower()}: llama.cpp's quantizer failed ({last or f'status {status}'})",
+            fix="write the float32 file (--gguf-type f32) and run llama-quantize on it to see why",
+        )
+
+
+@contextlib.contextmanager
+def _stderr_to(file: Any) -> Iterator[None]:
+    """Both stderrs pointed at `file` for the block: file descriptor 2 (where C code writes) and `sys.stderr`
+    (where llama-cpp-python's log callback prints)."""
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        os.dup2(file.fileno(), 2)
+        with contextlib.redirect_stderr(file):
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

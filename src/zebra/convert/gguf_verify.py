@@ -31,14 +31,19 @@ N_CTX = 512
 # 1 - cosine 8.7e-9, BF16 5.4e-3 and 4.9e-7, Q8_0 7.3e-3 and 3.7e-6, 4 and 5 bits 0.21 and 4.7e-4 (relative to the
 # largest logit: larger on the less trained models, whose logits are smaller). Two swapped GDN output-gate heads
 # cost 0.10 and 2.4e-4: Q8_0 and the 16-bit types catch that, 4 and 5 bits only gross mistakes; exactness is the
-# float32 file's check.
+# float32 file's check. The k-quants (llama.cpp's quantizer, on the same recipes widened to 256 so their matrices
+# take them), worst of the files holding each (with their fallback types): Q6_K 3.0e-2 and 2.4e-5, Q5_K 4.2e-2
+# and 3.4e-5, Q4_K 5.3e-2 and 6.9e-5.
 QUANT_THRESHOLDS = {
     "F16": (2e-3, 1 - 1e-7),
     "BF16": (1.5e-2, 1 - 2e-6),
     "Q8_0": (2e-2, 1 - 2e-5),
+    "Q6_K": (0.1, 1 - 1e-4),
+    "Q5_K": (0.15, 1 - 1.5e-4),
+    "Q4_K": (0.2, 1 - 2e-4),
     **dict.fromkeys(("Q5_0", "Q5_1", "Q4_0", "Q4_1"), (0.5, 1 - 1.5e-3)),
 }
-UNMEASURED = (0.5, 0.99)  # types Zebra does not write (a file from llama-quantize: Q4_K, ...)
+UNMEASURED = (0.5, 0.99)  # types Zebra does not write (a file from llama-quantize: Q3_K, IQ4_XS, ...)
 
 
 def open_llama(path: Path) -> Any:
