@@ -205,7 +205,11 @@ def main() -> None:
         "--teacher-forced",
         dest="sequential",
         action="store_false",
-        help="calibrate: every layer on the teacher's input (default: the student's own stream)",
+        default=False,
+        help="calibrate: every layer on the teacher's input (the default, as zebra upcycle's)",
+    )
+    p.add_argument(
+        "--sequential", action="store_true", help="calibrate: every layer on the student's own stream"
     )
     p.add_argument(
         "--correct-residual", type=float, default=1.0, help="calibrate: sequential target correction"
