@@ -57,8 +57,9 @@ def test_trained_tiny_model_runs_in_llama_cpp_with_zebras_logits_and_tokens(
     assert verified.exit_code == 0 and report["ok"], verified.output
     assert ARCHS[recipe] in report["mode"] and not report["problems"]  # llama.cpp tokenised as Zebra does
     (parity,) = report["parity"]
-    # measured: GDN, Mamba2 within 1x the floor, KDA + MLA 53x; a wrong permutation or sign costs 1e-2 and more
-    assert parity["max_abs"] <= 100 * parity["noise_floor"]
+    # measured: every form within 0.4x the floor with llama.cpp's KV cache in float32 (KDA + MLA at 53x with its
+    # default float16 cache); a wrong permutation or sign costs 1e-2 and more
+    assert parity["max_abs"] <= 10 * parity["noise_floor"]
     assert any("greedy 20 tokens: identical" in note for note in report["notes"])
 
 

@@ -5,9 +5,9 @@ position's logits (`logits_all`), and continues greedily through its own cached 
 `ZebraForCausalLM` in float64 (the reference) and float32; as for the native exports (`native_verify`), the
 float32-vs-float64 difference of the source in the same run is the noise floor, and a float32 GGUF passes at
 `GGUF_NOISE_FACTOR` times it. llama.cpp's kernels sum in other orders than torch's: measured on the trained tiny
-models (docs/formats.md), GDN and Mamba2 came within the floor (0.4x) and KDA + MLA at 53x (its chunked KDA; the
-cause was not isolated further), while a wrong permutation or sign costs 1e-2 to 1, 10^4 floors and more. A
-float16 or quantised GGUF is held to `QUANT_THRESHOLDS`, and its greedy tokens are reported, not required.
+models (docs/formats.md), GDN, Mamba2 and KDA + MLA came within the floor (0.4x), with llama.cpp's KV cache in
+float32 (its default float16 cache put KDA + MLA at 53x), while a wrong permutation or sign costs 1e-2 to 1, 10^4
+floors and more. A float16 or quantised GGUF is held to `QUANT_THRESHOLDS`, and its greedy tokens are reported, not required.
 """
 
 from __future__ import annotations
@@ -47,16 +47,18 @@ UNMEASURED = (0.5, 0.99)  # types Zebra does not write (a file from llama-quanti
 
 
 def open_llama(path: Path) -> Any:
-    """The GGUF in llama-cpp-python, every position's logits kept."""
+    """The GGUF in llama-cpp-python, every position's logits kept, its KV cache in float32 (llama.cpp's default
+    float16 cache rounds every cached key and value of an attention layer: 53x the noise floor on tiny-kimi, 0.4x
+    with float32)."""
     try:
-        from llama_cpp import Llama
+        from llama_cpp import GGML_TYPE_F32, Llama
     except ImportError:
         raise ZebraError(
             f"{path}: running a GGUF needs llama-cpp-python",
             fix="pip install llama-cpp-python (built from source: README.md says how long it takes)",
         ) from None
     return Llama(model_path=str(path), n_ctx=N_CTX, n_batch=N_CTX, logits_all=True, verbose=False,
-                 n_threads=os.cpu_count() or 1)  # fmt: skip
+                 n_threads=os.cpu_count() or 1, type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32)  # fmt: skip
 
 
 def llama_logits(llm: Any, ids: list[int]) -> torch.Tensor:
