@@ -73,6 +73,28 @@ def test_gates_give_each_head_the_half_life_of_its_attention_distance(tmp_path, 
         assert beta[0] == pytest.approx(0.7, abs=1e-4) and beta[-1] == pytest.approx(0.3, abs=1e-4)
 
 
+@pytest.mark.parametrize("kind", ["mamba2", "gdn", "kda"])
+def test_gates_set_a_mixer_on_another_device_than_the_teacher_records(kind):
+    """On a GPU the mixer and the layer's mean input are on the GPU while the teacher heads' statistics stay on
+    the CPU (`record_attention` keeps its records there); the gate init must not mix the two (it did for GDN and
+    KDA: the first GPU calibration of a GDN student stopped there). The meta device stands in for the GPU."""
+    from zebra.models import ZebraConfig
+    from zebra.models.modeling_zebra import ZebraSublayer
+    from zebra.upcycle.student import mixer_shapes
+    from zebra.upcycle.teachers.teacher import TeacherShape
+
+    shape = TeacherShape(272, 64, 96, 2, 4, 2, 16, True, 1e4, 1e-5, 512)
+    char = {"mamba2": "M", "gdn": "G", "kda": "K"}[kind]
+    config = ZebraConfig(vocab_size=272, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         layer_pattern=char + "-", kernel_backend="torch", **mixer_shapes(shape, kind, []))  # fmt: skip
+    mixer = ZebraSublayer(config, 0).mixer.to("meta")
+    distance, entropy = torch.tensor([0.2, 3.0, 10.0, 1000.0]), torch.tensor([0.5, 1.0, 2.0, 3.0])
+    mean_input = torch.randn(64, device="meta")
+    gates = resolve(recurrent_spec(kind).upcycle.gates)(mixer, distance, entropy, mean_input)
+    assert len(gates["decay"]) == 4
+    assert all(p.device.type == "meta" for p in mixer.parameters())
+
+
 @pytest.mark.parametrize("kind", ["mamba2", "gdn", "kda", "gla"])
 def test_pass_through_makes_the_short_convs_the_identity_and_the_output_gate_steady(kind):
     """After `pass_through`, every short conv gives SiLU of the current token's input (no random mix of the

@@ -100,8 +100,9 @@ def delta_rule_gates(
         else:  # GDN: one decay per head, from a_proj
             mixer.dt_bias.copy_(bias)
             mixer.a_proj.weight.zero_()
-        logit = torch.log(beta / (1 - beta))  # [H]
+        # the mixer and its mean input may be on a GPU, the teacher heads' records are on the CPU
         direction = mean_input.float() / mean_input.float().pow(2).sum().clamp(min=1e-12)  # [D]
+        logit = torch.log(beta / (1 - beta)).to(direction.device)  # [H]
         mixer.b_proj.weight.copy_(logit[:, None] * direction[None, :])
     return {"decay": _rounded(g, 5), "beta": _rounded(beta, 4)}
 
