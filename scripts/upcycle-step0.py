@@ -7,7 +7,8 @@ Two tables:
 - `--table calibrate`: the hybrids (`--mixers mamba,gdn`, `--mla 8` by default, default ranks) as upcycled and
   after `--calibrate` (gates + per-layer fit);
 - `--table compose`: what `zebra distill` composes before ILD: per mixer, the all-MLA and the all-recurrent student
-  each calibrated (OUT/MIXER-mla, OUT/MIXER-rec), then `compose(..., mla=--mla, placement="even")` (OUT/MIXER-hybrid).
+  each calibrated (OUT/MIXER-mla, OUT/MIXER-rec), then `compose(..., mla=--mla, placement=P)` for each P of
+  `--placement` (even, smart, or both: OUT/MIXER-hybrid-P).
 
 Each student is written by `zebra.upcycle.upcycle` (what `zebra upcycle` runs) into OUT, loaded back from its
 export and scored on the first `--windows` windows of `--seq` tokens of the held-out data, beside the teacher.
@@ -103,13 +104,11 @@ def hybrids(args) -> list[tuple[str, dict]]:
     return out
 
 
-def composed_student(args, teacher, mixer: str):
-    """(the hybrid composed of the all-MLA and the all-recurrent student of `mixer`, each calibrated, as the
-    pipeline's upcycle stages do; the calibration records {"mla": ..., "rec": ...})."""
+def calibrated_students(args, teacher, mixer: str) -> dict:
+    """The all-MLA and the all-recurrent student of `mixer` (OUT/MIXER-mla, OUT/MIXER-rec), each calibrated, as
+    the pipeline's upcycle stages do; returns the calibration records {"mla": ..., "rec": ...}."""
     import torch
 
-    from zebra.models import ZebraForCausalLM
-    from zebra.upcycle.compose import compose
     from zebra.upcycle.run import upcycle_teacher
     from zebra.upcycle.student import StudentOptions
 
@@ -120,10 +119,22 @@ def composed_student(args, teacher, mixer: str):
         report = upcycle_teacher(teacher, args.output / f"{mixer}-{role}", StudentOptions(mixer=mixer, **student),
                                  dtype="fp32", force=True, calibrate=calibrate, on_calibrate=progress_printer())  # fmt: skip
         records[role] = report.calibration.get("layers", [])
-    out = args.output / f"{mixer}-hybrid"
-    compose(args.output / f"{mixer}-mla", args.output / f"{mixer}-rec", out, mla=args.mla, placement="even",
-            force=True)  # fmt: skip
-    return ZebraForCausalLM.from_pretrained(out, dtype=torch.float32), records
+    return records
+
+
+def composed_student(args, mixer: str, placement: str):
+    """The hybrid of the two calibrated students of `mixer` with `--mla` MLA layers placed by `placement` (SMART
+    scores the layers on `--smart-samples` sequences of 256 tokens of the calibration data), and its MLA layers."""
+    import torch
+
+    from zebra.models import ZebraForCausalLM
+    from zebra.upcycle.compose import compose
+
+    out = args.output / f"{mixer}-hybrid-{placement}"
+    report = compose(args.output / f"{mixer}-mla", args.output / f"{mixer}-rec", out, mla=args.mla,
+                     placement=placement, calibration=args.calibration, samples=args.smart_samples, seq_len=256,
+                     device="cpu", force=True)  # fmt: skip
+    return ZebraForCausalLM.from_pretrained(out, dtype=torch.float32), report.mla_layers
 
 
 def in_memory_student(teacher, kwargs):
@@ -183,6 +194,10 @@ def main() -> None:
     p.add_argument("--table", choices=("forms", "calibrate", "compose"), default="calibrate")
     p.add_argument("--mixers", default="mamba,gdn")
     p.add_argument("--mla", type=int, default=8)
+    p.add_argument(
+        "--placement", default="even", help="compose: even, smart, or both (even,smart): one row each"
+    )
+    p.add_argument("--smart-samples", type=int, default=16, help="compose: SMART's sequences of 256 tokens")
     p.add_argument("--steps", type=int, default=50, help="calibrate: Adam steps per layer")
     p.add_argument("--samples", type=int, default=16, help="calibrate: sequences")
     p.add_argument("--eval-every", type=int, default=25, help="calibrate: steps between error measurements")
@@ -230,30 +245,34 @@ def main() -> None:
     windows = heldout_windows(args.heldout, teacher.tokenizer, args.seq, args.windows)
     rows = [{"student": "teacher", "ce": heldout_ce(build_teacher_model(teacher, torch.float32), windows)}]
     print(f"teacher: {rows[0]['ce']:.3f}", flush=True)
+
+    def add_row(label: str, model, seconds: float, calibration, **extra) -> None:
+        ce = heldout_ce(model, windows)
+        rows.append({"student": label, "ce": ce, "ratio": ce / rows[0]["ce"], "upcycle_s": round(seconds, 1),
+                     "calibration": calibration, **extra})  # fmt: skip
+        print(f"{label}: {ce:.3f} ({ce / rows[0]['ce']:.2f}x the teacher; {seconds:.0f} s)", flush=True)
+
     if args.table == "compose":
-        students = [
-            (f"{m} + {args.mla} MLA, composed, {'sequential' if args.sequential else 'teacher-forced'}", m)
-            for m in args.mixers.split(",")
-        ]
+        fit = "sequential" if args.sequential else "teacher-forced"
+        for mixer in args.mixers.split(","):
+            start = time.time()
+            calibration = calibrated_students(args, teacher, mixer)  # {"mla": layers, "rec": layers}
+            seconds = time.time() - start
+            for placement in args.placement.split(","):
+                model, layers = composed_student(args, mixer, placement)
+                label = f"{mixer} + {args.mla} MLA, composed ({placement}), {fit}"
+                add_row(label, model, seconds, calibration, mla_layers=list(layers))
     else:
         students = forms(args) if args.table == "forms" else hybrids(args)
-    for n, (label, kwargs) in enumerate(students[args.skip :], start=args.skip):
-        folder = args.output / f"student-{n}"
-        start = time.time()
-        if args.table == "compose":
-            model, calibration = composed_student(args, teacher, kwargs)  # {"mla": layers, "rec": layers}
-        else:
+        for n, (label, kwargs) in enumerate(students[args.skip :], start=args.skip):
+            folder = args.output / f"student-{n}"
+            start = time.time()
             if args.in_memory:
                 model, report = in_memory_student(teacher, kwargs)
             else:
                 report = upcycle(args.teacher, folder, force=True, on_calibrate=progress_printer(), **kwargs)
                 model = ZebraForCausalLM.from_pretrained(folder, dtype=torch.float32)
-            calibration = report.calibration.get("layers", [])
-        seconds = time.time() - start
-        ce = heldout_ce(model, windows)
-        rows.append({"student": label, "ce": ce, "ratio": ce / rows[0]["ce"], "upcycle_s": round(seconds, 1),
-                     "calibration": calibration})  # fmt: skip
-        print(f"{label}: {ce:.3f} ({ce / rows[0]['ce']:.2f}x the teacher; {seconds:.0f} s)", flush=True)
+            add_row(label, model, time.time() - start, report.calibration.get("layers", []))
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / f"step0-{args.table}.json").write_text(json.dumps(rows, indent=1) + "\n")
     print("\n| student | step-0 CE | / teacher | upcycle s |\n|---|---|---|---|")
