@@ -133,7 +133,7 @@ def composed_student(args, mixer: str, placement: str):
     out = args.output / f"{mixer}-hybrid-{placement}"
     report = compose(args.output / f"{mixer}-mla", args.output / f"{mixer}-rec", out, mla=args.mla,
                      placement=placement, calibration=args.calibration, samples=args.smart_samples, seq_len=256,
-                     device="cpu", force=True)  # fmt: skip
+                     device="auto", force=True)  # fmt: skip
     return ZebraForCausalLM.from_pretrained(out, dtype=torch.float32), report.mla_layers
 
 

@@ -11,10 +11,10 @@ on any error, Ctrl-C or SIGTERM).
 Stored types (`--gguf-type`): `f32` (exact), `f16`, `bf16`, and the block quantisations gguf-py 0.19 can write
 (`q8_0`, `q5_1`, `q5_0`, `q4_1`, `q4_0`). Only 2-D weight matrices whose rows fill whole blocks are converted;
 norms, biases, decay rates, convolutions (llama.cpp's `ssm_conv` reads float32) and 3-D tensors stay float32.
-The k-quants (`q6_k`, `q5_k_m`, `q5_k_s`, `q4_k_m`, `q4_k_s`; `q5_k` and `q4_k` are the `_m` forms), which gguf-py cannot write, are made by llama.cpp's
-own quantizer (llama-cpp-python's `llama_model_quantize`, as `llama-quantize` does) from the float32 file written
-first under a temporary name: its rules pick each tensor's type (a matrix whose rows are not a multiple of 256
-falls back to a 32-block type, Q5_0 for Q4_K).
+The k-quants (`q6_k`, `q5_k_m`, `q5_k_s`, `q4_k_m`, `q4_k_s`; `q5_k` and `q4_k` are the `_m` forms), which
+gguf-py cannot write, are made by llama.cpp's own quantizer (llama-cpp-python's `llama_model_quantize`, as
+`llama-quantize` does) from the float32 file written first under a temporary name: its rules pick each tensor's
+type (a matrix whose rows are not a multiple of 256 falls back to a 32-block type, Q5_0 for Q4_K).
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ float32-vs-float64 difference of the source in the same run is the noise floor, 
 `GGUF_NOISE_FACTOR` times it. llama.cpp's kernels sum in other orders than torch's: measured on the trained tiny
 models (docs/formats.md), GDN, Mamba2 and KDA + MLA came within the floor (0.4x), with llama.cpp's KV cache in
 float32 (its default float16 cache put KDA + MLA at 53x), while a wrong permutation or sign costs 1e-2 to 1, 10^4
-floors and more. A float16 or quantised GGUF is held to `QUANT_THRESHOLDS`, and its greedy tokens are reported, not required.
+floors and more. A float16 or quantised GGUF is held to `QUANT_THRESHOLDS`, and its greedy tokens are reported,
+not required.
 """
 
 from __future__ import annotations
