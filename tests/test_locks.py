@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -57,3 +58,29 @@ def test_check_names_the_holder_and_takes_nothing(tmp_path, hold_folder):
         lock.check()  # its own holder is not refused
         with pytest.raises(ZebraError, match=rf"in use by pid {os.getpid()} on"):
             FolderLock(tmp_path / "run", fix="wait").check()
+
+
+def test_a_forked_child_does_not_keep_the_lock_after_its_parent_is_gone(tmp_path):
+    """`zebra data prep` forks its worker pool while it holds the output's lock; after a `kill -9` the workers
+    live on until they notice, and a copy of the lock's descriptor in them kept the folder locked for the rerun.
+    Here the holder's descriptor is closed without unlocking (what the kernel does when a process dies) while a
+    forked child still runs: the folder must be free."""
+    import multiprocessing
+
+    lock = FolderLock(tmp_path, fix="wait").acquire()
+    child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+    child.start()
+    try:
+        lock._file.close()  # the parent's end, as at its death: no LOCK_UN
+        deadline = time.monotonic() + 10  # the child closes its copy as it starts: let it run first
+        while True:
+            try:
+                FolderLock(tmp_path, fix="wait").acquire().release()
+                break
+            except ZebraError:
+                if time.monotonic() > deadline:  # the child (asleep for 60 s) still holds it
+                    raise
+                time.sleep(0.05)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.join()

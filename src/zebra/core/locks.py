@@ -6,7 +6,9 @@
     FolderLock(folder, fix=...).check()      # the same error when another holds it, taking and writing nothing
 
 A lock is an `flock` on the folder's `.lock` file. The kernel drops it when its process exits, however it
-exits, so a crash leaves no stale lock; the file itself stays. The holder writes who it is into the file (pid,
+exits, so a crash leaves no stale lock; the file itself stays. A forked child (a worker pool) closes its copy of
+the lock's descriptor at once: the lock belongs to the open file, which a child's copy would keep locked after a
+`kill -9` of its parent until the child noticed and ended. The holder writes who it is into the file (pid,
 host, Slurm job), and a second process gets a one-line ZebraError naming it.
 
 A requeued Slurm job (SLURM_RESTART_COUNT > 0) may start while its earlier attempt still holds the lock (it is
@@ -31,6 +33,19 @@ from zebra.core.errors import ZebraError
 LOCK_NAME = ".lock"
 REQUEUE_WAIT_S = 900.0
 POLL_S = 1.0
+_HELD: set[IO[str]] = set()  # the lock files this process holds open
+
+
+def _close_held_in_child() -> None:
+    """In a forked child: close the inherited lock descriptors (a close, not LOCK_UN, which would unlock the
+    parent's lock too)."""
+    for file in _HELD:
+        with contextlib.suppress(OSError):
+            file.close()
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_held_in_child)
 
 
 def _holder_record() -> dict[str, Any]:
@@ -92,6 +107,7 @@ class FolderLock:
         file.write(json.dumps(_holder_record()) + "\n")
         file.flush()
         self._file = file
+        _HELD.add(file)
         return self
 
     def check(self) -> None:
@@ -125,6 +141,7 @@ class FolderLock:
 
     def release(self) -> None:
         if self._file is not None:
+            _HELD.discard(self._file)
             fcntl.flock(self._file, fcntl.LOCK_UN)
             self._file.close()
             self._file = None
