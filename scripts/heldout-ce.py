@@ -46,8 +46,9 @@ def main() -> None:
 
 def _is_zebra(path: str) -> bool:
     """A Zebra export folder (its config.json says model_type zebra), not a teacher."""
-    config = Path(path) / "config.json"
-    return config.is_file() and json.loads(config.read_text()).get("model_type") == "zebra"
+    from zebra.folders.model_folder import config_model_type
+
+    return config_model_type(Path(path)) == "zebra"
 
 
 if __name__ == "__main__":

@@ -247,12 +247,11 @@ def export_gguf(
     arch.metadata(cfg, block_kinds(cfg, arch), writer)
     write_vocab(writer, tok, cfg.vocab_size, ids)
     writer.add_name(Path(checkpoint.path).name)
-    written = "f32" if gguf_type in LLAMA_QUANTIZED else gguf_type
-    types = {n: stored_type(n, shape, written) for n, shape in shapes.items()}
+    by_llama = gguf_type in LLAMA_QUANTIZED  # the float32 file first, then llama.cpp's quantizer
+    types = {n: stored_type(n, shape, "f32" if by_llama else gguf_type) for n, shape in shapes.items()}
     total = sum(_tensor_info(writer, n, shapes[n], t) for n, t in types.items())
     with gguf_file(Path(output), force=force) as tmp:
-        # the k-quants: the float32 file first, under a temporary name of its own, then llama.cpp's quantizer
-        f32 = tmp.with_name(tmp.name.replace(".tmp-", ".tmp-f32-")) if written != gguf_type else tmp
+        f32 = tmp.with_name(tmp.name.replace(".tmp-", ".tmp-f32-")) if by_llama else tmp  # its own temporary
         try:
             try:
                 writer.write_header_to_file(f32)
@@ -267,12 +266,12 @@ def export_gguf(
                         on_progress(done, total, name)
             finally:
                 writer.close()
-            if f32 != tmp:
+            if by_llama:
                 if on_progress is not None:
                     on_progress(done, total, f"llama.cpp quantizes to {LLAMA_QUANTIZED[gguf_type]}")
                 llama_quantize(f32, tmp, LLAMA_QUANTIZED[gguf_type])
         finally:
-            if f32 != tmp:
+            if by_llama:
                 f32.unlink(missing_ok=True)
     return Path(output)
 
@@ -288,6 +287,8 @@ def llama_quantize(source: Path, output: Path, file_type: str) -> None:
 
     import llama_cpp
 
+    from zebra.core.stderr import fd2_to
+
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{file_type}")
     params.nthread = os.cpu_count() or 1
@@ -296,7 +297,7 @@ def llama_quantize(source: Path, output: Path, file_type: str) -> None:
     with tempfile.TemporaryFile("w+") as log:
         logger.setLevel(logging.DEBUG)
         try:
-            with _stderr_to(log):
+            with fd2_to(log.fileno()), contextlib.redirect_stderr(log):  # C's stderr, and the callback's
                 status = llama_cpp.llama_model_quantize(str(source).encode(), str(output).encode(), params)
         finally:
             logger.setLevel(level)
@@ -307,20 +308,3 @@ def llama_quantize(source: Path, output: Path, file_type: str) -> None:
             f"--gguf-type {file_type.lower()}: llama.cpp's quantizer failed ({last or f'status {status}'})",
             fix="write the float32 file (--gguf-type f32) and run llama-quantize on it to see why",
         )
-
-
-@contextlib.contextmanager
-def _stderr_to(file: Any) -> Iterator[None]:
-    """Both stderrs pointed at `file` for the block: file descriptor 2 (where C code writes) and `sys.stderr`
-    (where llama-cpp-python's log callback prints)."""
-    import sys
-
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        os.dup2(file.fileno(), 2)
-        with contextlib.redirect_stderr(file):
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)

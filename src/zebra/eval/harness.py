@@ -142,18 +142,16 @@ def _quiet_git_probe() -> Iterator[None]:
 
     import lm_eval.evaluator
 
+    from zebra.core.stderr import fd2_to
+
     probe = lm_eval.evaluator.get_git_commit_hash
 
     def quiet_probe() -> str | None:
-        sys.stderr.flush()
-        saved = os.dup(2)
         devnull = os.open(os.devnull, os.O_WRONLY)
         try:
-            os.dup2(devnull, 2)
-            return probe()
+            with fd2_to(devnull):
+                return probe()
         finally:
-            os.dup2(saved, 2)
-            os.close(saved)
             os.close(devnull)
 
     with mock.patch.object(lm_eval.evaluator, "get_git_commit_hash", quiet_probe):
