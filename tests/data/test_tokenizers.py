@@ -54,6 +54,24 @@ def test_byte_tokenizer_saves_and_loads_without_zebra(tmp_path):
     assert ids == [*"héllo 🦓 ".encode(), 256] and round_trip and eos == 256 and size == 259
 
 
+def test_an_export_folders_tokenizer_loads_without_asking_to_run_its_code(tmp_path):
+    # a Zebra export: config.json maps its classes to remote code; transformers' AutoTokenizer read that config and
+    # asked "Do you wish to run the custom code? [y/N]" on the terminal (zebra train --init EXPORT, on resume)
+    from zebra.models.remote_code import write_remote_code
+
+    byte_tokenizer().save_pretrained(tmp_path)
+    config = {
+        "model_type": "zebra",
+        "architectures": ["ZebraForCausalLM"],
+        "auto_map": write_remote_code(tmp_path),
+    }
+    (tmp_path / "config.json").write_text(__import__("json").dumps(config))
+    code = f"from zebra.data import load_tokenizer; print(load_tokenizer({str(tmp_path)!r}).eos_token_id)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, input="", check=True)
+    assert res.stdout.strip().splitlines()[-1] == "256"
+    assert "custom code" not in res.stdout + res.stderr and "model of type" not in res.stdout + res.stderr
+
+
 def test_hf_tokenizer_from_directory(bpe_dir):
     tok = load_tokenizer(str(bpe_dir))
     assert tok.eos_token_id is not None and len(tok) == 600

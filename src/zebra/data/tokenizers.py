@@ -51,10 +51,13 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerFast:
     """
     if name_or_path == BYTE_TOKENIZER:
         return byte_tokenizer()
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    from transformers import AutoTokenizer, PretrainedConfig, PreTrainedTokenizerFast
 
+    # A model folder whose config maps its classes to remote code (a Zebra export): transformers' AutoTokenizer
+    # would read that config and ask, on the terminal, whether to run the code. The tokenizer needs none of it.
+    kwargs = {"config": PretrainedConfig()} if _maps_remote_code(name_or_path) else {}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, **kwargs)
     except OSError as e:
         raise _load_error(name_or_path, e) from None
     except ValueError as e:  # transformers raises ValueError for directories with unusable files
@@ -73,6 +76,14 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerFast:
             fix="set eos_token in its tokenizer_config.json",
         )
     return tokenizer
+
+
+def _maps_remote_code(name_or_path: str) -> bool:
+    """True for a local folder whose config.json names remote-code classes (`auto_map`)."""
+    try:
+        return "auto_map" in json.loads((Path(name_or_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
 
 
 def has_tokenizer_files(folder: str | Path) -> bool:

@@ -247,9 +247,9 @@ def _tokenizer(folder: Path) -> Any:
     """The student's tokenizer files to ship with the hybrid, or "none" when it has none."""
     if not (folder / "tokenizer.json").is_file():
         return "none"
-    from transformers import PreTrainedTokenizerFast  # not AutoTokenizer: an export's config is remote code
+    from zebra.data import load_tokenizer
 
-    return PreTrainedTokenizerFast.from_pretrained(str(folder))
+    return load_tokenizer(str(folder))
 
 
 class ComposedSource(TensorSource):
