@@ -15,11 +15,12 @@ scripts/pack-corpus.py (train documents, then the corpus's held-out documents; i
   built from the held-out documents (pick the true 24-token continuation of 96 tokens among 4; zebra bundles no
   multiple-choice data set that works offline), and each one's retention: its accuracy / the teacher's.
 
-OUT/figure.json holds everything so far (rewritten atomically), OUT/figure.png the held-out CE against tokens (each
-pipeline's stages one after another, scratch, the teacher's CE as a line). RESUMES: run the same command again;
-done parts are skipped, a training stage resumes from its newest checkpoint. --deadline-seconds stops cleanly: a
-stage that cannot finish in the time left is not started, a training stage is stopped (SIGTERM: the trainer saves a
-checkpoint) at the deadline, and the script exits 0 with "run again to continue" (exit code 3 while unfinished).
+OUT/figure.json holds everything so far (rewritten atomically), OUT/figure.png the held-out CE over the teacher's on
+the same windows against tokens (each pipeline's stages one after another, scratch, the 1.2x and 1.08x targets).
+RESUMES: run the same command again; done parts are skipped, a training stage resumes from its newest checkpoint.
+--deadline-seconds stops cleanly: a stage that cannot finish in the time left is not started, a training stage is
+stopped (SIGTERM: the trainer saves a checkpoint) at the deadline, and the script says "run the same command again
+to continue" and exits 3 (0 once the figure is complete).
 
 GPU sequence (one H100/H200). A call runs at most 10 minutes and carries at most 64 MiB with the checkout (about
 4 MB); the machine stays warm about 30 s between calls, and what is not git-ignored in the tree there is gone at
@@ -63,7 +64,13 @@ from pathlib import Path
 
 FINISHED = 0
 UNFINISHED = 3  # exit code: run the same command again
-RESERVE_S = {"upcycle": 300, "compose": 90, "train": 45, "eval": 120, "step0": 60}  # least time to start one
+RESERVE_S = {
+    "upcycle": 300,
+    "compose": 90,
+    "train": 45,
+    "eval": 60,
+    "step0": 60,
+}  # least time to start one (an eval: about 13 s on an H100)
 
 
 class Stop(Exception):
@@ -373,31 +380,48 @@ def eval_part(args, pack: dict, record: dict, deadline: Deadline, ctx: dict) -> 
 
 
 def plot(record: dict, path: Path) -> None:
+    """Held-out CE over the teacher's, on the same windows, against the tokens of all stages: each training stage's
+    curve on the trainer's validation windows (ILD stages train one student each, so they are drawn apart from the
+    hybrid's KD), the step-0 and final points on the script's windows; the teacher and the 1.2x / 1.08x targets as
+    lines."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 5), dpi=120)
-    if "teacher" in record:
-        ax.axhline(record["teacher"]["heldout_ce"], color="black", linestyle=":", label="teacher")
-    for i, (name, entry) in enumerate(
-        (k, v) for k, v in record.items() if isinstance(v, dict) and "tokens_per_step" in v
+    for level, style, label in (
+        (1.0, ":", "teacher"),
+        (1.2, "--", "1.2x (10M target)"),
+        (1.08, "-.", "1.08x (50M)"),
     ):
-        per_step, points, offset = entry["tokens_per_step"], [], 0
-        for stage in (entry.get("stages") or {"scratch": entry}).values():
-            points += [
-                ((offset + p["step"]) * per_step / 1e6, p["heldout_ce"]) for p in stage.get("curve", [])
-            ]
+        ax.axhline(level, color="black", linestyle=style, linewidth=0.8, label=label)
+    entries = [(k, v) for k, v in record.items() if isinstance(v, dict) and "tokens_per_step" in v]
+    # the teacher on the trainer's windows (every training stage validates on the same ones)
+    trainer_teacher = next((p["teacher"] for _, v in entries for st in (v.get("stages") or {}).values()
+                            for p in st.get("curve", []) if p.get("teacher")), None)  # fmt: skip
+    script_teacher = record.get("teacher", {}).get("heldout_ce")
+    for i, (name, entry) in enumerate(entries):
+        per_step, offset = entry["tokens_per_step"], 0
+        for stage_name, stage in (entry.get("stages") or {"scratch": entry}).items():
+            teacher = [p.get("teacher") or trainer_teacher for p in stage.get("curve", [])]
+            points = [((offset + p["step"]) * per_step / 1e6, p["heldout_ce"] / t)
+                      for p, t in zip(stage.get("curve", []), teacher, strict=True) if t]  # fmt: skip
             offset += stage.get("steps", 0) if stage.get("kind", "train") == "train" else 0
-        if "step0_ce" in entry:
-            points.insert(0, (0.0, entry["step0_ce"]))
-        if points:
-            ax.plot(*zip(*points, strict=True), "o-", color=f"C{i}", markersize=3, label=name)
+            if points:
+                ild = stage_name.startswith("ild")
+                ax.plot(*zip(*points, strict=True), "o-" if not ild else "o:", color=f"C{i}", markersize=3,
+                        alpha=0.5 if ild else 1.0, label=f"{name} {stage_name}" if stage_name != "scratch" else name)  # fmt: skip
+        if script_teacher:
+            ends = [(0.0, entry.get("step0_ce")), (offset * per_step / 1e6, entry.get("heldout_ce"))]
+            ends = [(x, ce / script_teacher) for x, ce in ends if ce is not None]
+            if ends:
+                ax.plot(*zip(*ends, strict=True), "D", color=f"C{i}", markersize=6, linestyle="none")
     ax.set_xlabel("training tokens (M), all stages")
-    ax.set_ylabel("held-out CE (nats/token)")
+    ax.set_ylabel("held-out CE / the teacher's (same windows)")
+    ax.set_title("diamonds: step 0 and the end, on the script's windows; lines: the trainer's", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

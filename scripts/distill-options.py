@@ -11,7 +11,7 @@ variant (issue 40 section 3). The step, the optimiser groups, the schedule and t
 
     python3 scripts/python-docs-data.py SmolLM2-135M-Instruct.Q4_1.gguf data/
     python3 scripts/distill-options.py TEACHER --train data/train --heldout data/heldout --output options/ \
-        --variants kd,topk --steps 40 --batch 4 --seq 256
+        --variants kd,topk --steps 40 --batch 4 --seq 256     # --init HYBRID: from a calibrated student instead
 
 Writes OUTPUT/options.json after each variant and prints a table.
 """
@@ -104,12 +104,16 @@ def main() -> None:
     import torch
 
     from zebra.core.atomic import write_atomic
+    from zebra.models import ZebraForCausalLM
     from zebra.upcycle import StudentOptions, upcycle
 
     helpers = figure_helpers()
     p = helpers.figure_parser(__doc__.splitlines()[0])
     p.add_argument("--variants", default=",".join(VARIANTS))
-    p.add_argument("--mixer", default="gdn")
+    p.add_argument(
+        "--init", type=Path, help="start every variant from this export (a calibrated hybrid, say)"
+    )
+    p.add_argument("--mixer", default="gdn", help="the student zebra upcycle makes (without --init)")
     p.add_argument("--mla", type=int, default=1)
     p.add_argument("--steps", type=int, default=40, help="steps of every variant (ILD + KD)")
     p.add_argument("--kd-lr", type=float, default=1e-3)
@@ -126,14 +130,23 @@ def main() -> None:
     args.output.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
     torch.manual_seed(0)
-    student = args.output / "student"
-    upcycle(args.teacher, student, StudentOptions(mixer=args.mixer, mla=args.mla), dtype="fp32", force=True)
+    student = args.init or args.output / "student"
+    if args.init is None:
+        upcycle(
+            args.teacher, student, StudentOptions(mixer=args.mixer, mla=args.mla), dtype="fp32", force=True
+        )
     heldout, teacher = helpers.open_inputs(args, device)
     ctx = {"helpers": helpers, "device": device, "teacher": teacher, "heldout": heldout, "student": student,
            "stream": helpers.token_stream(args.train)}  # fmt: skip
-    result = {"teacher_ce": helpers.heldout_ce(teacher, heldout, device, device.type == "cuda"),
+    bf16 = device.type == "cuda"
+    start = ZebraForCausalLM.from_pretrained(student, dtype=torch.float32).to(device)
+    result = {"teacher_ce": helpers.heldout_ce(teacher, heldout, device, bf16), "student": str(student),
+              "start_ce": helpers.heldout_ce(start, heldout, device, bf16),
               **helpers.run_facts(args, device, heldout), "variants": []}  # fmt: skip
-    print(f"teacher: held-out CE {result['teacher_ce']:.4f}", flush=True)
+    del start
+    print(
+        f"teacher: held-out CE {result['teacher_ce']:.4f}; the student before training {result['start_ce']:.4f}"
+    )
     for name in names:
         result["variants"].append(run_variant(name, args, ctx))
         write_atomic(args.output / "options.json", json.dumps(result, indent=2) + "\n")
