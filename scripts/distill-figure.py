@@ -199,7 +199,8 @@ def pipeline_options(args, mixer: str, pack: dict):
     return PipelineOptions(
         teacher=str(args.teacher), data=str(args.data), tokens=args.tokens,
         output=str(args.output / f"distill-{mixer}"), mixer=mixer, mla=args.mla, seq_len=args.seq_len,
-        batch=args.batch, micro_batch=args.micro_batch, ild_lr=args.ild_lr, kd_lr=args.kd_lr, evals=args.evals,
+        batch=args.batch, micro_batch=args.micro_batch, ild_fraction=args.ild_fraction, ild_lr=args.ild_lr,
+        kd_lr=args.kd_lr, evals=args.evals,
         smart_samples=args.smart_samples, device=args.device, calibrate_samples=args.calibrate_samples,
         calibrate_seq_len=args.calibrate_seq_len, calibrate_steps=args.calibrate_steps,
         calibrate_batch=min(args.calibrate_batch, args.calibrate_samples),
@@ -448,6 +449,7 @@ def parse_args():
     p.add_argument("--seq-len", type=int, default=2048)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--micro-batch", type=int, default=16)
+    p.add_argument("--ild-fraction", type=float, default=0.2, help="0: no ILD (zebra distill --ild-fraction)")
     p.add_argument("--ild-lr", type=float, default=5e-4)
     p.add_argument("--kd-lr", type=float, default=1e-3)
     p.add_argument("--scratch-lr", type=float, default=2e-3)

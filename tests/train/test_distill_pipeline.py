@@ -80,6 +80,17 @@ def test_one_command_runs_every_stage_into_one_folder(pipeline):
     assert "kd step 18/18" in output and "held-out CE" in output and "distilled student" in output
 
 
+def test_without_ild_the_calibrated_students_are_composed_and_kd_gets_every_token(tmp_path, teacher, data):
+    out = tmp_path / "out"
+    result = invoke_in_process(*distill_args(teacher, data, out, "6k", "--ild-fraction", "0"))
+    assert result.exit_code == 0, result.output
+    state = json.loads((out / "stages.json").read_text())["stages"]
+    assert list(state) == ["upcycle-mla", "upcycle-rec", "hybrid", "kd"]
+    assert state["kd"]["result"]["steps"] == 6000 // (8 * 32) and "stage 4/4" in result.output
+    hybrid = json.loads((out / "hybrid" / "upcycle.json").read_text())
+    assert hybrid["students"] == {"mla": str(out / "upcycle-mla"), "recurrent": str(out / "upcycle-rec")}
+
+
 def test_a_second_call_skips_what_is_done(pipeline, teacher, data):
     """Also for a folder started before an option existed: stages.json without it reads as its default."""
     out, _ = pipeline

@@ -91,7 +91,7 @@ def distill_command(
     seq_len: Annotated[int, typer.Option("--seq-len", help="Training sequence length.", min=8)] = 2048,
     batch: Annotated[int, typer.Option("--batch", help="Sequences per optimizer step.", min=1)] = 8,
     micro_batch: Annotated[int, typer.Option("--micro-batch", help="Sequences per forward.", min=1)] = 8,
-    ild_fraction: Annotated[float, typer.Option("--ild-fraction", help="Share of --tokens for ILD.", min=0.0, max=0.9)] = 0.2,
+    ild_fraction: Annotated[float, typer.Option("--ild-fraction", help="Share of --tokens for ILD (0: none, the calibrated students composed as they are).", min=0.0, max=0.9)] = 0.2,
     ild_lr: Annotated[float, typer.Option("--ild-lr", help="Peak LR of the ILD stages.")] = 5e-4,
     kd_lr: Annotated[float, typer.Option("--kd-lr", help="Peak LR of KD.")] = 1e-3,
     evals: Annotated[int, typer.Option("--evals", help="Held-out evaluations and checkpoints per stage.", min=1)] = 4,

@@ -6,6 +6,7 @@ one folder (docs/upcycle.md "One command").
     OUT/upcycle-rec/    the all-recurrent student (`--mla 0 --calibrate DATA`)
     OUT/ild-mla/        ILD of the all-MLA student (a training run; its export/)       ild_fraction / 2 of --tokens
     OUT/ild-rec/        ILD of the all-recurrent student                               ild_fraction / 2
+                        (no ILD stages with --ild-fraction 0: the upcycled students are composed)
     OUT/hybrid/         the two composed, MLA layers placed by SMART (`zebra upcycle --compose`)
     OUT/kd/             end-to-end KD of the hybrid; OUT/kd/export is the result       the rest of --tokens
     OUT/loss.png        held-out CE against tokens over the training stages, the teacher's as a line
@@ -97,14 +98,19 @@ class Stage:
 
 
 def plan_stages(o: PipelineOptions) -> list[Stage]:
-    """The published pipeline: two students, ILD of each, SMART composition, KD (arXiv 2505.17272)."""
-    half = o.ild_fraction / 2
+    """The published pipeline: two students, ILD of each, SMART composition, KD (arXiv 2505.17272). With
+    --ild-fraction 0 there is no ILD: the upcycled (calibrated) students are composed as they are."""
+    half, ild = o.ild_fraction / 2, o.ild_fraction > 0
+    students = [
+        Stage("ild-mla", "train", half, {"init": "upcycle-mla", "stage": "ild", "lr": o.ild_lr}),
+        Stage("ild-rec", "train", half, {"init": "upcycle-rec", "stage": "ild", "lr": o.ild_lr}),
+    ] if ild else []  # fmt: skip
+    mla, recurrent = ("ild-mla", "ild-rec") if ild else ("upcycle-mla", "upcycle-rec")
     return [
         Stage("upcycle-mla", "upcycle", params={"student": {"mla_layers": "all"}}),
         Stage("upcycle-rec", "upcycle", params={"student": {"mla": 0}}),
-        Stage("ild-mla", "train", half, {"init": "upcycle-mla", "stage": "ild", "lr": o.ild_lr}),
-        Stage("ild-rec", "train", half, {"init": "upcycle-rec", "stage": "ild", "lr": o.ild_lr}),
-        Stage("hybrid", "compose", params={"mla": "ild-mla", "recurrent": "ild-rec"}),
+        *students,
+        Stage("hybrid", "compose", params={"mla": mla, "recurrent": recurrent}),
         Stage("kd", "train", 1.0 - o.ild_fraction, {"init": "hybrid", "stage": "kd", "lr": o.kd_lr}),
     ]
 
