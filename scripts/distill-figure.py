@@ -44,6 +44,11 @@ the next call, so everything lives under /tmp there. In the lead's checkout, wit
     # every later call, carry []: the last two lines again until "figure complete" (exit 0; 3: not yet),
     # then --tokens 50M --output /tmp/zfig/fig50m likewise. A machine that went back starts bare: calls 1-3 again.
 
+Without Triton 3.7.1 on the machine (FLA's backward is refused on Hopper below it), every mixer runs Zebra's torch
+kernels: on 2026-12-07 the all-Mamba2 ILD trained at 41k tokens/s against the all-MLA one's 123k, and KD at 42k.
+Carry the four Triton parts of shared/gpu/prepare.sh first (one call each, `mkdir -p /tmp/gw && cp
+.gpuwheels/parts/triton.0N /tmp/gw/`): on a warm machine a carrying call held it for about 4 s.
+
 CPU, tiny (tests/train/test_distill_figure.py runs this through the smollm2_gguf fixture):
 
     python3 scripts/pack-corpus.py /work/corpus --train-tokens 300k --heldout-tokens 100k -o /tmp/pk
