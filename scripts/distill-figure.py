@@ -69,13 +69,8 @@ from pathlib import Path
 
 FINISHED = 0
 UNFINISHED = 3  # exit code: run the same command again
-RESERVE_S = {
-    "upcycle": 300,
-    "compose": 90,
-    "train": 45,
-    "eval": 60,
-    "step0": 60,
-}  # least time to start one (an eval: about 13 s on an H100)
+# least seconds left to start one (an eval took about 13 s on an H100)
+RESERVE_S = {"upcycle": 300, "compose": 90, "train": 45, "eval": 60, "step0": 60}
 
 
 class Stop(Exception):

@@ -145,7 +145,8 @@ def main() -> None:
               **helpers.run_facts(args, device, heldout), "variants": []}  # fmt: skip
     del start
     print(
-        f"teacher: held-out CE {result['teacher_ce']:.4f}; the student before training {result['start_ce']:.4f}"
+        f"teacher: held-out CE {result['teacher_ce']:.4f}; the student before training {result['start_ce']:.4f}",
+        flush=True,
     )
     for name in names:
         result["variants"].append(run_variant(name, args, ctx))
