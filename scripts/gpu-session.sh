@@ -38,7 +38,8 @@
 #                  at most 9 minutes: tests 160 s, then the recipes in order while DEADLINE leaves 60 s)
 #   longctx        issue 41 item 3: batch-1 training at LONG_LENGTHS (8192 16384 32768) of 1b-gdn-pure vs FLA's class,
 #                  LONG_HYBRIDS (1b-mamba-mla 1b-kda-mla) vs Llama-3.2-1B's shape at LONG_HYBRID_LEN (32768), then
-#                  decode of LONG_DECODE_RECIPES at LONG_PROMPT (32768) cached tokens; every report in long.jsonl
+#                  decode of LONG_DECODE_RECIPES at LONG_PROMPT (32768) cached tokens against Llama-3.2-1B's shape with
+#                  a static KV cache; every report in long.jsonl
 #   parity         zebra bench parity (fp32 5 steps, bf16 250) on PARITY_DATA (scripts/build-parity-data.sh)
 #   perf18         issue 18 items 3-4 in one call of about 8 minutes (DEADLINE=480), one table  perf.jsonl
 #   ssd levers     Mamba2 scan backends; our pre-norm and SwiGLU kernels against FLA's, then 1b-gdn-pure vs FLA with each lever
@@ -288,7 +289,7 @@ hybrid_fla_and_torch_backends_agree or static_cache_decode_step_replays}" \
       done
       for r in ${LONG_DECODE_RECIPES:-1b-gdn-pure 1b-mamba-mla}; do
         long "decode $r ${LONG_PROMPT:-32768}" bench decode "$(long_recipe $r)" --batch 1 --prompt ${LONG_PROMPT:-32768} \
-          --new 64 --no-hf
+          --new 64 --no-hf --against llama
       done;;
     parity)  # the data from scripts/build-parity-data.sh, carried to $PARITY_DATA (e.g. carry data/parity-python-docs)
       data=${PARITY_DATA:-data/parity-python-docs}/chunks

@@ -45,6 +45,33 @@ def test_bench_decode_tiny_recipe_json():
     assert "is a hybrid" in report["fla"] and "FLA has classes for pure GDN" in report["fla"]
 
 
+def test_bench_decode_against_llama_with_a_static_kv_cache(monkeypatch):
+    import zebra.bench.train as bench
+
+    small = dict(bench.LLAMA_3_2_1B, vocab_size=200, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=16)  # fmt: skip
+    monkeypatch.setattr(bench, "LLAMA_3_2_1B", small)
+    result = runner.invoke(
+        app,
+        ["bench", "decode", "tiny", "--device", "cpu", "--dtype", "fp32", "--batch", "1,2", "--prompt", "16",
+         "--new", "4", "--no-hf", "--against", "llama", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert "LlamaForCausalLM" in report["llama"] and "static KV cache" in report["llama"]
+    for row in report["rows"]:
+        # keys and values of 2 layers x 2 KV heads x 16 channels, 16 + 4 positions, float32
+        assert row["llama_kv_cache_bytes"] == 2 * 2 * 2 * 16 * 20 * row["batch"] * 4
+        assert row["llama_prefill_tokens_per_s"] > 0 and row["llama_decode_ms_per_token"] > 0
+        assert row["speedup_vs_llama"] == row["llama_decode_ms_per_token"] / row["decode_ms_per_token"]
+    table = runner.invoke(app, ["bench", "decode", "tiny", "--device", "cpu", "--batch", "1", "--prompt", "8",
+                                "--new", "2", "--no-hf", "--against", "llama"])  # fmt: skip
+    text = " ".join(table.stdout.split())  # the table wraps its headers and notes
+    assert table.exit_code == 0 and "Llama: LlamaForCausalLM at Llama-3.2-1B's shape (SDPA)" in text
+    bad = runner.invoke(app, ["bench", "decode", "tiny", "--device", "cpu", "--against", "gpt2"])
+    assert bad.exit_code == 1 and bad.stderr.startswith("error: --against gpt2: unknown")
+
+
 def test_bench_decode_table_and_errors():
     result = runner.invoke(
         app,

@@ -16,6 +16,10 @@ What is measured, per batch size B (random prompt ids, greedy, no stop token, on
   weights written by `zebra convert --to fla`, loaded with FLA's own class (GatedDeltaNetForCausalLM /
   KDAForCausalLM / GLAForCausalLM), timed with HF `generate` as above.
   Hybrids and other models get a note instead (FLA has no class for them).
+- `--against llama`: Llama-3.2-1B's shape (`zebra.bench.train.LLAMA_3_2_1B`, random weights in the same dtype,
+  transformers' LlamaForCausalLM with SDPA), HF `generate` with a static KV cache on the same prompts, timed as
+  above; its KV cache is 2 x layers x KV heads x head dim x (P + N) x B elements. `speedup_vs_llama` = Llama
+  ms / engine decode ms.
 - roofline: bytes one decode step must read (every weight once; the lm_head read, the embedding table not, when
   untied) plus the cache (states read and written, latents read at the mean context length), divided by the
   bandwidth of a large device-to-device copy measured in the same run (2 x bytes / seconds);
@@ -69,6 +73,7 @@ class DecodeBenchConfig:
     lengths: list[int] = field(default_factory=list)  # cached tokens of the real-length figure (batch 1)
     capacity: int | None = None  # the large cache of that figure (default: the longest length + new)
     profile: bool = False  # the per-kernel breakdown of one step at the first batch size
+    against: str | None = None  # "llama": Llama-3.2-1B's shape with a static KV cache beside the engine
 
 
 @dataclass
@@ -91,6 +96,10 @@ class DecodeBenchRow:
     speedup_vs_hf: float | None = None  # HF ms / engine decode ms
     fla_decode_ms_per_token: float | None = None
     speedup_vs_fla: float | None = None  # FLA ms / engine decode ms
+    llama_prefill_tokens_per_s: float | None = None  # --against llama
+    llama_decode_ms_per_token: float | None = None
+    llama_kv_cache_bytes: int | None = None
+    speedup_vs_llama: float | None = None  # Llama ms / engine decode ms
 
 
 @dataclass
@@ -109,6 +118,7 @@ class DecodeBenchReport:
     torch_version: str
     rows: list[DecodeBenchRow]
     fla: str | None = None  # FLA's class that ran, or why it did not
+    llama: str | None = None  # --against llama: what ran
     length_rows: list[LengthRow] = field(default_factory=list)  # --lengths
     profile: DecodeProfile | None = None  # --profile
 
@@ -128,7 +138,8 @@ def run_decode_bench(
     check_decode_config(cfg)
     device = resolve_device(cfg.device)
     use_kernel_cache()
-    phases = 3 + len(cfg.batches) * (1 + 2 * cfg.hf) + cfg.profile + len(cfg.lengths)
+    llama = cfg.against == "llama"
+    phases = 3 + llama + len(cfg.batches) * (1 + 2 * cfg.hf + llama) + cfg.profile + len(cfg.lengths)
     progress = _Progress(on_progress, phases)
     progress.say(f"building {cfg.model} on {device}")
     model = build_model(cfg.model, device=device, dtype=cfg.dtype, seed=cfg.seed)
@@ -148,6 +159,9 @@ def run_decode_bench(
     weight_bytes = weight_bytes_per_step(model)
     progress.say("FLA's model class (from zebra convert --to fla)")
     fla, fla_note = fla_twin(model) if cfg.hf else (None, "skipped (--no-hf)")
+    if llama:
+        progress.say("Llama-3.2-1B's shape")
+        llama_lm, llama_note = llama_twin(next(model.parameters()), cfg.prompt + cfg.new, cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     rows = []
     for batch in cfg.batches:
@@ -162,6 +176,13 @@ def run_decode_bench(
             if fla is not None:
                 row.fla_decode_ms_per_token = _bench_hf(fla, prompts, cfg.new)[1]
                 row.speedup_vs_fla = row.fla_decode_ms_per_token / row.decode_ms_per_token
+        if llama:
+            progress.say(f"Llama-3.2-1B's shape with a static KV cache, batch {batch}")
+            ids = prompts % llama_lm.config.vocab_size
+            prefill_ms, row.llama_decode_ms_per_token = _bench_hf(llama_lm, ids, cfg.new, static=True)
+            row.llama_prefill_tokens_per_s = ids.numel() / (prefill_ms / 1e3)
+            row.llama_kv_cache_bytes = kv_cache_bytes(llama_lm, batch, cfg.prompt + cfg.new)
+            row.speedup_vs_llama = row.llama_decode_ms_per_token / row.decode_ms_per_token
         rows.append(row)
     profile = _profile(engine, model, cfg, rows[0], gen, progress) if cfg.profile else None
     lengths = []
@@ -186,6 +207,7 @@ def run_decode_bench(
         torch_version=torch.__version__,
         rows=rows,
         fla=fla_note,
+        llama=llama_note if llama else None,
         length_rows=lengths,
         profile=profile,
     )
@@ -232,6 +254,8 @@ def check_decode_config(cfg: DecodeBenchConfig) -> None:
         raise ZebraError(
             f"--lengths {cfg.lengths}: cached lengths must be at least 1", fix="e.g. --lengths 1024,8192"
         )
+    if cfg.against not in (None, "llama"):
+        raise ZebraError(f"--against {cfg.against}: unknown", fix="use --against llama, or leave it out")
     if cfg.lengths and cfg.capacity is not None and cfg.capacity < max(cfg.lengths) + cfg.new:
         raise ZebraError(
             f"--capacity {cfg.capacity}: smaller than the longest length + --new ({max(cfg.lengths) + cfg.new})",
@@ -263,6 +287,24 @@ def fla_twin(model: torch.nn.Module) -> tuple[Any, str]:
         dtype = next(model.parameters()).dtype
         twin = AutoModelForCausalLM.from_pretrained(str(fla_dir), dtype=dtype).to(device).eval()
     return twin, f"{type(twin).__name__} (zebra convert --to fla), HF generate"
+
+
+def llama_twin(like: torch.Tensor, context: int, seed: int) -> tuple[Any, str]:
+    """Llama-3.2-1B's shape, random weights in `like`'s dtype on its device, its context at least `context`;
+    and a note naming it."""
+    from zebra.bench import train
+
+    positions = max(train.LLAMA_3_2_1B["max_position_embeddings"], context)
+    model = train.llama_model(like.device, seed, max_position_embeddings=positions).to(like.dtype).eval()
+    return model, f"{type(model).__name__} at Llama-3.2-1B's shape (SDPA), HF generate with a static KV cache"
+
+
+def kv_cache_bytes(model: Any, batch: int, tokens: int) -> int:
+    """Bytes of a Llama model's static KV cache: keys and values of every layer, `tokens` positions."""
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    element = next(model.parameters()).element_size()
+    return 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * tokens * batch * element
 
 
 def build_model(spec: str, *, device: str, dtype: str, seed: int = 0) -> torch.nn.Module:
@@ -334,8 +376,9 @@ def _generate_seconds(engine: Any, prompts: torch.Tensor, new: int) -> float:
 
 
 @torch.inference_mode()
-def _bench_hf(model: Any, prompts: torch.Tensor, new: int) -> tuple[float, float]:
-    """HF `generate` (greedy, its own cache): (prefill ms, decode ms per token), timed per token by a streamer."""
+def _bench_hf(model: Any, prompts: torch.Tensor, new: int, static: bool = False) -> tuple[float, float]:
+    """HF `generate` (greedy, its own cache, or a static one sized to the prompt and `new`): (prefill ms, decode
+    ms per token), timed per token by a streamer."""
     device = next(model.parameters()).device
     ids = prompts.to(device)
     clock = _TokenClock(device)
@@ -351,6 +394,7 @@ def _bench_hf(model: Any, prompts: torch.Tensor, new: int) -> tuple[float, float
             use_cache=True,
             pad_token_id=0,
             streamer=clock,
+            **({"cache_implementation": "static"} if static else {}),
         )
 
     run(2)  # warm-up

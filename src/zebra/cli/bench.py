@@ -91,6 +91,13 @@ def decode(
     profile: Annotated[
         bool, typer.Option("--profile", help="Per-kernel breakdown of one step at the first batch size.")
     ] = False,
+    against: Annotated[
+        str | None,
+        typer.Option(
+            "--against",
+            help="llama: also Llama-3.2-1B's shape (transformers + SDPA, HF generate with a static KV cache).",
+        ),
+    ] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Prefill and decode speed of the generation engine next to HF generate, and the memory roofline."""
@@ -123,6 +130,7 @@ def decode(
         lengths=cached,
         capacity=capacity,
         profile=profile,
+        against=against,
     )
     check_decode_config(cfg)  # before the progress bar draws
     with out.progress("decode bench", unit="phase") as bar:
@@ -162,6 +170,7 @@ def _decode_table(report) -> None:
                 mib(r.cache_bytes),
                 mib(r.cache_bytes_arch),
                 mib(r.peak_memory_bytes),
+                *(_llama_cells(r, ms, times, mib) if report.llama else []),
             ]
         )
     cols = [
@@ -180,6 +189,7 @@ def _decode_table(report) -> None:
         "cache MiB",
         "arch MiB",
         "peak MiB",
+        *(["Llama prefill tok/s", "Llama ms/tok", "vs Llama", "Llama KV MiB"] if report.llama else []),
     ]
     out.table(
         cols,
@@ -190,7 +200,7 @@ def _decode_table(report) -> None:
     )
     out.text(
         "step = Engine.step fed on the device; decode = the Engine.generate loop (zebra generate, chat); "
-        f"FLA: {report.fla}"
+        f"FLA: {report.fla}" + (f"; Llama: {report.llama}" if report.llama else "")
     )
     out.text(
         f"roofline = (weights {report.weight_bytes_per_step / 1e9:.3f} GB + cache bytes per step) / "
@@ -200,6 +210,12 @@ def _decode_table(report) -> None:
         _length_table(report.length_rows)
     if report.profile is not None:
         _profile_table(report.profile)
+
+
+def _llama_cells(r, ms, times, mib) -> list[str]:
+    """A row's `--against llama` cells: prefill tokens/s, decode ms/token, the engine's speed-up, KV cache."""
+    return [f"{r.llama_prefill_tokens_per_s:,.0f}", ms(r.llama_decode_ms_per_token), times(r.speedup_vs_llama),
+            mib(r.llama_kv_cache_bytes)]  # fmt: skip
 
 
 def _length_table(rows) -> None:
