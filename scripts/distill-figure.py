@@ -444,7 +444,12 @@ def parse_args():
     p.add_argument("--tokens", type=parse_tokens, default="50M", help="training tokens of each pipeline")
     p.add_argument("--output", type=Path, required=True)
     p.add_argument("--mixers", default="mamba2,gdn")
-    p.add_argument("--scratch", default=None, help="mixers with a scratch twin (default: --mixers)")
+    p.add_argument(
+        "--scratch",
+        default=None,
+        help="mixers with a scratch twin (default: --mixers; none: no scratch run, for a variant whose "
+        "twin another --output measured)",
+    )
     p.add_argument("--mla", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=2048)
     p.add_argument("--batch", type=int, default=16)
@@ -511,7 +516,7 @@ def main() -> int:
             if "heldout_ce" not in record.get(mixer, {}):
                 student_part(args, mixer, pack, record, deadline, ctx)
                 save(args, record)
-        for mixer in (args.scratch or args.mixers).split(","):
+        for mixer in [] if args.scratch == "none" else (args.scratch or args.mixers).split(","):
             if "heldout_ce" not in record.get(f"scratch-{mixer}", {}):
                 scratch_part(args, mixer, pack, record, deadline, ctx)
                 save(args, record)

@@ -106,3 +106,11 @@ def test_the_figure_stops_at_its_deadline_and_resumes_to_the_end(tmp_path, packe
     again = run("distill-figure.py", *args)
     assert again.returncode == 0 and "stage" not in again.stdout  # nothing redone
     assert json.loads((out / "figure.json").read_text())["eval"] == record["eval"]
+
+    # a variant beside it: no ILD (zebra distill --ild-fraction 0), its scratch twin left to the run above
+    variant = tmp_path / "variant"
+    done = run("distill-figure.py", *args[:-1], str(variant), "--ild-fraction", "0", "--scratch", "none")
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((variant / "figure.json").read_text())
+    assert list(record["gdn"]["stages"]) == ["upcycle-mla", "upcycle-rec", "hybrid", "kd"]
+    assert "scratch-gdn" not in record and set(record["eval"]) == {"teacher", "gdn"}
