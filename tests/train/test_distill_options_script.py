@@ -30,22 +30,14 @@ def test_every_variant_reports_a_held_out_ce_at_equal_tokens(tmp_path, sample_pr
     assert len({round(v["heldout_ce"], 6) for v in variants.values()}) > 1  # the options change the outcome
     assert math.isfinite(result["teacher_ce"]) and "ildmix+kd" in done.stdout
     # --init: every variant starts from a given export (here the first run's student) instead of a fresh upcycle
-    again = [
-        *args[:6],
-        str(tmp_path / "from-init"),
-        "--init",
-        str(out / "student"),
-        "--variants",
-        "kd",
-        *args[9:],
-    ]
+    init = [str(tmp_path / "from-init"), "--init", str(out / "student"), "--variants", "kd"]
+    again = [*args[:6], *init, *args[9:]]  # the first run's --output and --mixer replaced
     done = subprocess.run([sys.executable, str(SCRIPT), *again], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     from_init = json.loads((tmp_path / "from-init" / "options.json").read_text())
     assert from_init["start_ce"] == result["start_ce"] and not (tmp_path / "from-init" / "student").exists()
-    assert (
-        from_init["variants"][0]["heldout_ce"] == variants["kd"]["heldout_ce"]
-    )  # the same start, the same steps
+    # the same start and the same steps: the same held-out CE
+    assert from_init["variants"][0]["heldout_ce"] == variants["kd"]["heldout_ce"]
 
 
 def test_an_unknown_variant_is_refused_in_one_line(tmp_path, sample_prefix):
