@@ -151,6 +151,10 @@ def _decode_table(report) -> None:
     def times(x: float | None) -> str:
         return "" if x is None else f"{x:.1f}x"
 
+    def llama_cells(r) -> list[str]:  # --against llama: prefill tokens/s, ms/token, the speed-up, KV cache
+        return [f"{r.llama_prefill_tokens_per_s:,.0f}", ms(r.llama_decode_ms_per_token), times(r.speedup_vs_llama),
+                mib(r.llama_kv_cache_bytes)]  # fmt: skip
+
     rows = []
     for r in report.rows:
         rows.append(
@@ -170,7 +174,7 @@ def _decode_table(report) -> None:
                 mib(r.cache_bytes),
                 mib(r.cache_bytes_arch),
                 mib(r.peak_memory_bytes),
-                *(_llama_cells(r, ms, times, mib) if report.llama else []),
+                *(llama_cells(r) if report.llama else []),
             ]
         )
     cols = [
@@ -210,12 +214,6 @@ def _decode_table(report) -> None:
         _length_table(report.length_rows)
     if report.profile is not None:
         _profile_table(report.profile)
-
-
-def _llama_cells(r, ms, times, mib) -> list[str]:
-    """A row's `--against llama` cells: prefill tokens/s, decode ms/token, the engine's speed-up, KV cache."""
-    return [f"{r.llama_prefill_tokens_per_s:,.0f}", ms(r.llama_decode_ms_per_token), times(r.speedup_vs_llama),
-            mib(r.llama_kv_cache_bytes)]  # fmt: skip
 
 
 def _length_table(rows) -> None:
