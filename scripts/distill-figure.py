@@ -287,12 +287,13 @@ def scratch_part(args, mixer: str, pack: dict, record: dict, deadline: Deadline,
 
     options = pipeline_options(args, mixer, pack)
     steps = sum(stage_steps(options, s) for s in plan_stages(options) if s.kind == "train")
-    config = json.loads((Path(record[mixer]["step0_export"]) / "config.json").read_text())
+    shape = hybrid_shape(args, mixer, record)
+    config = json.loads((shape / "config.json").read_text())
     deadline.need("train")
     lr, interval = args.scratch_lr, max(1, steps // args.evals)
     recipe = load_recipe("tiny", overrides={
         **ModelSpec.overrides_from_config(config), "data.paths": [str(args.data)], "data.mock": False,
-        "data.tokenizer": str(record[mixer]["step0_export"]), "data.seq_len": args.seq_len,
+        "data.tokenizer": str(shape), "data.seq_len": args.seq_len,
         "data.split": pack["split"], "train.global_batch_size": args.batch,
         "train.micro_batch_size": args.micro_batch, "train.max_steps": steps, "train.lr": lr,
         "train.min_lr": lr / 10, "train.warmup_steps": max(1, steps // 100), "train.lr_decay_style": "cosine",
@@ -312,6 +313,28 @@ def scratch_part(args, mixer: str, pack: dict, record: dict, deadline: Deadline,
     entry["heldout_ce"] = heldout_ce(
         load_export(entry["export"], ctx["device"]), ctx["windows"], ctx["device"]
     )
+
+
+def hybrid_shape(args, mixer: str, record: dict) -> Path:
+    """The hybrid export whose shape (config.json) and tokenizer the scratch twin takes: --shape-from, else this
+    output's step-0 hybrid."""
+    found = args.shape_from or record.get(mixer, {}).get("step0_export")
+    if found is None or not (Path(found) / "config.json").is_file():
+        raise SystemExit(f"scratch {mixer}: no hybrid export to take its shape from ({found}); run the {mixer} "
+                         f"pipeline in this --output first, or pass --shape-from a step-0 hybrid")  # fmt: skip
+    return Path(found)
+
+
+def include(record: dict, others: list[Path]) -> None:
+    """Entries (students, scratch twins, evaluations) of other outputs' figure.json that `record` lacks: runs made
+    side by side in separate processes, one figure."""
+    for other in others:
+        found = json.loads((other / "figure.json").read_text())
+        for name, entry in found.items():
+            if name == "eval":
+                record["eval"] = {**entry, **record.get("eval", {})}
+            elif name not in record and isinstance(entry, dict) and "heldout_ce" in entry:
+                record[name] = entry
 
 
 def mc_task(args, pack: dict, tokenizer) -> Path:
@@ -443,12 +466,26 @@ def parse_args():
     p.add_argument("--data", type=Path, required=True, help="a folder made by scripts/pack-corpus.py")
     p.add_argument("--tokens", type=parse_tokens, default="50M", help="training tokens of each pipeline")
     p.add_argument("--output", type=Path, required=True)
-    p.add_argument("--mixers", default="mamba2,gdn")
+    p.add_argument("--mixers", default="mamba2,gdn", help="the pipelines to run (none: only --scratch twins)")
     p.add_argument(
         "--scratch",
         default=None,
         help="mixers with a scratch twin (default: --mixers; none: no scratch run, for a variant whose "
         "twin another --output measured)",
+    )
+    p.add_argument(
+        "--shape-from",
+        type=Path,
+        default=None,
+        help="a hybrid export (another output's distill-MIXER/step0-hybrid) whose config.json and tokenizer the "
+        "scratch twin takes (with --mixers none)",
+    )
+    p.add_argument(
+        "--include",
+        type=Path,
+        action="append",
+        default=[],
+        help="another --output whose finished students and twins join this figure (repeatable)",
     )
     p.add_argument("--mla", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=2048)
@@ -506,7 +543,9 @@ def main() -> int:
     pack = pack_info(args.data)
     device = torch.device(resolve_device(args.device))
     ctx = {"device": device, "windows": heldout_windows(args.data, pack, args.seq_len, args.heldout_windows)}
-    mixers = args.mixers.split(",")
+    mixers = [] if args.mixers == "none" else args.mixers.split(",")
+    scratch = args.scratch or args.mixers
+    include(record, args.include)
     try:
         if "teacher" not in record:
             record["teacher"] = teacher_part(args, ctx["windows"], device)
@@ -516,7 +555,7 @@ def main() -> int:
             if "heldout_ce" not in record.get(mixer, {}):
                 student_part(args, mixer, pack, record, deadline, ctx)
                 save(args, record)
-        for mixer in [] if args.scratch == "none" else (args.scratch or args.mixers).split(","):
+        for mixer in [] if scratch == "none" else scratch.split(","):
             if "heldout_ce" not in record.get(f"scratch-{mixer}", {}):
                 scratch_part(args, mixer, pack, record, deadline, ctx)
                 save(args, record)

@@ -107,10 +107,20 @@ def test_the_figure_stops_at_its_deadline_and_resumes_to_the_end(tmp_path, packe
     assert again.returncode == 0 and "stage" not in again.stdout  # nothing redone
     assert json.loads((out / "figure.json").read_text())["eval"] == record["eval"]
 
-    # a variant beside it: no ILD (zebra distill --ild-fraction 0), its scratch twin left to the run above
+    # a scratch twin alone in its own process (the hybrid's shape from the run above) ...
+    twin = tmp_path / "twin"
+    done = run("distill-figure.py", *args[:-1], str(twin), "--mixers", "none", "--scratch", "gdn",
+               "--shape-from", student["step0_export"])  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    alone = json.loads((twin / "figure.json").read_text())
+    assert "gdn" not in alone and not (twin / "distill-gdn").exists()
+    assert alone["scratch-gdn"]["steps"] == stage_steps and set(alone["eval"]) == {"teacher", "scratch-gdn"}
+    # ... and a variant beside it, no ILD (zebra distill --ild-fraction 0), with that twin in its figure
     variant = tmp_path / "variant"
-    done = run("distill-figure.py", *args[:-1], str(variant), "--ild-fraction", "0", "--scratch", "none")
+    done = run("distill-figure.py", *args[:-1], str(variant), "--ild-fraction", "0", "--scratch", "none",
+               "--include", str(twin))  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads((variant / "figure.json").read_text())
     assert list(record["gdn"]["stages"]) == ["upcycle-mla", "upcycle-rec", "hybrid", "kd"]
-    assert "scratch-gdn" not in record and set(record["eval"]) == {"teacher", "gdn"}
+    assert record["scratch-gdn"] == alone["scratch-gdn"] and set(record["eval"]) == {"teacher", "gdn", "scratch-gdn"}
+    assert record["eval"]["scratch-gdn"] == alone["eval"]["scratch-gdn"]  # included, not evaluated again

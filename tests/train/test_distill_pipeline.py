@@ -77,6 +77,9 @@ def test_one_command_runs_every_stage_into_one_folder(pipeline):
     evals = [r for r in records(out / "kd") if "val_loss" in r]
     assert evals[-1]["val_loss"] == stages["kd"]["heldout_ce"] and evals[-1]["teacher_val_loss"] in teacher_ce
     assert (out / "loss.png").stat().st_size > 0
+    assert all(stage["seconds"] > 0 for stage in stages.values())  # each stage's wall time
+    total = sum(stage["seconds"] for stage in stages.values())
+    assert f"zebra distill, {total:,.0f} s in all" in output
     assert "kd step 18/18" in output and "held-out CE" in output and "distilled student" in output
 
 
@@ -105,11 +108,19 @@ def test_a_second_call_skips_what_is_done(pipeline, teacher, data):
 
 
 def test_killed_mid_stage_it_resumes_at_that_stage_and_its_checkpoint(tmp_path, teacher, data):
-    """kill -9 once KD saved a checkpoint: the next call skips the done stages and resumes KD from it."""
+    """SIGTERM in KD stops it (its time so far recorded); the next call resumes it and is killed -9 after a newer
+    checkpoint; the call after that skips the done stages, resumes KD from that checkpoint and adds its time."""
     out = tmp_path / "out"
     args = distill_args(teacher, data, out, "40k", "--evals", "8")  # KD: 125 steps, a checkpoint every 15
     proc = zebra_process(*args)
     wait_for(lambda: bool(committed(out / "kd" / "checkpoints")), proc)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    stopped = json.loads((out / "stages.json").read_text())["stages"]["kd"]
+    assert stopped["status"] == "stopped" and stopped["result"]["seconds"] > 0
+    first = {p.name for p in committed(out / "kd" / "checkpoints")}
+    proc = zebra_process(*args)
+    wait_for(lambda: bool({p.name for p in committed(out / "kd" / "checkpoints")} - first), proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
     state = json.loads((out / "stages.json").read_text())["stages"]
@@ -119,7 +130,10 @@ def test_killed_mid_stage_it_resumes_at_that_stage_and_its_checkpoint(tmp_path, 
     assert result.exit_code == 0, result.output
     assert result.output.count("done before, skipped") == 5
     assert f"resumed from {out / 'kd' / 'checkpoints' / f'step_{saved[-1]:07d}'}" in result.output
-    assert json.loads((out / "stages.json").read_text())["stages"]["kd"]["status"] == "done"
+    done = json.loads((out / "stages.json").read_text())["stages"]
+    assert done["kd"]["status"] == "done"
+    assert done["ild-rec"]["result"]["seconds"] == state["ild-rec"]["result"]["seconds"]  # skipped: kept
+    assert done["kd"]["result"]["seconds"] > stopped["result"]["seconds"]  # the stopped call's time and the last's
     steps = [r["step"] for r in records(out / "kd") if "loss" in r]  # a line every 10 steps (tiny's)
     assert steps == [*range(10, 121, 10), 125]  # each once: the steps after the checkpoint are not doubled
 

@@ -143,9 +143,12 @@ def _show(result: PipelineResult, json_: bool) -> None:
         ce, teacher = r.get("heldout_ce"), r.get("teacher_heldout_ce")
         rows.append([name, entry["status"], f"{r['tokens']:,}" if "tokens" in r else "-",
                      f"{ce:.4f}" if ce is not None else "-", f"{teacher:.4f}" if teacher is not None else "-",
-                     f"{ce / teacher:.3f}" if ce is not None and teacher else "-"])  # fmt: skip
-    columns = ["stage", "status", "tokens", "held-out CE", "teacher", "ratio"]
-    out.table(columns, rows, title="zebra distill", justify={c: "right" for c in columns[2:]})
+                     f"{ce / teacher:.3f}" if ce is not None and teacher else "-",
+                     f"{r['seconds']:,.0f}" if "seconds" in r else "-"])  # fmt: skip
+    columns = ["stage", "status", "tokens", "held-out CE", "teacher", "ratio", "seconds"]
+    seconds = sum(entry.get("result", {}).get("seconds", 0.0) for entry in result.stages.values())
+    out.table(columns, rows, title=f"zebra distill, {seconds:,.0f} s in all",
+              justify={c: "right" for c in columns[2:]})  # fmt: skip
     if result.stopped_by:
         out.result(f"stopped by {result.stopped_by}; run the same command again to continue")
     else:

@@ -1,7 +1,8 @@
 """`zebra distill`: a distilled hybrid from a teacher and text in one command, the published pipeline's stages in
 one folder (docs/upcycle.md "One command").
 
-    OUT/stages.json     the options and every stage's state and result (rewritten whole, atomically)
+    OUT/stages.json     the options and every stage's state and result, its wall seconds over all calls
+                        (rewritten whole, atomically)
     OUT/upcycle-mla/    the all-MLA student (`zebra upcycle --mla-layers all --calibrate DATA`): an export with upcycle.json
     OUT/upcycle-rec/    the all-recurrent student (`--mla 0 --calibrate DATA`)
     OUT/ild-mla/        ILD of the all-MLA student (a training run; its export/)       ild_fraction / 2 of --tokens
@@ -228,7 +229,10 @@ def run_pipeline(o: PipelineOptions, view: PipelineView | None = None) -> Pipeli
         else:
             view.stage_started(index, len(stages), stage, steps)
             state.set(stage.name, "running")
+            start = time.monotonic()
             result = RUNNERS[stage.kind](o, stage, view, tokens_before)
+            # wall seconds of the stage over every call that ran it (a resumed stage adds to its earlier calls')
+            result["seconds"] = state.result(stage.name).get("seconds", 0.0) + time.monotonic() - start
             stopped = result.pop("stopped_by", None)
             state.set(stage.name, "stopped" if stopped else "done", result)
             if stopped:
