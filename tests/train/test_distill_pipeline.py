@@ -133,7 +133,7 @@ def test_killed_mid_stage_it_resumes_at_that_stage_and_its_checkpoint(tmp_path, 
     done = json.loads((out / "stages.json").read_text())["stages"]
     assert done["kd"]["status"] == "done"
     assert done["ild-rec"]["result"]["seconds"] == state["ild-rec"]["result"]["seconds"]  # skipped: kept
-    assert done["kd"]["result"]["seconds"] > stopped["result"]["seconds"]  # the stopped call's time and the last's
+    assert done["kd"]["result"]["seconds"] > stopped["result"]["seconds"]  # both calls' time
     steps = [r["step"] for r in records(out / "kd") if "loss" in r]  # a line every 10 steps (tiny's)
     assert steps == [*range(10, 121, 10), 125]  # each once: the steps after the checkpoint are not doubled
 
