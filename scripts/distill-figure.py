@@ -140,34 +140,19 @@ def heldout_windows(data: Path, pack: dict, seq: int, count: int):
     return torch.from_numpy(stream[: count * (seq + 1)]).view(count, seq + 1)
 
 
-def heldout_ce(model, windows, device, batch: int = 4) -> float:
-    """Mean next-token CE (nats) of `model` over `windows [N, seq + 1]` (bf16 autocast on a GPU)."""
-    import torch
-    import torch.nn.functional as F
-
-    model.eval()
-    total, count = 0.0, 0
-    with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=device.type == "cuda"):
-        for i in range(0, len(windows), batch):
-            w = windows[i : i + batch].to(device)
-            logits = model(input_ids=w[:, :-1], use_cache=False).logits
-            total += F.cross_entropy(logits.flatten(0, 1).float(), w[:, 1:].flatten(), reduction="sum").item()
-            count += w[:, 1:].numel()
-    return total / count
-
-
 def teacher_part(args, windows, device) -> dict:
     """The teacher's held-out CE, its bf16 forward cost at --micro-batch x --seq-len, and an HF folder of it
     (for `zebra eval`)."""
     import torch
 
+    from zebra.eval.ce import heldout_ce
     from zebra.train.metrics import device_peak_flops
     from zebra.upcycle import open_teacher
     from zebra.upcycle.teachers.causal_lm import build_teacher_model
 
     teacher = open_teacher(args.teacher)
     model = build_teacher_model(teacher, torch.float32).to(device)
-    ce = heldout_ce(model, windows, device)
+    ce = heldout_ce(model, windows, device, device.type == "cuda")
     folder = args.output / "teacher-hf"
     model.save_pretrained(folder)
     teacher.tokenizer.save_pretrained(folder)
@@ -227,6 +212,7 @@ def run_metrics(run: Path) -> dict:
 
 def student_part(args, mixer: str, pack: dict, record: dict, deadline: Deadline, ctx: dict) -> None:
     """The pipeline of one mixer (resumed), then its step-0 CE; `record` is updated in place."""
+    from zebra.eval.ce import heldout_ce
     from zebra.train.pipeline import plan_stages, run_pipeline, stage_steps
 
     options = pipeline_options(args, mixer, pack)
@@ -246,7 +232,10 @@ def student_part(args, mixer: str, pack: dict, record: dict, deadline: Deadline,
     if result.stopped_by is None:
         entry["export"] = str(result.student)
         entry["heldout_ce"] = heldout_ce(
-            load_export(result.student, ctx["device"]), ctx["windows"], ctx["device"]
+            load_export(result.student, ctx["device"]),
+            ctx["windows"],
+            ctx["device"],
+            ctx["device"].type == "cuda",
         )
     if "step0_ce" not in entry:
         deadline.need("step0")
@@ -266,12 +255,15 @@ def load_export(folder, device):
 def step0(args, options, ctx) -> dict:
     """The two calibrated students of the pipeline composed with --mla MLA layers placed evenly (each layer as its
     all-MLA or all-recurrent student calibrated it), before any training; its held-out CE."""
+    from zebra.eval.ce import heldout_ce
     from zebra.upcycle.compose import compose
 
     out = Path(options.output) / "step0-hybrid"
     report = compose(Path(options.output) / "upcycle-mla", Path(options.output) / "upcycle-rec", out,
                      mla=options.mla, placement="even", force=True)  # fmt: skip
-    ce = heldout_ce(load_export(out, ctx["device"]), ctx["windows"], ctx["device"])
+    ce = heldout_ce(
+        load_export(out, ctx["device"]), ctx["windows"], ctx["device"], ctx["device"].type == "cuda"
+    )
     print(f"  step-0 held-out CE after upcycle + calibration: {ce:.4f}", flush=True)
     return {"step0_ce": ce, "step0_export": str(out), "step0_pattern": report.pattern}
 
@@ -279,6 +271,7 @@ def step0(args, options, ctx) -> dict:
 def scratch_part(args, mixer: str, pack: dict, record: dict, deadline: Deadline, ctx: dict) -> None:
     """The hybrid's shape (the step-0 export's config), random init, CE on the pipeline's data, tokens and
     batch; resumed from its newest checkpoint."""
+    from zebra.eval.ce import heldout_ce
     from zebra.recipes import load_recipe
     from zebra.recipes.schema import ModelSpec
     from zebra.train.pipeline import plan_stages, stage_steps
@@ -311,7 +304,10 @@ def scratch_part(args, mixer: str, pack: dict, record: dict, deadline: Deadline,
         raise Stop(f"scratch {mixer}: stopped by {result.stopped_by}")
     entry["export"] = str(run.run_dir / "export")
     entry["heldout_ce"] = heldout_ce(
-        load_export(entry["export"], ctx["device"]), ctx["windows"], ctx["device"]
+        load_export(entry["export"], ctx["device"]),
+        ctx["windows"],
+        ctx["device"],
+        ctx["device"].type == "cuda",
     )
 
 

@@ -68,6 +68,7 @@ def train(
 def run_variant(name: str, args, ctx) -> dict:
     import torch
 
+    from zebra.eval.ce import heldout_ce
     from zebra.models import ZebraForCausalLM
     from zebra.recipes.schema import DistillSpec
     from zebra.train.distill import DistillLoss, DistillWeights
@@ -93,7 +94,7 @@ def run_variant(name: str, args, ctx) -> dict:
     grouped = distill.copied_lr_scale != 1.0 or distill.mixer_only_steps > 0
     train(model, DistillLoss(ctx["teacher"], weights), kd_steps, args.kd_lr, args, ctx, offset=ild_steps,
           distill=distill, mixers=mixers if grouped else None)  # fmt: skip
-    ce = ctx["helpers"].heldout_ce(model, ctx["heldout"], ctx["device"], ctx["device"].type == "cuda")
+    ce = heldout_ce(model, ctx["heldout"], ctx["device"], ctx["device"].type == "cuda")
     seconds = time.perf_counter() - started
     print(f"{name}: held-out CE {ce:.4f} ({seconds:.0f} s)", flush=True)
     return {"variant": name, "heldout_ce": ce, "ild_steps": ild_steps, "kd_steps": kd_steps, "seconds": seconds,
@@ -104,6 +105,7 @@ def main() -> None:
     import torch
 
     from zebra.core.atomic import write_atomic
+    from zebra.eval.ce import heldout_ce
     from zebra.models import ZebraForCausalLM
     from zebra.upcycle import StudentOptions, upcycle
 
@@ -140,8 +142,8 @@ def main() -> None:
            "stream": helpers.token_stream(args.train)}  # fmt: skip
     bf16 = device.type == "cuda"
     start = ZebraForCausalLM.from_pretrained(student, dtype=torch.float32).to(device)
-    result = {"teacher_ce": helpers.heldout_ce(teacher, heldout, device, bf16), "student": str(student),
-              "start_ce": helpers.heldout_ce(start, heldout, device, bf16),
+    result = {"teacher_ce": heldout_ce(teacher, heldout, device, bf16), "student": str(student),
+              "start_ce": heldout_ce(start, heldout, device, bf16),
               **helpers.run_facts(args, device, heldout), "variants": []}  # fmt: skip
     del start
     print(

@@ -17,6 +17,8 @@ from pathlib import Path
 def main() -> None:
     import torch
 
+    from zebra.eval.ce import heldout_ce
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("data", type=Path, help="a folder of scripts/pack-corpus.py (pack.json)")
     p.add_argument("models", nargs="+", help="Zebra export folders, or a teacher (a .gguf or an HF folder)")
@@ -40,7 +42,10 @@ def main() -> None:
 
             model = build_teacher_model(open_teacher(path), torch.float32).to(device)
         print(
-            json.dumps({"model": path, "heldout_ce": figure.heldout_ce(model, windows, device)}), flush=True
+            json.dumps(
+                {"model": path, "heldout_ce": heldout_ce(model, windows, device, device.type == "cuda")}
+            ),
+            flush=True,
         )
 
 

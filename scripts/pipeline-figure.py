@@ -43,6 +43,7 @@ def train_stage(
 ) -> list[dict]:
     """`steps` TrainSteps (AdamW, warm-up + cosine) on the stream from step `offset` of the pipeline; with `measure`,
     held-out CE points [{tokens, heldout_ce}] midway and at the end, tokens counted from the pipeline's start."""
+    from zebra.eval.ce import heldout_ce
     from zebra.recipes.schema import TrainSpec
     from zebra.train.dist import DistEnv
     from zebra.train.optim import build_optimizer, build_scheduler
@@ -61,7 +62,7 @@ def train_stage(
         step([h.batch_dict(h.windows(ctx["stream"], args.seq, args.batch, start=start))])
         if measure and n in (steps // 2, steps):
             tokens = (offset + n) * args.batch * args.seq
-            points.append({"tokens": tokens, "heldout_ce": h.heldout_ce(model, ctx["heldout"], device, bf16)})
+            points.append({"tokens": tokens, "heldout_ce": heldout_ce(model, ctx["heldout"], device, bf16)})
             print(f"  {tokens:,} tokens: held-out CE {points[-1]['heldout_ce']:.4f}", flush=True)
     return points
 
@@ -97,6 +98,7 @@ def kd_pipeline(name: str, init: Path, report, args, ctx, steps: int, offset: in
     """KD of the hybrid export `init` for `steps`; the pipeline's record."""
     import torch
 
+    from zebra.eval.ce import heldout_ce
     from zebra.models import ZebraForCausalLM
     from zebra.train.distill import DistillLoss, DistillWeights
 
@@ -104,7 +106,7 @@ def kd_pipeline(name: str, init: Path, report, args, ctx, steps: int, offset: in
     model = ZebraForCausalLM.from_pretrained(init, dtype=torch.float32).to(ctx["device"])
     bf16 = ctx["device"].type == "cuda"
     at_start = {"tokens": offset * args.batch * args.seq,
-                "heldout_ce": ctx["helpers"].heldout_ce(model, ctx["heldout"], ctx["device"], bf16)}  # fmt: skip
+                "heldout_ce": heldout_ce(model, ctx["heldout"], ctx["device"], bf16)}  # fmt: skip
     loss = DistillLoss(ctx["teacher"], DistillWeights())
     curve = [at_start, *train_stage(model, loss, steps, args.kd_lr, args, ctx, offset=offset, measure=True)]
     return {
@@ -206,6 +208,8 @@ def table(result: dict) -> str:
 def main() -> None:
     import torch
 
+    from zebra.eval.ce import heldout_ce
+
     helpers = figure_helpers()
     p = helpers.figure_parser(__doc__.splitlines()[0])
     p.add_argument("--mixer", default="mamba")
@@ -234,7 +238,7 @@ def main() -> None:
     heldout, teacher = helpers.open_inputs(args, device)
     ctx = {"helpers": helpers, "device": device, "teacher": teacher, "heldout": heldout,
            "stream": helpers.token_stream(args.train)}  # fmt: skip
-    teacher_ce = helpers.heldout_ce(teacher, heldout, device, device.type == "cuda")
+    teacher_ce = heldout_ce(teacher, heldout, device, device.type == "cuda")
     print(f"teacher: held-out CE {teacher_ce:.4f}", flush=True)
     result = {
         "teacher": {"path": str(args.teacher), "heldout_ce": teacher_ce},

@@ -56,24 +56,6 @@ def batch_dict(window):
     return {"tokens": tokens, "labels": labels, "loss_mask": torch.ones_like(tokens, dtype=torch.float32)}
 
 
-def heldout_ce(model, heldout, device, bf16: bool, batch: int = 4) -> float:
-    """Mean next-token CE of `model` over the held-out windows (eval mode, logits per small batch)."""
-    import torch
-    import torch.nn.functional as F
-
-    model.eval()
-    total, count = 0.0, 0
-    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-        for i in range(0, len(heldout), batch):
-            window = heldout[i : i + batch].to(device)
-            logits = model(input_ids=window[:, :-1], use_cache=False).logits  # [b, T, V]
-            total += F.cross_entropy(
-                logits.flatten(0, 1).float(), window[:, 1:].flatten(), reduction="sum"
-            ).item()
-            count += window[:, 1:].numel()
-    return total / count
-
-
 def decode_ms(model, device, new_tokens: int, bf16: bool) -> float:
     """Greedy decode ms/token at batch 1 after an 8-token prompt (HF generate with its cache; one warm-up)."""
     import torch
@@ -95,6 +77,7 @@ def decode_ms(model, device, new_tokens: int, bf16: bool) -> float:
 def train_curve(model, loss_fn, args, stream, heldout, device, lr: float) -> list[dict]:
     """Train `model` for args.steps steps (the trainer's TrainStep, AdamW, warm-up + cosine) and measure
     held-out CE at the budgets; returns [{step, tokens, heldout_ce}] from step 0."""
+    from zebra.eval.ce import heldout_ce
     from zebra.recipes.schema import TrainSpec
     from zebra.train.dist import DistEnv
     from zebra.train.optim import build_optimizer, build_scheduler
@@ -256,6 +239,8 @@ def save(result: dict, output: Path) -> None:
 
 def main() -> None:
     import torch
+
+    from zebra.eval.ce import heldout_ce
 
     p = figure_parser(__doc__.splitlines()[0])
     p.add_argument("--mixers", default="mamba,gdn")

@@ -45,22 +45,6 @@ def heldout_windows(spec: str, tokenizer, seq: int, count: int):
     return torch.from_numpy(ids[: count * (seq + 1)]).view(count, seq + 1)
 
 
-def heldout_ce(model, windows, batch: int = 4) -> float:
-    """Mean next-token CE (nats) of `model` over `windows [N, seq + 1]`."""
-    import torch
-    import torch.nn.functional as F
-
-    model.eval()
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for i in range(0, len(windows), batch):
-            w = windows[i : i + batch]
-            logits = model(input_ids=w[:, :-1], use_cache=False).logits
-            total += F.cross_entropy(logits.flatten(0, 1).float(), w[:, 1:].flatten(), reduction="sum").item()
-            count += w[:, 1:].numel()
-    return total / count
-
-
 def forms(args) -> list[tuple[str, dict]]:
     """(label, upcycle keyword arguments) of every all-MLA form."""
     from zebra.upcycle.calibration import Calibration
@@ -181,6 +165,7 @@ def progress_printer():
 def main() -> None:
     import torch
 
+    from zebra.eval.ce import heldout_ce
     from zebra.models import ZebraForCausalLM
     from zebra.upcycle import open_teacher
     from zebra.upcycle.run import upcycle

@@ -1,14 +1,33 @@
-"""Evaluation through lm-eval-harness: task presets, local task YAMLs, results as lm-eval's JSON."""
+"""Evaluation through lm-eval-harness: task presets, local task YAMLs, results as lm-eval's JSON; and the held-out
+CE of the upcycling figures (`zebra.eval.ce`).
 
-from zebra.eval.harness import EvalRequest, metric_rows, run_eval, write_results
-from zebra.eval.tasks import PRESETS, ZEBRA_SUITE, expand_tasks
+Public API (imported lazily, so `import zebra.eval.ce` does not load the harness and torch with it):
+    EvalRequest, run_eval, metric_rows, write_results    zebra.eval.harness
+    PRESETS, ZEBRA_SUITE, expand_tasks                   zebra.eval.tasks
+    heldout_ce                                           zebra.eval.ce
+"""
 
-__all__ = [
-    "PRESETS",
-    "ZEBRA_SUITE",
-    "EvalRequest",
-    "expand_tasks",
-    "metric_rows",
-    "run_eval",
-    "write_results",
-]
+from __future__ import annotations
+
+from typing import Any
+
+_EXPORTS = {
+    "EvalRequest": "zebra.eval.harness",
+    "metric_rows": "zebra.eval.harness",
+    "run_eval": "zebra.eval.harness",
+    "write_results": "zebra.eval.harness",
+    "PRESETS": "zebra.eval.tasks",
+    "ZEBRA_SUITE": "zebra.eval.tasks",
+    "expand_tasks": "zebra.eval.tasks",
+    "heldout_ce": "zebra.eval.ce",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'zebra.eval' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
