@@ -321,16 +321,23 @@ def hybrid_shape(args, mixer: str, record: dict) -> Path:
     return Path(found)
 
 
-def include(record: dict, others: list[Path]) -> None:
+def include(record: dict, others: list[str]) -> None:
     """Entries (students, scratch twins, evaluations) of other outputs' figure.json that `record` lacks: runs made
-    side by side in separate processes, one figure."""
+    side by side in separate processes, one figure. `DIR=LABEL` names DIR's entries "NAME (LABEL)": a variant of
+    the same mixer beside this output's own."""
     for other in others:
-        found = json.loads((other / "figure.json").read_text())
+        folder, _, label = other.partition("=")
+        found = json.loads((Path(folder) / "figure.json").read_text())
         for name, entry in found.items():
             if name == "eval":
-                record["eval"] = {**entry, **record.get("eval", {})}
-            elif name not in record and isinstance(entry, dict) and "heldout_ce" in entry:
-                record[name] = entry
+                evals = {_labelled(k, label): v for k, v in entry.items() if k != "teacher" or not label}
+                record["eval"] = {**evals, **record.get("eval", {})}
+            elif name != "teacher" and isinstance(entry, dict) and "heldout_ce" in entry:
+                record.setdefault(_labelled(name, label), entry)
+
+
+def _labelled(name: str, label: str) -> str:
+    return f"{name} ({label})" if label else name
 
 
 def mc_task(args, pack: dict, tokenizer) -> Path:
@@ -478,10 +485,10 @@ def parse_args():
     )
     p.add_argument(
         "--include",
-        type=Path,
         action="append",
         default=[],
-        help="another --output whose finished students and twins join this figure (repeatable)",
+        help="another --output whose finished students and twins join this figure; DIR=LABEL names them "
+        "'NAME (LABEL)' (a variant of the same mixer); repeatable",
     )
     p.add_argument("--mla", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=2048)

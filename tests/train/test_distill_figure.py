@@ -125,3 +125,33 @@ def test_the_figure_stops_at_its_deadline_and_resumes_to_the_end(tmp_path, packe
     assert record["scratch-gdn"] == alone["scratch-gdn"]
     assert set(record["eval"]) == {"teacher", "gdn", "scratch-gdn"}
     assert record["eval"]["scratch-gdn"] == alone["eval"]["scratch-gdn"]  # included, not evaluated again
+
+
+def test_included_outputs_join_the_figure_a_label_keeps_a_variant_apart(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("distill_figure", SCRIPTS / "distill-figure.py")
+    figure = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figure)
+    teacher = {"heldout_ce": 2.5}
+    own = {
+        "teacher": teacher,
+        "mamba2": {"heldout_ce": 3.0},
+        "eval": {"teacher": {"acc": 0.9}, "mamba2": {"acc": 0.8}},
+    }
+    for name, record in {
+        "twin": {"teacher": teacher, "scratch-mamba2": {"heldout_ce": 6.0}, "eval": {"teacher": {"acc": 0.9},
+                 "scratch-mamba2": {"acc": 0.4}}},
+        "variant": {"teacher": teacher, "mamba2": {"heldout_ce": 2.9}, "eval": {"teacher": {"acc": 0.91},
+                    "mamba2": {"acc": 0.85}}},
+        "unfinished": {"teacher": teacher, "mamba2": {"stages": {}}},
+    }.items():  # fmt: skip
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "figure.json").write_text(json.dumps(record))
+    figure.include(
+        own, [str(tmp_path / "twin"), f"{tmp_path / 'variant'}=kd 3e-4", str(tmp_path / "unfinished")]
+    )
+    assert own["mamba2"] == {"heldout_ce": 3.0} and own["mamba2 (kd 3e-4)"] == {"heldout_ce": 2.9}
+    assert own["scratch-mamba2"] == {"heldout_ce": 6.0} and "teacher (kd 3e-4)" not in own
+    assert own["eval"] == {"teacher": {"acc": 0.9}, "mamba2": {"acc": 0.8}, "scratch-mamba2": {"acc": 0.4},
+                           "mamba2 (kd 3e-4)": {"acc": 0.85}}  # fmt: skip
