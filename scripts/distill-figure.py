@@ -43,6 +43,10 @@ the next call, so everything lives under /tmp there. In the lead's checkout, wit
         --tokens 10M --output /tmp/zfig/fig10m --deadline-seconds 540; cp /tmp/zfig/fig10m/figure.* $OUT/
     # every later call, carry []: the last two lines again until "figure complete" (exit 0; 3: not yet),
     # then --tokens 50M --output /tmp/zfig/fig50m likewise. A machine that went back starts bare: calls 1-3 again.
+    # Side by side (the student is small: one run leaves most of an H100 idle), each in the background with its
+    # own --output and log, then `wait`: the pipeline with --scratch none, its twin with --mixers none --scratch
+    # mamba2 --shape-from OTHER/distill-mamba2/step0-hybrid, a variant with --kd-lr ...; once all are complete, the
+    # pipeline's command again with --include TWIN_OUT --include VARIANT_OUT=LABEL draws them in one figure.png.
 
 Without Triton 3.7.1 on the machine (FLA's backward is refused on Hopper below it), every mixer runs Zebra's torch
 kernels: on 2026-12-07 the all-Mamba2 ILD trained at 41k tokens/s against the all-MLA one's 123k, and KD at 42k.
