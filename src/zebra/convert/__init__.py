@@ -11,8 +11,7 @@ Public API (imported lazily, so `import zebra.convert` stays light):
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from zebra.core.lazy import lazy_exports
 
 _EXPORTS = {
     "export_hf": "zebra.convert.hf_export",
@@ -24,9 +23,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'zebra.convert' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -14,8 +14,9 @@ Each is imported from its module on first use, so importing one light module (th
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from zebra.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from zebra.data.manifest import read_manifest
@@ -31,9 +32,4 @@ _ENTRY_POINTS = {
     "resolve_prefixes": "zebra.data.prefixes",
 }
 __all__ = ["bundled_prefix", "load_tokenizer", "parse_data_path", "read_manifest", "resolve_prefixes"]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _ENTRY_POINTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_ENTRY_POINTS[name]), name)
+__getattr__ = lazy_exports(__name__, _ENTRY_POINTS)

@@ -9,7 +9,7 @@ Public API (imported lazily, so `import zebra.eval.ce` does not load the harness
 
 from __future__ import annotations
 
-from typing import Any
+from zebra.core.lazy import lazy_exports
 
 _EXPORTS = {
     "EvalRequest": "zebra.eval.harness",
@@ -23,11 +23,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'zebra.eval' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

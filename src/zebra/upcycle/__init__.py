@@ -18,7 +18,7 @@ See docs/upcycle.md.
 
 from __future__ import annotations
 
-from typing import Any
+from zebra.core.lazy import lazy_exports
 
 _EXPORTS = {
     "upcycle": "zebra.upcycle.run",
@@ -32,11 +32,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'zebra.upcycle' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
