@@ -46,6 +46,14 @@
 #                  (LEVERS: names in scripts/gpu-perf.py)
 #   hybrids tests-perf   hybrids vs Llama-3.2-1B's shape (and 1b-mamba-mla on FLA's scan, with fused projections;
 #                  HYBRIDS_MAMBA and HYBRIDS_KDA pick other gpu-perf variants); the GPU tests of issue 18 items 3-4
+#   distill        issue 40: scripts/distill-figure.py runs side by side, one process each (DISTILL_RUNS, default
+#                  "p50m s50m c10m": the 50M Mamba2 pipeline without ILD at KD LR 3e-4, its 50M scratch twin, the
+#                  same at 10M; a10m: 10M at KD LR 1e-3; g10m: the GDN pipeline and twin at 10M), --micro-batch
+#                  DISTILL_MICRO (8; a run keeps its own), the pack of scripts/pack-corpus.py unpacked in DISTILL_DIR
+#                  (/tmp/zfig); resumed by the next call with the same settings; p50m + s50m joined into one
+#                  figure once both are complete; the twin's shape: the hybrid upcycled uncalibrated with MLA at
+#                  DISTILL_MLA_LAYERS (0,4,...,28: step 0's); DISTILL_ARGS are appended (a CPU dry run: small
+#                  --tokens, --seq-len, ...)                                               distill.tgz
 #   save-kernels   the warm Triton + inductor caches as kernels.tgz.NN parts of 12 MB (at most 5) in $OUT, so that
 #                  the next session skips the minutes of compiling and autotuning on its fresh machine: keep the
 #                  parts under .gpucache/ here (git-ignored), carry one beside each Triton part, copy each to
@@ -331,6 +339,35 @@ hybrid_fla_and_torch_backends_agree or static_cache_decode_step_replays}" \
         note "figure $script rc=${PIPESTATUS[0]}"
         for f in /tmp/fig-$script/*.json /tmp/fig-$script/*.png; do [ -f "$f" ] && cp "$f" "$OUT/$script-$(basename "$f")"; done
       done;;
+    distill)  # issue 40: scripts/distill-figure.py runs side by side (the student leaves most of the GPU idle), each
+      # its own process, --output and log under DISTILL_DIR, resumed by the next call with the same DISTILL_RUNS
+      : "${DISTILL_RUNS:=p50m s50m c10m}" "${DISTILL_MICRO:=8}" "${DISTILL_MLA_LAYERS:=0,4,8,12,16,20,24,28}"
+      Z=${DISTILL_DIR:-/tmp/zfig}; teacher=${DISTILL_TEACHER:-$Z/SmolLM2-135M-Instruct.Q4_1.gguf}; shape=$Z/shape
+      # the scratch twin's shape and tokenizer: the hybrid upcycled without calibration (step 0's config)
+      [ -f "$shape/config.json" ] || zebra upcycle "$teacher" --mixer mamba --mla-layers "$DISTILL_MLA_LAYERS" \
+        -o "$shape" -f --yes >> "$log" 2>&1
+      declare -A runs=(
+        [p50m]="--tokens 50M --mixers mamba2 --scratch none --ild-fraction 0 --kd-lr 3e-4"
+        [s50m]="--tokens 50M --mixers none --scratch mamba2 --shape-from $shape --ild-fraction 0"
+        [c10m]="--tokens 10M --mixers mamba2 --scratch none --ild-fraction 0 --kd-lr 3e-4"
+        [a10m]="--tokens 10M --mixers mamba2 --scratch none --ild-fraction 0 --kd-lr 1e-3"
+        [g10m]="--tokens 10M --mixers gdn --ild-fraction 0 --kd-lr 3e-4"
+      )
+      left=$(( ${DEADLINE:-540} - SECONDS )); pids=()
+      for run in $DISTILL_RUNS; do
+        python3 scripts/distill-figure.py "$teacher" --data "$Z/data" --eval-examples 300 --micro-batch "$DISTILL_MICRO" \
+          --deadline-seconds "$left" ${runs[$run]} ${DISTILL_ARGS:-} --output "$Z/$run" >> "$Z/$run.log" 2>&1 & pids+=($!)
+      done
+      wait "${pids[@]}"
+      done_() { grep -q "figure complete" "$Z/$1.log" 2>/dev/null; }
+      if done_ p50m && done_ s50m; then  # the pipeline and its twin in one figure.png
+        python3 scripts/distill-figure.py "$teacher" --data "$Z/data" --eval-examples 300 --micro-batch "$DISTILL_MICRO" \
+          ${runs[p50m]} ${DISTILL_ARGS:-} --output "$Z/p50m" --include "$Z/s50m" >> "$Z/p50m.log" 2>&1
+      fi
+      for run in $DISTILL_RUNS; do note "distill $run: $(grep -E 'figure complete|same command again|Error' "$Z/$run.log" | tail -1)"; done
+      (cd "$Z" && find . -maxdepth 4 \( -name '*.json' -o -name '*.log' -o -name 'metrics.jsonl' -o -name '*.png' \) \
+        -not -path '*/export/*' -not -path '*/checkpoints/*' -not -path './data/*' -not -path '*/teacher-hf/*' \
+        -not -path './shape/*' -not -name 'tokenizer*' -not -name '*config.json' | tar czf "$OUT/distill.tgz" -T -);;
     save-kernels)
       rm -f "$OUT"/kernels.tgz.*
       tar -czP -f - /tmp/triton-cache "$HOME/.cache/zebra/kernels" 2>> "$log" | split -b 12000000 -d -a 2 - "$OUT/kernels.tgz."
