@@ -32,5 +32,5 @@ def test_a_name_loads_its_module_on_first_use_only(package, name, module):
 def test_an_unknown_name_is_an_attribute_error_naming_the_package():
     import zebra.eval
 
-    with pytest.raises(AttributeError, match="module 'zebra.eval' has no attribute 'no_such_name'"):
+    with pytest.raises(AttributeError, match=r"module 'zebra\.eval' has no attribute 'no_such_name'"):
         zebra.eval.no_such_name  # noqa: B018
