@@ -216,7 +216,6 @@ def run_metrics(run: Path) -> dict:
 
 def student_part(args, mixer: str, pack: dict, record: dict, deadline: Deadline, ctx: dict) -> None:
     """The pipeline of one mixer (resumed), then its step-0 CE; `record` is updated in place."""
-    from zebra.eval.ce import heldout_ce
     from zebra.train.pipeline import plan_stages, run_pipeline, stage_steps
 
     options = pipeline_options(args, mixer, pack)
@@ -235,17 +234,20 @@ def student_part(args, mixer: str, pack: dict, record: dict, deadline: Deadline,
     entry["pipeline"] = result.stages
     if result.stopped_by is None:
         entry["export"] = str(result.student)
-        entry["heldout_ce"] = heldout_ce(
-            load_export(result.student, ctx["device"]),
-            ctx["windows"],
-            ctx["device"],
-            ctx["device"].type == "cuda",
-        )
+        entry["heldout_ce"] = export_ce(result.student, ctx)
     if "step0_ce" not in entry:
         deadline.need("step0")
         entry.update(step0(args, options, ctx))
     if result.stopped_by is not None:
         raise Stop(f"{mixer}: stopped by {result.stopped_by}")
+
+
+def export_ce(folder, ctx) -> float:
+    """The held-out CE of a Zebra export on the script's windows (bf16 autocast on a GPU)."""
+    from zebra.eval.ce import heldout_ce
+
+    device = ctx["device"]
+    return heldout_ce(load_export(folder, device), ctx["windows"], device, device.type == "cuda")
 
 
 def load_export(folder, device):
@@ -259,15 +261,12 @@ def load_export(folder, device):
 def step0(args, options, ctx) -> dict:
     """The two calibrated students of the pipeline composed with --mla MLA layers placed evenly (each layer as its
     all-MLA or all-recurrent student calibrated it), before any training; its held-out CE."""
-    from zebra.eval.ce import heldout_ce
     from zebra.upcycle.compose import compose
 
     out = Path(options.output) / "step0-hybrid"
     report = compose(Path(options.output) / "upcycle-mla", Path(options.output) / "upcycle-rec", out,
                      mla=options.mla, placement="even", force=True)  # fmt: skip
-    ce = heldout_ce(
-        load_export(out, ctx["device"]), ctx["windows"], ctx["device"], ctx["device"].type == "cuda"
-    )
+    ce = export_ce(out, ctx)
     print(f"  step-0 held-out CE after upcycle + calibration: {ce:.4f}", flush=True)
     return {"step0_ce": ce, "step0_export": str(out), "step0_pattern": report.pattern}
 
@@ -275,7 +274,6 @@ def step0(args, options, ctx) -> dict:
 def scratch_part(args, mixer: str, pack: dict, record: dict, deadline: Deadline, ctx: dict) -> None:
     """The hybrid's shape (the step-0 export's config), random init, CE on the pipeline's data, tokens and
     batch; resumed from its newest checkpoint."""
-    from zebra.eval.ce import heldout_ce
     from zebra.recipes import load_recipe
     from zebra.recipes.schema import ModelSpec
     from zebra.train.pipeline import plan_stages, stage_steps
@@ -307,12 +305,7 @@ def scratch_part(args, mixer: str, pack: dict, record: dict, deadline: Deadline,
     if result.stopped_by is not None:
         raise Stop(f"scratch {mixer}: stopped by {result.stopped_by}")
     entry["export"] = str(run.run_dir / "export")
-    entry["heldout_ce"] = heldout_ce(
-        load_export(entry["export"], ctx["device"]),
-        ctx["windows"],
-        ctx["device"],
-        ctx["device"].type == "cuda",
-    )
+    entry["heldout_ce"] = export_ce(entry["export"], ctx)
 
 
 def hybrid_shape(args, mixer: str, record: dict) -> Path:
@@ -321,7 +314,7 @@ def hybrid_shape(args, mixer: str, record: dict) -> Path:
     found = args.shape_from or record.get(mixer, {}).get("step0_export")
     if found is None or not (Path(found) / "config.json").is_file():
         raise SystemExit(f"scratch {mixer}: no hybrid export to take its shape from ({found}); run the {mixer} "
-                         f"pipeline in this --output first, or pass --shape-from a step-0 hybrid")  # fmt: skip
+                         f"pipeline in this --output first, or pass --shape-from a hybrid export of its shape")  # fmt: skip
     return Path(found)
 
 
@@ -484,8 +477,8 @@ def parse_args():
         "--shape-from",
         type=Path,
         default=None,
-        help="a hybrid export (another output's distill-MIXER/step0-hybrid) whose config.json and tokenizer the "
-        "scratch twin takes (with --mixers none)",
+        help="a hybrid export whose config.json and tokenizer the scratch twin takes (with --mixers none): another "
+        "output's distill-MIXER/step0-hybrid, or the hybrid upcycled without calibration (the same config)",
     )
     p.add_argument(
         "--include",
