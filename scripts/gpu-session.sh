@@ -353,17 +353,16 @@ hybrid_fla_and_torch_backends_agree or static_cache_decode_step_replays}" \
         [a10m]="--tokens 10M --mixers mamba2 --scratch none --ild-fraction 0 --kd-lr 1e-3"
         [g10m]="--tokens 10M --mixers gdn --ild-fraction 0 --kd-lr 3e-4"
       )
-      left=$(( ${DEADLINE:-540} - SECONDS )); pids=()
-      for run in $DISTILL_RUNS; do
+      figure() {  # RUN [more flags]: one run of distill-figure.py, appending to its log
+        local run=$1; shift
         python3 scripts/distill-figure.py "$teacher" --data "$Z/data" --eval-examples 300 --micro-batch "$DISTILL_MICRO" \
-          --deadline-seconds "$left" ${runs[$run]} ${DISTILL_ARGS:-} --output "$Z/$run" >> "$Z/$run.log" 2>&1 & pids+=($!)
-      done
+          ${runs[$run]} ${DISTILL_ARGS:-} --output "$Z/$run" "$@" >> "$Z/$run.log" 2>&1
+      }
+      left=$(( ${DEADLINE:-540} - SECONDS )); pids=()
+      for run in $DISTILL_RUNS; do figure "$run" --deadline-seconds "$left" & pids+=($!); done
       wait "${pids[@]}"
       done_() { grep -q "figure complete" "$Z/$1.log" 2>/dev/null; }
-      if done_ p50m && done_ s50m; then  # the pipeline and its twin in one figure.png
-        python3 scripts/distill-figure.py "$teacher" --data "$Z/data" --eval-examples 300 --micro-batch "$DISTILL_MICRO" \
-          ${runs[p50m]} ${DISTILL_ARGS:-} --output "$Z/p50m" --include "$Z/s50m" >> "$Z/p50m.log" 2>&1
-      fi
+      if done_ p50m && done_ s50m; then figure p50m --include "$Z/s50m"; fi  # the pipeline and its twin in one figure
       for run in $DISTILL_RUNS; do note "distill $run: $(grep -E 'figure complete|same command again|Error' "$Z/$run.log" | tail -1)"; done
       (cd "$Z" && find . -maxdepth 4 \( -name '*.json' -o -name '*.log' -o -name 'metrics.jsonl' -o -name '*.png' \) \
         -not -path '*/export/*' -not -path '*/checkpoints/*' -not -path './data/*' -not -path '*/teacher-hf/*' \
