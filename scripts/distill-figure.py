@@ -194,6 +194,7 @@ def pipeline_options(args, mixer: str, pack: dict):
         calibrate_seq_len=args.calibrate_seq_len, calibrate_steps=args.calibrate_steps,
         calibrate_batch=min(args.calibrate_batch, args.calibrate_samples),
         calibrate_teacher_forced=args.calibrate_teacher_forced, sets=(f"data.split={pack['split']}", "train.log_interval=1"),
+        upcycled_from=str(args.upcycled_from / f"distill-{mixer}") if args.upcycled_from else None,
     )  # fmt: skip
 
 
@@ -514,6 +515,12 @@ def parse_args():
         dest="calibrate_teacher_forced",
         action="store_false",
         help="fit each mixer on its own student's stream (zebra distill --calibrate-sequential)",
+    )
+    p.add_argument(
+        "--upcycled-from",
+        type=Path,
+        help="another output of this script, upcycled alike: each pipeline takes its upcycle stages "
+        "(zebra distill --upcycled-from) instead of calibrating again",
     )
     p.add_argument("--heldout-windows", type=int, default=32, help="windows of --seq-len for the script's CE")
     p.add_argument("--eval-examples", type=int, default=500)

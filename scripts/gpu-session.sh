@@ -48,7 +48,8 @@
 #                  HYBRIDS_MAMBA and HYBRIDS_KDA pick other gpu-perf variants); the GPU tests of issue 18 items 3-4
 #   distill        issue 40: scripts/distill-figure.py runs side by side, one process each (DISTILL_RUNS, default
 #                  "p50m s50m c10m": the 50M Mamba2 pipeline without ILD at KD LR 3e-4, its 50M scratch twin, the
-#                  same at 10M; a10m: 10M at KD LR 1e-3; g10m: the GDN pipeline and twin at 10M), --micro-batch
+#                  same at 10M; a10m: 10M at KD LR 1e-3; g10m: the GDN pipeline and twin at 10M; c10m and a10m
+#                  take p50m's calibrated students, --upcycled-from, once it has them), --micro-batch
 #                  DISTILL_MICRO (8; a run keeps its own), the pack of scripts/pack-corpus.py unpacked in DISTILL_DIR
 #                  (/tmp/zfig); resumed by the next call with the same settings; p50m + s50m joined into one
 #                  figure once both are complete; the twin's shape: the hybrid upcycled uncalibrated with MLA at
@@ -349,8 +350,8 @@ hybrid_fla_and_torch_backends_agree or static_cache_decode_step_replays}" \
       declare -A runs=(
         [p50m]="--tokens 50M --mixers mamba2 --scratch none --ild-fraction 0 --kd-lr 3e-4"
         [s50m]="--tokens 50M --mixers none --scratch mamba2 --shape-from $shape --ild-fraction 0"
-        [c10m]="--tokens 10M --mixers mamba2 --scratch none --ild-fraction 0 --kd-lr 3e-4"
-        [a10m]="--tokens 10M --mixers mamba2 --scratch none --ild-fraction 0 --kd-lr 1e-3"
+        [c10m]="--tokens 10M --mixers mamba2 --scratch none --ild-fraction 0 --kd-lr 3e-4 --upcycled-from $Z/p50m"
+        [a10m]="--tokens 10M --mixers mamba2 --scratch none --ild-fraction 0 --kd-lr 1e-3 --upcycled-from $Z/p50m"
         [g10m]="--tokens 10M --mixers gdn --ild-fraction 0 --kd-lr 3e-4"
       )
       figure() {  # RUN [more flags]: one run of distill-figure.py, appending to its log
@@ -358,12 +359,21 @@ hybrid_fla_and_torch_backends_agree or static_cache_decode_step_replays}" \
         python3 scripts/distill-figure.py "$teacher" --data "$Z/data" --eval-examples 300 --micro-batch "$DISTILL_MICRO" \
           ${runs[$run]} ${DISTILL_ARGS:-} --output "$Z/$run" "$@" >> "$Z/$run.log" 2>&1
       }
-      left=$(( ${DEADLINE:-540} - SECONDS )); pids=()
-      for run in $DISTILL_RUNS; do figure "$run" --deadline-seconds "$left" & pids+=($!); done
+      upcycled() {  # OUT: its mamba2 pipeline's upcycle stages are done
+        python3 -c "import json, sys; s = json.load(open(sys.argv[1]))['stages']; \
+sys.exit(any(s.get(n, {}).get('status') != 'done' for n in ('upcycle-mla', 'upcycle-rec')))" \
+          "$1/distill-mamba2/stages.json" 2>/dev/null
+      }
+      deadline=${DEADLINE:-540}; pids=()
+      for run in $DISTILL_RUNS; do  # a run --upcycled-from another starts once that one's students are calibrated
+        from=$(grep -oP -- '--upcycled-from \K\S+' <<< "${runs[$run]}")
+        ( while [ -n "$from" ] && ! upcycled "$from" && [ "$SECONDS" -lt $(( deadline - 120 )) ]; do sleep 10; done
+          figure "$run" --deadline-seconds $(( deadline - SECONDS )) ) & pids+=($!)
+      done
       wait "${pids[@]}"
       done_() { grep -q "figure complete" "$Z/$1.log" 2>/dev/null; }
       if done_ p50m && done_ s50m; then figure p50m --include "$Z/s50m"; fi  # the pipeline and its twin in one figure
-      for run in $DISTILL_RUNS; do note "distill $run: $(grep -E 'figure complete|same command again|Error' "$Z/$run.log" | tail -1)"; done
+      for run in $DISTILL_RUNS; do note "distill $run: $(grep -E 'figure complete|same command again|Error|error:' "$Z/$run.log" | tail -1)"; done
       (cd "$Z" && find . -maxdepth 4 \( -name '*.json' -o -name '*.log' -o -name 'metrics.jsonl' -o -name '*.png' \) \
         -not -path '*/export/*' -not -path '*/checkpoints/*' -not -path './data/*' -not -path '*/teacher-hf/*' \
         -not -path './shape/*' -not -name 'tokenizer*' -not -name '*config.json' | tar czf "$OUT/distill.tgz" -T -);;

@@ -107,6 +107,55 @@ def test_a_second_call_skips_what_is_done(pipeline, teacher, data):
     assert json.loads((out / "stages.json").read_text())["stages"] == json.loads(before)["stages"]
 
 
+def test_upcycled_from_takes_another_pipelines_upcycle_stages_as_they_are(pipeline, tmp_path, teacher, data):
+    """A KD variant of the same teacher, data, mixer and calibration: both upcycled students are the first
+    pipeline's files (hard links: nothing calibrated again), recorded with where they came from."""
+    import os
+
+    source, _ = pipeline
+    out = tmp_path / "variant"
+    result = invoke_in_process(*distill_args(teacher, data, out, "6k", "--ild-fraction", "0", "--kd-lr", "5e-4",
+                                             "--upcycled-from", str(source)))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    state = json.loads((out / "stages.json").read_text())["stages"]
+    before = json.loads((source / "stages.json").read_text())["stages"]
+    for name in ("upcycle-mla", "upcycle-rec"):
+        taken = state[name]["result"]
+        assert taken["upcycled_from"] == str(source / name) and taken["export"] == str(out / name)
+        assert taken["calibration"] == before[name]["result"]["calibration"]
+        for file in (source / name).iterdir():
+            assert os.stat(out / name / file.name).st_ino == os.stat(file).st_ino, file.name
+    assert state["kd"]["status"] == "done" and state["hybrid"]["result"]["export"] == str(out / "hybrid")
+
+
+def test_upcycled_from_a_folder_upcycled_otherwise_or_unfinished_is_refused(
+    pipeline, tmp_path, teacher, data
+):
+    source, _ = pipeline
+    result = invoke_in_process(*distill_args(teacher, data, tmp_path / "a", "6k", "--calibrate-steps", "7",
+                                             "--upcycled-from", str(source)))  # fmt: skip
+    _refused(
+        result,
+        tmp_path / "a",
+        f"--upcycled-from {source}: upcycled with other options (calibrate_steps differ)",
+    )
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    state = json.loads((source / "stages.json").read_text())
+    state["stages"]["upcycle-rec"]["status"] = "running"
+    (unfinished / "stages.json").write_text(json.dumps(state))
+    result = invoke_in_process(
+        *distill_args(teacher, data, tmp_path / "b", "6k", "--upcycled-from", str(unfinished))
+    )
+    _refused(result, tmp_path / "b", f"--upcycled-from {unfinished}: its upcycle-mla stage is not done")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = invoke_in_process(
+        *distill_args(teacher, data, tmp_path / "c", "6k", "--upcycled-from", str(empty))
+    )
+    _refused(result, tmp_path / "c", f"--upcycled-from {empty}: no readable stages.json there")
+
+
 def test_killed_mid_stage_it_resumes_at_that_stage_and_its_checkpoint(tmp_path, teacher, data):
     """SIGTERM in KD stops it (its time so far recorded); the next call resumes it and is killed -9 after a newer
     checkpoint; the call after that skips the done stages, resumes KD from that checkpoint and adds its time."""

@@ -107,6 +107,7 @@ def distill_command(
     calibrate_correct_residual: CalibrateCorrectResidualOpt = None,
     calibrate_output_lstsq: CalibrateOutputLstsqOpt = False,
     calibrate_pass_through: CalibratePassThroughOpt = None,
+    upcycled_from: Annotated[Path | None, typer.Option("--upcycled-from", help="Take the upcycle stages of another zebra distill folder (same teacher, --data, --mixer, --calibrate-*) instead of calibrating again: to try ILD or KD settings.")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Recipe override for every training stage (distill.*, train.*).")] = None,
     json_: JsonOpt = False,
 ) -> None:  # fmt: skip
@@ -126,7 +127,7 @@ def distill_command(
         teacher=teacher, data=data, tokens=parse_tokens(tokens), output=str(output), mixer=mixer, mla=mla,
         placement=placement, seq_len=seq_len, batch=batch, micro_batch=micro_batch, ild_fraction=ild_fraction,
         ild_lr=ild_lr, kd_lr=kd_lr, evals=evals, device=device, calibrate=calibrate, sets=tuple(set_ or ()),
-        **calibration_fields(fitting),
+        upcycled_from=None if upcycled_from is None else str(upcycled_from), **calibration_fields(fitting),
     )  # fmt: skip
     result = run_pipeline(options, PipelineConsole(json_))
     _show(result, json_)

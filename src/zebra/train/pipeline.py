@@ -8,6 +8,7 @@ one folder (docs/upcycle.md "One command").
     OUT/ild-mla/        ILD of the all-MLA student (a training run; its export/)       ild_fraction / 2 of --tokens
     OUT/ild-rec/        ILD of the all-recurrent student                               ild_fraction / 2
                         (no ILD stages with --ild-fraction 0: the upcycled students are composed)
+                        (--upcycled-from DIR: both taken from DIR, another pipeline upcycled alike)
     OUT/hybrid/         the two composed, MLA layers placed by SMART (`zebra upcycle --compose`)
     OUT/kd/             end-to-end KD of the hybrid; OUT/kd/export is the result       the rest of --tokens
     OUT/loss.png        held-out CE against tokens over the training stages, the teacher's as a line
@@ -72,6 +73,7 @@ class PipelineOptions:
     calibrate_correct_residual: float = 1.0
     calibrate_output_lstsq: bool = False
     calibrate_pass_through: bool = True
+    upcycled_from: str | None = None  # another pipeline's folder: its upcycle stages taken instead of redone
 
     def calibration(self) -> Any:
         """The `CalibrateOptions` of both upcycle stages (None with `calibrate` off); checks every setting."""
@@ -248,6 +250,8 @@ def run_upcycle(o: PipelineOptions, stage: Stage, view: PipelineView, tokens_bef
     from zebra.upcycle import StudentOptions, upcycle
 
     out = Path(o.output) / stage.name
+    if o.upcycled_from is not None:
+        return take_upcycled(o, stage, out)
     options = StudentOptions(mixer=o.mixer, **stage.params["student"])
     with view.stage_progress(stage) as on_calibrate:
         report = upcycle(o.teacher, out, options, dtype="fp32", force=True, calibrate=o.calibration(),
@@ -256,6 +260,31 @@ def run_upcycle(o: PipelineOptions, stage: Stage, view: PipelineView, tokens_bef
     if report.calibration:  # each mixer's error as upcycled and after its fit
         result["calibration"] = report.calibration
     return result
+
+
+def take_upcycled(o: PipelineOptions, stage: Stage, out: Path) -> dict[str, Any]:
+    """Stage `stage` as --upcycled-from left it (checked alike by `check_upcycled_from`): its export hard-linked
+    (copied across file systems; an export's files are only ever replaced, never written in place) under a
+    temporary name, then renamed into place, and its result."""
+    import os
+    import shutil
+
+    source = Path(o.upcycled_from) / stage.name
+    partial = out.with_name(f".{out.name}.partial")
+    for stale in (partial, out):
+        shutil.rmtree(stale, ignore_errors=True)
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(source, partial, copy_function=link)
+    partial.rename(out)
+    found = json.loads((Path(o.upcycled_from) / STATE_FILE).read_text())["stages"][stage.name]["result"]
+    kept = {k: v for k, v in found.items() if k not in ("export", "seconds")}
+    return {**kept, "export": str(out), "upcycled_from": str(source)}
 
 
 def run_compose(o: PipelineOptions, stage: Stage, view: PipelineView, tokens_before: int) -> dict[str, Any]:
@@ -331,11 +360,11 @@ def check_options(o: PipelineOptions) -> None:
     from zebra.upcycle.student import upcycle_mixers
 
     # --data is a prepared folder or a Megatron prefix (its .bin beside it)
-    check_output_apart(
-        o.output, {"the teacher": o.teacher, "--data": o.data, "--data's shard": f"{o.data}.bin"}
-    )
+    check_output_apart(o.output, {"the teacher": o.teacher, "--data": o.data, "--data's shard": f"{o.data}.bin",
+                                  "--upcycled-from": o.upcycled_from})  # fmt: skip
     check_creatable(o.output, fix="choose another --output")  # before hours of distillation
     check_settings(o)
+    check_upcycled_from(o)
     mixers = upcycle_mixers()  # names and aliases (`mamba`, the default, is mamba2)
     if o.mixer not in mixers or mixers[o.mixer].state != "recurrent":
         recurrent = [n for n, m in mixers.items() if m.state == "recurrent"]
@@ -353,6 +382,49 @@ def check_options(o: PipelineOptions) -> None:
         raise ZebraError(f"--mla {o.mla}: the teacher has {layers} layers",
                          fix=f"pass --mla between 1 and {layers}")  # fmt: skip
     check_budget(o)
+
+
+def upcycle_options() -> tuple[str, ...]:
+    """The options the upcycle stages depend on: the teacher, the data, the mixer and every calibration setting."""
+    import dataclasses
+
+    fields = [f.name for f in dataclasses.fields(PipelineOptions)]
+    return ("teacher", "data", "mixer", *(f for f in fields if f.startswith("calibrate")))
+
+
+def check_upcycled_from(o: PipelineOptions) -> None:
+    """--upcycled-from DIR: a `zebra distill` folder whose upcycle stages are done, with the same upcycle options
+    (`upcycle_options`; paths compared as resolved)."""
+    if o.upcycled_from is None:
+        return
+    source = Path(o.upcycled_from)
+    flag = f"--upcycled-from {source}"
+    try:
+        found = json.loads((source / STATE_FILE).read_text())
+        was = {**options_defaults(), **found["options"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ZebraError(f"{flag}: no readable {STATE_FILE} there",
+                         fix="pass the --output folder of an earlier zebra distill") from None  # fmt: skip
+
+    def same(key: str) -> bool:
+        mine, theirs = getattr(o, key), was.get(key)
+        if key in ("teacher", "data") and isinstance(theirs, str):
+            return Path(mine).resolve() == Path(theirs).resolve() or mine == theirs
+        return json.loads(json.dumps(mine)) == theirs
+
+    differ = [k for k in upcycle_options() if not same(k)]
+    if differ:
+        raise ZebraError(f"{flag}: upcycled with other options ({', '.join(differ)} differ)",
+                         fix="pass the teacher, --data, --mixer and --calibrate-* it was run with, "
+                         "or leave --upcycled-from out")  # fmt: skip
+    stages = found.get("stages", {})
+    for stage in plan_stages(o):
+        if stage.kind == "upcycle" and (stages.get(stage.name, {}).get("status") != "done"
+                                        or not (source / stage.name / "config.json").is_file()):  # fmt: skip
+            raise ZebraError(
+                f"{flag}: its {stage.name} stage is not done",
+                fix=f"run that zebra distill until {stage.name} is done, or leave --upcycled-from out",
+            )
 
 
 def check_settings(o: PipelineOptions) -> None:
