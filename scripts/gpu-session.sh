@@ -51,8 +51,8 @@
 #                  same at 10M; a10m: 10M at KD LR 1e-3; g10m: the GDN pipeline and twin at 10M; c10m and a10m
 #                  take p50m's calibrated students, --upcycled-from, once it has them), --micro-batch
 #                  DISTILL_MICRO (8; a run keeps its own), the pack of scripts/pack-corpus.py unpacked in DISTILL_DIR
-#                  (/tmp/zfig); resumed by the next call with the same settings; p50m + s50m joined into one
-#                  figure once both are complete; the twin's shape: the hybrid upcycled uncalibrated with MLA at
+#                  (/tmp/zfig); resumed by the next call with the same settings; p50m drawn with s50m and c10m (as
+#                  "mamba2 (10M)"), those complete, in one figure; the twin's shape: the hybrid upcycled uncalibrated with MLA at
 #                  DISTILL_MLA_LAYERS (0,4,...,28: step 0's); DISTILL_ARGS are appended (a CPU dry run: small
 #                  --tokens, --seq-len, ...)                                               distill.tgz
 #   save-kernels   the warm Triton + inductor caches as kernels.tgz.NN parts of 12 MB (at most 5) in $OUT, so that
@@ -372,7 +372,8 @@ sys.exit(any(s.get(n, {}).get('status') != 'done' for n in ('upcycle-mla', 'upcy
       done
       wait "${pids[@]}"
       done_() { grep -q "figure complete" "$Z/$1.log" 2>/dev/null; }
-      if done_ p50m && done_ s50m; then figure p50m --include "$Z/s50m"; fi  # the pipeline and its twin in one figure
+      joins=(); done_ s50m && joins+=(--include "$Z/s50m"); done_ c10m && joins+=(--include "$Z/c10m=10M")
+      if done_ p50m && [ ${#joins[@]} -gt 0 ]; then figure p50m "${joins[@]}"; fi  # the 50M pipeline, its twin, 10M
       for run in $DISTILL_RUNS; do note "distill $run: $(grep -E 'figure complete|same command again|Error|error:' "$Z/$run.log" | tail -1)"; done
       (cd "$Z" && find . -maxdepth 4 \( -name '*.json' -o -name '*.log' -o -name 'metrics.jsonl' -o -name '*.png' \) \
         -not -path '*/export/*' -not -path '*/checkpoints/*' -not -path './data/*' -not -path '*/teacher-hf/*' \
