@@ -48,11 +48,12 @@
 #                  HYBRIDS_MAMBA and HYBRIDS_KDA pick other gpu-perf variants); the GPU tests of issue 18 items 3-4
 #   distill        issue 40: scripts/distill-figure.py runs side by side, one process each (DISTILL_RUNS, default
 #                  "p50m s50m c10m": the 50M Mamba2 pipeline without ILD at KD LR 3e-4, its 50M scratch twin, the
-#                  same at 10M; a10m: 10M at KD LR 1e-3; g10m: the GDN pipeline and twin at 10M; c10m and a10m
-#                  take p50m's calibrated students, --upcycled-from, once it has them), --micro-batch
-#                  DISTILL_MICRO (8; a run keeps its own), the pack of scripts/pack-corpus.py unpacked in DISTILL_DIR
-#                  (/tmp/zfig); resumed by the next call with the same settings; p50m drawn with s50m and c10m (as
-#                  "mamba2 (10M)"), those complete, in one figure; the twin's shape: the hybrid upcycled uncalibrated with MLA at
+#                  same at 10M; s10m: the twin at 10M; a10m: 10M at KD LR 1e-3; g10m: the GDN pipeline and its twin
+#                  at 10M, one after the other; c10m and a10m take p50m's calibrated students, --upcycled-from, once
+#                  it has them, when p50m runs too), --micro-batch DISTILL_MICRO (8; a run keeps its own), the pack
+#                  of scripts/pack-corpus.py unpacked in DISTILL_DIR (/tmp/zfig); resumed by the next call with the
+#                  same DISTILL_RUNS; p50m drawn with s50m and c10m ("mamba2 (10M)"), those complete, in one
+#                  figure, and c10m with s10m; the twins' shape: the hybrid upcycled uncalibrated with MLA at
 #                  DISTILL_MLA_LAYERS (0,4,...,28: step 0's); DISTILL_ARGS are appended (a CPU dry run: small
 #                  --tokens, --seq-len, ...)                                               distill.tgz
 #   save-kernels   the warm Triton + inductor caches as kernels.tgz.NN parts of 12 MB (at most 5) in $OUT, so that
@@ -350,10 +351,14 @@ hybrid_fla_and_torch_backends_agree or static_cache_decode_step_replays}" \
       declare -A runs=(
         [p50m]="--tokens 50M --mixers mamba2 --scratch none --ild-fraction 0 --kd-lr 3e-4"
         [s50m]="--tokens 50M --mixers none --scratch mamba2 --shape-from $shape --ild-fraction 0"
-        [c10m]="--tokens 10M --mixers mamba2 --scratch none --ild-fraction 0 --kd-lr 3e-4 --upcycled-from $Z/p50m"
-        [a10m]="--tokens 10M --mixers mamba2 --scratch none --ild-fraction 0 --kd-lr 1e-3 --upcycled-from $Z/p50m"
+        [s10m]="--tokens 10M --mixers none --scratch mamba2 --shape-from $shape --ild-fraction 0"
+        [c10m]="--tokens 10M --mixers mamba2 --scratch none --ild-fraction 0 --kd-lr 3e-4"
+        [a10m]="--tokens 10M --mixers mamba2 --scratch none --ild-fraction 0 --kd-lr 1e-3"
         [g10m]="--tokens 10M --mixers gdn --ild-fraction 0 --kd-lr 3e-4"
       )
+      for run in c10m a10m; do  # p50m's calibrated students, when p50m runs too (keep DISTILL_RUNS from call to call)
+        [[ " $DISTILL_RUNS " == *" p50m "* ]] && runs[$run]+=" --upcycled-from $Z/p50m"
+      done
       figure() {  # RUN [more flags]: one run of distill-figure.py, appending to its log
         local run=$1; shift
         python3 scripts/distill-figure.py "$teacher" --data "$Z/data" --eval-examples 300 --micro-batch "$DISTILL_MICRO" \
@@ -374,6 +379,7 @@ sys.exit(any(s.get(n, {}).get('status') != 'done' for n in ('upcycle-mla', 'upcy
       done_() { grep -q "figure complete" "$Z/$1.log" 2>/dev/null; }
       joins=(); done_ s50m && joins+=(--include "$Z/s50m"); done_ c10m && joins+=(--include "$Z/c10m=10M")
       if done_ p50m && [ ${#joins[@]} -gt 0 ]; then figure p50m "${joins[@]}"; fi  # the 50M pipeline, its twin, 10M
+      if done_ c10m && done_ s10m; then figure c10m --include "$Z/s10m"; fi  # the 10M pipeline and its twin
       for run in $DISTILL_RUNS; do note "distill $run: $(grep -E 'figure complete|same command again|Error|error:' "$Z/$run.log" | tail -1)"; done
       (cd "$Z" && find . -maxdepth 4 \( -name '*.json' -o -name '*.log' -o -name 'metrics.jsonl' -o -name '*.png' \) \
         -not -path '*/export/*' -not -path '*/checkpoints/*' -not -path './data/*' -not -path '*/teacher-hf/*' \
