@@ -1,4 +1,4 @@
-"""Issue 40's section 6 figure: `zebra distill` (upcycle + calibration + ILD + SMART + KD) against scratch.
+"""Issue 40's section 6 figure: `zebra distill` (upcycle + calibration [+ ILD] + SMART + KD) against scratch.
 
 For each --mixers student (Mamba2 + --mla MLA, GDN + --mla MLA) of the teacher, on a folder made by
 scripts/pack-corpus.py (train documents, then the corpus's held-out documents; its pack.json says how many):
@@ -27,6 +27,16 @@ GPU sequence (one H100/H200). A call runs at most 10 minutes and carries at most
 the next call, so everything lives under /tmp there. In the lead's checkout, with `.carry/` and `.gpuwheels/` in
 .git/info/exclude and .gpuwheels/base/ holding the wheels of shared/gpu/setup.sh (megatron-core, lm-eval, gguf, FLA):
 
+    # the wheels: FLA, megatron-core, gguf and Triton's four parts, then lm-eval and the 22 of its and zebra's
+    # dependencies the GPU image lacks (.library/device/KINDS.md lists what it has; 18 MB in all with the first)
+    ../shared/gpu/prepare.sh gguf
+    for p in lm-eval==0.4.13 datasets==5.2.0 evaluate==0.4.6 dill==0.4.1 multiprocess==0.70.19 nltk==3.10.4 \
+        rouge-score==0.1.2 sqlitedict==2.1.0 word2number==1.1 more-itertools==11.2.1 pytablewriter==1.2.1 \
+        dataproperty==1.1.1 mbstrdecoder==1.1.5 pathvalidate==3.3.1 tabledata==1.3.5 tcolorpy==0.1.7 typepy==1.3.5 \
+        chardet==6.0.0.post1 pytz==2026.6 questionary==2.1.1 prompt-toolkit==3.0.53 wcwidth==0.9.5 defusedxml==0.7.1
+    do pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
+        -d .gpuwheels/base "$p" || pip wheel -q --no-deps -w .gpuwheels/base "$p"; done   # 3 have no wheel
+
     # here, once (about 10 minutes on a busy 2-core CPU): 50M train + 1M held-out tokens and the GGUF, 3 parts of 40 MiB
     python3 scripts/pack-corpus.py /work/corpus --train-tokens 50M --heldout-tokens 1M -o /tmp/pack50m \
         --archive /tmp/pack50m/parts/smol50m --include SmolLM2-135M-Instruct.Q4_1.gguf
@@ -45,7 +55,8 @@ the next call, so everything lives under /tmp there. In the lead's checkout, wit
     # then --tokens 50M --output /tmp/zfig/fig50m likewise. A machine that went back starts bare: calls 1-3 again.
     # Side by side (the student is small: one run leaves most of an H100 idle), each in the background with its
     # own --output and log, then `wait`: the pipeline with --scratch none, its twin with --mixers none --scratch
-    # mamba2 --shape-from OTHER/distill-mamba2/step0-hybrid, a variant with --kd-lr ...; once all are complete, the
+    # mamba2 --shape-from OTHER/distill-mamba2/step0-hybrid, a variant with --kd-lr ... (--upcycled-from the first's
+    # output once its students are calibrated: they are taken, not calibrated again); once all are complete, the
     # pipeline's command again with --include TWIN_OUT --include VARIANT_OUT=LABEL draws them in one figure.png.
 
 Without Triton 3.7.1 on the machine (FLA's backward is refused on Hopper below it), every mixer runs Zebra's torch
@@ -492,9 +503,9 @@ def parse_args():
     p.add_argument("--seq-len", type=int, default=2048)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--micro-batch", type=int, default=16)
-    p.add_argument("--ild-fraction", type=float, default=0.2, help="0: no ILD (zebra distill --ild-fraction)")
+    p.add_argument("--ild-fraction", type=float, default=0.0, help="0: no ILD (zebra distill --ild-fraction)")
     p.add_argument("--ild-lr", type=float, default=5e-4)
-    p.add_argument("--kd-lr", type=float, default=1e-3)
+    p.add_argument("--kd-lr", type=float, default=3e-4)
     p.add_argument("--scratch-lr", type=float, default=2e-3)
     p.add_argument("--evals", type=int, default=8, help="held-out evaluations (and checkpoints) per stage")
     p.add_argument("--smart-samples", type=int, default=64)

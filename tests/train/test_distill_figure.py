@@ -76,7 +76,7 @@ def test_the_figure_stops_at_its_deadline_and_resumes_to_the_end(tmp_path, packe
     args = [str(teacher), "--data", str(data), "--tokens", "2600", "--seq-len", "32", "--batch", "4",
             "--micro-batch", "4", "--mixers", "gdn", "--mla", "2", "--evals", "1", "--calibrate-samples", "2",
             "--calibrate-seq-len", "16", "--calibrate-steps", "2", "--smart-samples", "2", "--eval-examples",
-            "6", "--heldout-windows", "2", "--device", "cpu", "--output", str(out)]  # fmt: skip
+            "6", "--heldout-windows", "2", "--device", "cpu", "--ild-fraction", "0.2", "--output", str(out)]  # fmt: skip
     stopped = run("distill-figure.py", *args, "--deadline-seconds", "0")
     assert stopped.returncode == 3, stopped.stderr[-3000:]
     assert "run the same command again" in stopped.stdout
@@ -115,13 +115,19 @@ def test_the_figure_stops_at_its_deadline_and_resumes_to_the_end(tmp_path, packe
     alone = json.loads((twin / "figure.json").read_text())
     assert "gdn" not in alone and not (twin / "distill-gdn").exists()
     assert alone["scratch-gdn"]["steps"] == stage_steps and set(alone["eval"]) == {"teacher", "scratch-gdn"}
-    # ... and a variant beside it, no ILD (zebra distill --ild-fraction 0), with that twin in its figure
+    # ... and a variant beside it, no ILD (zebra distill --ild-fraction 0) on the first run's calibrated students
+    # (--upcycled-from), with that twin in its figure
     variant = tmp_path / "variant"
     done = run("distill-figure.py", *args[:-1], str(variant), "--ild-fraction", "0", "--scratch", "none",
-               "--include", str(twin))  # fmt: skip
+               "--include", str(twin), "--upcycled-from", str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads((variant / "figure.json").read_text())
     assert list(record["gdn"]["stages"]) == ["upcycle-mla", "upcycle-rec", "hybrid", "kd"]
+    taken = record["gdn"]["pipeline"]["upcycle-rec"]["result"]
+    assert (
+        taken["upcycled_from"] == str(out / "distill-gdn" / "upcycle-rec")
+        and taken["calibration"]["steps"] == 2
+    )
     assert record["scratch-gdn"] == alone["scratch-gdn"]
     assert set(record["eval"]) == {"teacher", "gdn", "scratch-gdn"}
     assert record["eval"]["scratch-gdn"] == alone["eval"]["scratch-gdn"]  # included, not evaluated again

@@ -31,7 +31,7 @@ def distill_args(teacher, data, out, tokens="6k", *extra) -> list[str]:
     return ["distill", str(teacher), "--data", data, "--tokens", tokens, "--seq-len", "32", "--batch", "8",
             "--mla", "2", "--mixer", "gdn", "--device", "cpu", "--evals", "1", "-o", str(out),
             "--set", "data.split=90,10,0", "--set", "train.eval_steps=1", "--calibrate-lr", "2e-3",
-            "--calibrate-schedule", "cosine", *extra]  # fmt: skip
+            "--calibrate-schedule", "cosine", "--ild-fraction", "0.2", *extra]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -300,3 +300,17 @@ def test_a_folder_started_before_an_option_existed_reads_it_as_its_default(tmp_p
     assert PipelineState(o).status("upcycle-mla") == "done"
     with pytest.raises(ZebraError, match=r"other options \(calibrate_lr differ"):
         PipelineState(dataclasses.replace(o, calibrate_lr=3e-3))
+
+
+def test_by_default_the_calibrated_students_are_composed_and_kd_starts_at_lr_3e_4():
+    """The defaults measured best (docs/benchmarks.md, issue 40): no ILD after calibration, KD at a peak LR that
+    keeps the calibrated start; ILD stays one flag away (--ild-fraction 0.2, the published share)."""
+    from zebra.train.pipeline import PipelineOptions, plan_stages
+
+    stages = plan_stages(PipelineOptions(teacher="t", data="d", tokens=10**7, output="o"))
+    assert [s.name for s in stages] == ["upcycle-mla", "upcycle-rec", "hybrid", "kd"]
+    assert stages[-1].share == 1.0 and stages[-1].params["lr"] == 3e-4
+    published = plan_stages(
+        PipelineOptions(teacher="t", data="d", tokens=10**7, output="o", ild_fraction=0.2)
+    )
+    assert [s.name for s in published][2:4] == ["ild-mla", "ild-rec"]

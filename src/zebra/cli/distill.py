@@ -1,5 +1,6 @@
-"""`zebra distill TEACHER --data DIR --tokens 50M -o OUT`: the whole pipeline (upcycle two students, ILD each,
-compose with SMART, KD) in one run folder, resumable; the logic is `zebra.train.pipeline`'s."""
+"""`zebra distill TEACHER --data DIR --tokens 50M -o OUT`: the whole pipeline (upcycle and calibrate two students,
+ILD each with --ild-fraction, compose with SMART, KD) in one run folder, resumable; the logic is
+`zebra.train.pipeline`'s."""
 
 from __future__ import annotations
 
@@ -91,9 +92,9 @@ def distill_command(
     seq_len: Annotated[int, typer.Option("--seq-len", help="Training sequence length.", min=8)] = 2048,
     batch: Annotated[int, typer.Option("--batch", help="Sequences per optimizer step.", min=1)] = 8,
     micro_batch: Annotated[int, typer.Option("--micro-batch", help="Sequences per forward.", min=1)] = 8,
-    ild_fraction: Annotated[float, typer.Option("--ild-fraction", help="Share of --tokens for ILD (0: none, the calibrated students composed as they are).", min=0.0, max=0.9)] = 0.2,
+    ild_fraction: Annotated[float, typer.Option("--ild-fraction", help="Share of --tokens for ILD (0: none, the calibrated students composed as they are; the published pipeline: 0.2).", min=0.0, max=0.9)] = 0.0,
     ild_lr: Annotated[float, typer.Option("--ild-lr", help="Peak LR of the ILD stages.")] = 5e-4,
-    kd_lr: Annotated[float, typer.Option("--kd-lr", help="Peak LR of KD.")] = 1e-3,
+    kd_lr: Annotated[float, typer.Option("--kd-lr", help="Peak LR of KD.")] = 3e-4,
     evals: Annotated[int, typer.Option("--evals", help="Held-out evaluations and checkpoints per stage.", min=1)] = 4,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
     calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Fit each upcycled student's mixers to the teacher's attention on --data first.")] = True,
@@ -111,8 +112,9 @@ def distill_command(
     set_: Annotated[list[str] | None, typer.Option("--set", help="Recipe override for every training stage (distill.*, train.*).")] = None,
     json_: JsonOpt = False,
 ) -> None:  # fmt: skip
-    """Distil a hybrid from a Transformer in one command: upcycle an all-MLA and an all-recurrent student, ILD
-    each, compose them (MLA where SMART says), KD the hybrid; OUTPUT/kd/export is the student."""
+    """Distil a hybrid from a Transformer in one command: upcycle and calibrate an all-MLA and an all-recurrent
+    student (ILD each with --ild-fraction), compose them (MLA where SMART says), KD the hybrid; OUTPUT/kd/export is
+    the student."""
     from zebra.train.pipeline import PipelineOptions, calibration_fields, run_pipeline
     from zebra.upcycle.calibrate import calibrate_options
 
