@@ -8,7 +8,8 @@ scripts/pack-corpus.py (train documents, then the corpus's held-out documents; i
   training stage validating on exactly the held-out documents (`data.split` = the pack's document counts);
 - the step-0 held-out CE after upcycle + calibration: the pipeline's two calibrated students composed with --mla MLA
   layers placed evenly, before any training (`zebra upcycle --mla N --calibrate` calibrates the hybrid on its own
-  stream instead: scripts/upcycle-step0.py measures that one);
+  stream instead: scripts/upcycle-step0.py measures that one), and the held-out CE of KD's start, the hybrid as the
+  pipeline composed it (MLA placed by SMART; after ILD with --ild-fraction above 0, else also before any training);
 - a scratch student of the hybrid's shape, random init, trained with CE on the same data, tokens and batch;
 - tokens/s and MFU of every training stage (the trainer's metrics.jsonl);
 - `zebra eval` (lm-eval) of the teacher, each distilled student and the scratch student on a multiple-choice task
@@ -247,6 +248,12 @@ def student_part(args, mixer: str, pack: dict, record: dict, deadline: Deadline,
     if result.stopped_by is None:
         entry["export"] = str(result.student)
         entry["heldout_ce"] = export_ce(result.student, ctx)
+    if "kd_start_ce" not in entry and result.stages.get("hybrid", {}).get("status") == "done":
+        deadline.need(
+            "step0"
+        )  # KD's init: the hybrid as the pipeline composed it (SMART), step 0 without ILD
+        entry["kd_start_ce"] = export_ce(Path(options.output) / "hybrid", ctx)
+        print(f"  held-out CE of KD's start (the composed hybrid): {entry['kd_start_ce']:.4f}", flush=True)
     if "step0_ce" not in entry:
         deadline.need("step0")
         entry.update(step0(args, options, ctx))
@@ -438,8 +445,9 @@ def plot(record: dict, path: Path) -> None:
                             for p in st.get("curve", []) if p.get("teacher")), None)  # fmt: skip
     script_teacher = record.get("teacher", {}).get("heldout_ce")
     for i, (name, entry) in enumerate(entries):
-        per_step, offset = entry["tokens_per_step"], 0
+        per_step, offset, kd_offset = entry["tokens_per_step"], 0, 0
         for stage_name, stage in (entry.get("stages") or {"scratch": entry}).items():
+            kd_offset = offset if stage_name == "kd" else kd_offset
             teacher = [p.get("teacher") or trainer_teacher for p in stage.get("curve", [])]
             points = [((offset + p["step"]) * per_step / 1e6, p["heldout_ce"] / t)
                       for p, t in zip(stage.get("curve", []), teacher, strict=True) if t]  # fmt: skip
@@ -453,9 +461,13 @@ def plot(record: dict, path: Path) -> None:
             ends = [(x, ce / script_teacher) for x, ce in ends if ce is not None]
             if ends:
                 ax.plot(*zip(*ends, strict=True), "D", color=f"C{i}", markersize=6, linestyle="none")
+            if entry.get("kd_start_ce") is not None:
+                start = (kd_offset * per_step / 1e6, entry["kd_start_ce"] / script_teacher)
+                ax.plot(*start, "s", color=f"C{i}", markersize=6, fillstyle="none")
     ax.set_xlabel("training tokens (M), all stages")
     ax.set_ylabel("held-out CE / the teacher's (same windows)")
-    ax.set_title("diamonds: step 0 and the end, on the script's windows; lines: the trainer's", fontsize=9)
+    ax.set_title("diamonds: step 0 (MLA even) and the end, squares: KD's start (the pipeline's hybrid), on the "
+                 "script's windows; lines: the trainer's", fontsize=9)  # fmt: skip
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

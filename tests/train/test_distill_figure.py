@@ -95,6 +95,7 @@ def test_the_figure_stops_at_its_deadline_and_resumes_to_the_end(tmp_path, packe
         and math.isfinite(student["heldout_ce"])
     )
     assert student["step0_pattern"].count("*") == 2  # the hybrid's two MLA layers
+    assert math.isfinite(student["kd_start_ce"])  # KD's init, the pipeline's composed hybrid (after ILD here)
     stage_steps = sum(s["steps"] for s in student["stages"].values() if s["kind"] == "train")
     assert scratch["steps"] == stage_steps and scratch["tokens_per_step"] == student["tokens_per_step"]
     assert student["stages"]["kd"]["curve"] and scratch["curve"]
@@ -129,6 +130,10 @@ def test_the_figure_stops_at_its_deadline_and_resumes_to_the_end(tmp_path, packe
         and taken["calibration"]["steps"] == 2
     )
     assert record["scratch-gdn"] == alone["scratch-gdn"]
+    # without ILD, KD starts from the calibrated students composed by SMART: step 0 as the pipeline has it
+    assert (
+        math.isfinite(record["gdn"]["kd_start_ce"]) and record["gdn"]["kd_start_ce"] != student["kd_start_ce"]
+    )
     assert set(record["eval"]) == {"teacher", "gdn", "scratch-gdn"}
     assert record["eval"]["scratch-gdn"] == alone["eval"]["scratch-gdn"]  # included, not evaluated again
 
