@@ -154,6 +154,9 @@ def test_upcycled_from_a_folder_upcycled_otherwise_or_unfinished_is_refused(
         *distill_args(teacher, data, tmp_path / "c", "6k", "--upcycled-from", str(empty))
     )
     _refused(result, tmp_path / "c", f"--upcycled-from {empty}: no readable stages.json there")
+    inside = source / "variant"  # an output in the folder it reads from
+    result = invoke_in_process(*distill_args(teacher, data, inside, "6k", "--upcycled-from", str(source)))
+    _refused(result, inside, f"--output {inside} is inside --upcycled-from {source}")
 
 
 def test_killed_mid_stage_it_resumes_at_that_stage_and_its_checkpoint(tmp_path, teacher, data):
