@@ -249,9 +249,8 @@ def student_part(args, mixer: str, pack: dict, record: dict, deadline: Deadline,
         entry["export"] = str(result.student)
         entry["heldout_ce"] = export_ce(result.student, ctx)
     if "kd_start_ce" not in entry and result.stages.get("hybrid", {}).get("status") == "done":
-        deadline.need(
-            "step0"
-        )  # KD's init: the hybrid as the pipeline composed it (SMART), step 0 without ILD
+        # KD's init: the hybrid as the pipeline composed it (SMART), step 0 without ILD
+        deadline.need("step0")
         entry["kd_start_ce"] = export_ce(Path(options.output) / "hybrid", ctx)
         print(f"  held-out CE of KD's start (the composed hybrid): {entry['kd_start_ce']:.4f}", flush=True)
     if "step0_ce" not in entry:
