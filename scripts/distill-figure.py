@@ -205,7 +205,7 @@ def pipeline_options(args, mixer: str, pack: dict):
         smart_samples=args.smart_samples, device=args.device, calibrate_samples=args.calibrate_samples,
         calibrate_seq_len=args.calibrate_seq_len, calibrate_steps=args.calibrate_steps,
         calibrate_batch=min(args.calibrate_batch, args.calibrate_samples),
-        calibrate_teacher_forced=args.calibrate_teacher_forced, sets=(f"data.split={pack['split']}", "train.log_interval=1"),
+        calibrate_teacher_forced=args.calibrate_teacher_forced, calibrate_workers=args.calibrate_workers, sets=(f"data.split={pack['split']}", "train.log_interval=1"),
         upcycled_from=str(args.upcycled_from / f"distill-{mixer}") if args.upcycled_from else None,
     )  # fmt: skip
 
@@ -520,9 +520,15 @@ def parse_args():
     p.add_argument("--scratch-lr", type=float, default=2e-3)
     p.add_argument("--evals", type=int, default=8, help="held-out evaluations (and checkpoints) per stage")
     p.add_argument("--smart-samples", type=int, default=64)
-    p.add_argument("--calibrate-samples", type=int, default=64)
+    p.add_argument("--calibrate-samples", type=int, default=128)
     p.add_argument("--calibrate-seq-len", type=int, default=512)
-    p.add_argument("--calibrate-steps", type=int, default=300)
+    p.add_argument("--calibrate-steps", type=int, default=600)
+    p.add_argument(
+        "--calibrate-workers",
+        type=int,
+        default=0,
+        help="processes fitting the layers (0: zebra distill's default)",
+    )
     p.add_argument(
         "--calibrate-batch", type=int, default=8, help="at most --calibrate-samples (default 8, or fewer)"
     )

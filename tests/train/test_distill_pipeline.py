@@ -4,7 +4,6 @@ bundled corpus in one command, its resume after a kill -9, and the one-line refu
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 from pathlib import Path
 
@@ -238,6 +237,11 @@ def test_a_budget_too_small_for_the_stages_is_refused_before_any_work(tmp_path, 
         (["--calibrate-samples", "2", "--calibrate-batch", "4"], "--calibrate-batch 4: out of range"),
         (["--placement", "random"], "--placement random: unknown"),
         (["--kd-lr", "0"], "--kd-lr 0.0: out of range"),
+        (["--calibrate-workers", "-1"], "--calibrate-workers -1: out of range"),
+        (
+            ["--calibrate-sequential", "--calibrate-workers", "2"],
+            "--calibrate-workers 2 with --calibrate-sequential",
+        ),
     ],
 )
 def test_bad_settings_are_refused_before_any_work(tmp_path, teacher, data, extra, culprit):
@@ -252,6 +256,16 @@ def test_other_options_on_an_existing_folder_are_refused(pipeline, teacher, data
     out, _ = pipeline
     result = invoke_in_process(*distill_args(teacher, data, out, "8k"))
     assert result.exit_code == 1 and "a pipeline started with other options (tokens differ" in result.output
+
+
+def test_a_pipeline_continues_with_another_count_of_calibration_processes(pipeline, teacher, data):
+    """--calibrate-workers changes how the layers are fitted, not what they become: a folder started with one
+    count continues (here: finds every stage done) with another."""
+    out, _ = pipeline
+    before = json.loads((out / "stages.json").read_text())["stages"]
+    result = invoke_in_process(*distill_args(teacher, data, out, "6k", "--calibrate-workers", "2"))
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "stages.json").read_text())["stages"] == before
 
 
 @pytest.mark.parametrize(

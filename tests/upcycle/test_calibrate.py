@@ -375,3 +375,49 @@ def test_the_least_squares_output_projection_starts_the_fit_closer_than_the_head
         assert b.error_init <= a.error_init + 1e-6 and b.error_init < a.error_upcycled, (a, b)
     assert solved.record()["output_lstsq"]
     teacher.tensors.close()
+
+
+def test_layers_fitted_side_by_side_in_worker_processes_are_those_fitted_here(tmp_path):
+    """--calibrate-workers: each layer is fitted from the same start, on the same records and seed, in whichever
+    process; the export and the report say the same but for the process count."""
+    import dataclasses
+
+    from safetensors.torch import load_file
+
+    teacher_dir = tiny_llama(tmp_path / "llama")
+    reports, tensors = {}, {}
+    for workers in (1, 2):
+        out = tmp_path / f"w{workers}"
+        steps: list[float] = []
+        reports[workers] = upcycle(teacher_dir, out, StudentOptions(mixer="gdn", mla_layers=(1,)),
+                                   calibrate=dataclasses.replace(TINY_FIT, workers=workers),
+                                   on_calibrate=lambda done, total, note, steps=steps: steps.append(done))  # fmt: skip
+        assert steps[-1] == 2 * TINY_FIT.fit.steps  # every step of both layers was reported
+        tensors[workers] = {k: v for f in sorted(out.glob("*.safetensors")) for k, v in load_file(f).items()}
+    one, two = (reports[w].calibration for w in (1, 2))
+    assert (one["workers"], two["workers"]) == (1, 2)
+    for a, b in zip(one["layers"], two["layers"], strict=True):
+        assert (a["layer"], a["mixer"], a["best_step"]) == (b["layer"], b["mixer"], b["best_step"])
+        assert a["error_fit"] == pytest.approx(b["error_fit"], rel=1e-4)
+    assert tensors[1].keys() == tensors[2].keys()
+    for name, t in tensors[1].items():
+        torch.testing.assert_close(tensors[2][name], t, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_a_worker_that_fails_stops_the_calibration_with_its_error(tmp_path):
+    from zebra.models import ZebraConfig
+    from zebra.upcycle import open_teacher
+    from zebra.upcycle.calibration import calibration_tokens
+    from zebra.upcycle.fit_workers import fit_layers
+    from zebra.upcycle.student import plan_student
+
+    teacher = open_teacher(tiny_llama(tmp_path / "llama"))
+    tokens = calibration_tokens("@sample", teacher.tokenizer, 272, 2, 32)
+    records = record_attention(teacher, tokens, [0, 1], device="cpu")
+    config = ZebraConfig(**plan_student(teacher.shape, StudentOptions(mixer="gdn", mla_layers=(1,))).config)
+    states = {0: {"not_a_tensor_of_gdn": torch.zeros(1)}, 2: {"nor_of_mla": torch.zeros(1)}}
+    with pytest.raises(
+        RuntimeError, match=r"calibration worker \d failed:(.|\n)*(not_a_tensor_of_gdn|nor_of_mla)"
+    ):
+        fit_layers(config, [0, 2], states, records, TINY_FIT.fit, "cpu", 2, lambda n, step, error: None)
+    teacher.tensors.close()

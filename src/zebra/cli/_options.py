@@ -104,6 +104,13 @@ CalibrateStepsOpt = Annotated[
 CalibrateBatchOpt = Annotated[
     int | None, typer.Option("--calibrate-batch", help="Calibration: sequences per fit step [2].")
 ]
+CalibrateWorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--calibrate-workers",
+        help="Calibration: processes fitting the layers side by side [up to 8 on a GPU, 1 on the CPU].",
+    ),
+]
 CalibrateLrOpt = Annotated[
     float | None, typer.Option("--calibrate-lr", help="Calibration: Adam LR of the fit [1e-3].")
 ]

@@ -21,6 +21,7 @@ from zebra.cli._options import (
     CalibrateSeqLenOpt,
     CalibrateStepsOpt,
     CalibrateTeacherForcedOpt,
+    CalibrateWorkersOpt,
     JsonOpt,
     examples,
 )
@@ -102,6 +103,7 @@ def distill_command(
     calibrate_seq_len: CalibrateSeqLenOpt = None,
     calibrate_steps: CalibrateStepsOpt = None,
     calibrate_batch: CalibrateBatchOpt = None,
+    calibrate_workers: CalibrateWorkersOpt = None,
     calibrate_lr: CalibrateLrOpt = None,
     calibrate_schedule: CalibrateScheduleOpt = None,
     calibrate_teacher_forced: CalibrateTeacherForcedOpt = None,
@@ -123,7 +125,7 @@ def distill_command(
         seq_len=calibrate_seq_len, steps=calibrate_steps, batch=calibrate_batch, lr=calibrate_lr,
         schedule=calibrate_schedule, teacher_forced=calibrate_teacher_forced,
         correct_residual=calibrate_correct_residual, output_lstsq=calibrate_output_lstsq,
-        pass_through=calibrate_pass_through,
+        pass_through=calibrate_pass_through, workers=calibrate_workers,
     )  # fmt: skip
     options = PipelineOptions(
         teacher=teacher, data=data, tokens=parse_tokens(tokens), output=str(output), mixer=mixer, mla=mla,

@@ -18,6 +18,7 @@ from zebra.cli._options import (
     CalibrateSeqLenOpt,
     CalibrateStepsOpt,
     CalibrateTeacherForcedOpt,
+    CalibrateWorkersOpt,
     ForceOpt,
     JsonOpt,
     YesOpt,
@@ -102,6 +103,7 @@ def upcycle_command(
     calibrate_seq_len: CalibrateSeqLenOpt = None,
     calibrate_steps: CalibrateStepsOpt = None,
     calibrate_batch: CalibrateBatchOpt = None,
+    calibrate_workers: CalibrateWorkersOpt = None,
     calibrate_lr: CalibrateLrOpt = None,
     calibrate_schedule: CalibrateScheduleOpt = None,
     calibrate_teacher_forced: CalibrateTeacherForcedOpt = None,
@@ -155,7 +157,7 @@ def upcycle_command(
         calibrate, device, samples=calibrate_samples, seq_len=calibrate_seq_len, steps=calibrate_steps,
         batch=calibrate_batch, lr=calibrate_lr, schedule=calibrate_schedule, teacher_forced=calibrate_teacher_forced,
         correct_residual=calibrate_correct_residual, output_lstsq=calibrate_output_lstsq,
-        pass_through=calibrate_pass_through,
+        pass_through=calibrate_pass_through, workers=calibrate_workers,
     )  # fmt: skip
     if (teacher is None) == (compose is None):
         raise ZebraError("pass a TEACHER or --compose MLA_DIR RECURRENT_DIR (one of them)",

@@ -74,6 +74,9 @@ class PipelineOptions:
     calibrate_correct_residual: float = 1.0
     calibrate_output_lstsq: bool = False
     calibrate_pass_through: bool = True
+    calibrate_workers: int = (
+        0  # processes fitting the layers side by side (0: up to 8 on a GPU, 1 on the CPU)
+    )
     upcycled_from: str | None = None  # another pipeline's folder: its upcycle stages taken instead of redone
 
     def calibration(self) -> Any:
@@ -88,7 +91,8 @@ class PipelineOptions:
                          pass_through=self.calibrate_pass_through)  # fmt: skip
         return CalibrateOptions(self.data, self.calibrate_samples, self.calibrate_seq_len, self.device, fit,
                                 sequential=not self.calibrate_teacher_forced,
-                                correct_residual=self.calibrate_correct_residual)  # fmt: skip
+                                correct_residual=self.calibrate_correct_residual,
+                                workers=self.calibrate_workers)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -161,7 +165,11 @@ def calibration_fields(calibration: Any) -> dict[str, Any]:
             "calibrate_steps": f.steps, "calibrate_batch": f.batch, "calibrate_lr": f.lr,
             "calibrate_schedule": f.schedule, "calibrate_teacher_forced": not calibration.sequential,
             "calibrate_correct_residual": calibration.correct_residual, "calibrate_output_lstsq": f.output_lstsq,
-            "calibrate_pass_through": f.pass_through}  # fmt: skip
+            "calibrate_pass_through": f.pass_through, "calibrate_workers": calibration.workers}  # fmt: skip
+
+
+# options that change how a stage runs, not what it gives: a run may be continued, or taken from, with others
+HOW_IT_RUNS = ("calibrate_workers",)
 
 
 def options_defaults() -> dict[str, Any]:
@@ -183,7 +191,7 @@ class PipelineState:
         if self.path.is_file():
             found = json.loads(self.path.read_text())
             was = {**options_defaults(), **found.get("options", {})}  # options added since: their defaults
-            differ = [k for k in options if was.get(k) != options[k]]
+            differ = [k for k in options if k not in HOW_IT_RUNS and was.get(k) != options[k]]
             if differ:
                 raise ZebraError(
                     f"{o.output}: a pipeline started with other options ({', '.join(differ)} differ from its "
@@ -386,11 +394,17 @@ def check_options(o: PipelineOptions) -> None:
 
 
 def upcycle_options() -> tuple[str, ...]:
-    """The options the upcycle stages depend on: the teacher, the data, the mixer and every calibration setting."""
+    """The options the upcycle stages depend on: the teacher, the data, the mixer and every calibration setting
+    (not the processes that fit it: the result does not depend on them)."""
     import dataclasses
 
     fields = [f.name for f in dataclasses.fields(PipelineOptions)]
-    return ("teacher", "data", "mixer", *(f for f in fields if f.startswith("calibrate")))
+    return (
+        "teacher",
+        "data",
+        "mixer",
+        *(f for f in fields if f.startswith("calibrate") and f != "calibrate_workers"),
+    )
 
 
 def check_upcycled_from(o: PipelineOptions) -> None:

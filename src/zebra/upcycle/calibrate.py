@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from zebra.convert.tensor_sources import TensorSource
 from zebra.core.errors import ZebraError
 from zebra.mixers import MLP, mixer_spec
-from zebra.upcycle.fit import FitOptions, LayerFit, fit_layer
+from zebra.upcycle.fit import FitOptions, LayerFit
 from zebra.upcycle.report import FITTED, TensorOrigin
 
 if TYPE_CHECKING:
@@ -44,6 +44,9 @@ class CalibrateOptions:
     fit: FitOptions = field(default_factory=FitOptions)
     sequential: bool = False  # True: each mixer on the student's own stream, earlier ones fitted first
     correct_residual: float = 1.0  # sequential: the target adds this share of the teacher-student stream gap
+    workers: int = (
+        0  # processes fitting the layers side by side (0: up to 8 on a GPU, 1 on the CPU; fit_workers)
+    )
 
     def __post_init__(self) -> None:
         check_calibrate_options(self)
@@ -52,7 +55,7 @@ class CalibrateOptions:
 SCHEDULES = ("constant", "cosine")
 # the calibration's settings as `zebra upcycle` and `zebra distill` take them: --calibrate-<key with dashes>
 SETTINGS = ("samples", "seq_len", "steps", "batch", "lr", "schedule", "teacher_forced", "correct_residual",
-            "output_lstsq", "pass_through")  # fmt: skip
+            "output_lstsq", "pass_through", "workers")  # fmt: skip
 
 
 def flag(key: str) -> str:
@@ -71,10 +74,15 @@ def check_calibrate_options(o: CalibrateOptions) -> None:
         ("lr", f.lr, math.isfinite(f.lr) and f.lr > 0, "a finite learning rate > 0, e.g. 1e-3"),
         ("schedule", f.schedule, f.schedule in SCHEDULES, f"one of {', '.join(SCHEDULES)}"),
         ("correct_residual", o.correct_residual, 0.0 <= o.correct_residual <= 1.0, "a share between 0 and 1"),
+        ("workers", o.workers, o.workers >= 0, "a count of processes >= 1, or 0 for the default"),
     ]
     for key, value, ok, want in bad:
         if not ok:
             raise ZebraError(f"{flag(key)} {value}: out of range", fix=f"pass {want}")
+    if o.sequential and o.workers > 1:
+        raise ZebraError(f"{flag('workers')} {o.workers} with --calibrate-sequential: each mixer is fitted on the "
+                         "stream of the ones before it, one at a time",
+                         fix="pass --calibrate-workers 1 or leave it out, or fit teacher-forced")  # fmt: skip
     if f.eval_every < 1:
         raise ZebraError(f"calibration eval_every {f.eval_every}: out of range", fix="pass 1 or more")
 
@@ -112,6 +120,7 @@ def calibrate_options(
         fit=fit,
         sequential=not teacher_forced,
         correct_residual=chosen.get("correct_residual", defaults.correct_residual),
+        workers=chosen.get("workers", defaults.workers),
     )
 
 
@@ -129,6 +138,7 @@ class Calibrated:
     layers: list[LayerFit]
     tokens: int
     options: CalibrateOptions
+    workers: int = 1  # processes that fitted the layers
 
     def record(self) -> dict[str, Any]:
         """The report's `calibration` entry (upcycle.json)."""
@@ -136,7 +146,7 @@ class Calibrated:
         return {"data": o.data, "tokens": self.tokens, "sequences": o.samples, "seq_len": o.seq_len,
                 "steps": o.fit.steps, "lr": o.fit.lr, "batch": o.fit.batch, "gates": o.fit.gates,
                 "schedule": o.fit.schedule, "output_lstsq": o.fit.output_lstsq, "pass_through": o.fit.pass_through, "sequential": o.sequential,
-                "correct_residual": o.correct_residual, "layers": [asdict(f) for f in self.layers]}  # fmt: skip
+                "workers": self.workers, "correct_residual": o.correct_residual, "layers": [asdict(f) for f in self.layers]}  # fmt: skip
 
 
 def calibrate_student(
@@ -177,39 +187,34 @@ def calibrate_student(
     dev = torch.device(resolve_device(options.device))
     total = len(mixers) * options.fit.steps
 
+    done = [0] * len(mixers)  # fit steps taken per layer (the layers may be fitted side by side)
+
     def on_step(n: int, step: int, error: float) -> None:
+        done[n] = step
         if on_progress is not None:
             index = mixers[n]
             kind = mixer_spec(config.layer_pattern[index]).label
-            on_progress(n * options.fit.steps + step, total, f"layer {index // 2} {kind}: error {error:.3f}")
+            on_progress(sum(done), total, f"layer {index // 2} {kind}: error {error:.3f}")
 
     if options.sequential:
         from zebra.upcycle.sequential import calibrate_sequential
 
         tensors, layers = calibrate_sequential(config, source, tokens, records, options, dev, on_step)
         return Calibrated(tensors, layers, int(tokens.numel()), options)
-    tensors: dict[str, torch.Tensor] = {}
-    layers: list[LayerFit] = []
-    for n, index in enumerate(mixers):
-        record = records.pop(index // 2)  # freed once fitted
-        mixer = _mixer_from_source(config, source, index, dev)
-        x, y = record.inputs.to(dev), record.outputs.to(dev)  # [S, T, D]
-        layers.append(fit_layer(mixer, config, index, x, y, record, options.fit,
-                                lambda step, error, n=n: on_step(n, step, error)))  # fmt: skip
-        prefix = f"model.layers.{index}.mixer."
-        tensors.update({prefix + k: v.detach().cpu() for k, v in mixer.state_dict().items()})
-    return Calibrated(tensors, layers, int(tokens.numel()), options)
+    from zebra.upcycle.fit_workers import fit_layers, resolve_workers
+
+    workers = resolve_workers(options.workers, options.device, len(mixers))
+    states = {index: _mixer_state(source, index) for index in mixers}
+    tensors, layers = fit_layers(
+        config, mixers, states, records, options.fit, options.device, workers, on_step
+    )
+    return Calibrated(tensors, layers, int(tokens.numel()), options, workers)
 
 
-def _mixer_from_source(config: Any, source: TensorSource, index: int, dev: Any) -> Any:
-    """Mixer sublayer `index` of the student, built from the source's tensors (float32, on `dev`)."""
-    from zebra.models.modeling_zebra import ZebraSublayer
-
+def _mixer_state(source: TensorSource, index: int) -> dict[str, torch.Tensor]:
+    """Mixer sublayer `index`'s upcycled tensors (float32, names within the mixer)."""
     prefix = f"model.layers.{index}.mixer."
-    state = {n[len(prefix) :]: source.get(n).float() for n in source.shapes() if n.startswith(prefix)}
-    mixer = ZebraSublayer(config, index).mixer.float()
-    mixer.load_state_dict(state, strict=True)
-    return mixer.to(dev).eval()
+    return {n[len(prefix) :]: source.get(n).float() for n in source.shapes() if n.startswith(prefix)}
 
 
 class CalibratedSource(TensorSource):

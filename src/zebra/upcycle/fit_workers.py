@@ -1,0 +1,183 @@
+"""The teacher-forced fit of every mixer layer at once: in this process, or spread over worker processes.
+
+Each layer's fit reads only its own teacher records (`zebra.upcycle.fit`), so the layers are independent and are
+fitted side by side by `workers` spawned processes, each a share of the layers. On a GPU one fit step is a few
+thousand tokens through one mixer: the step is bound by kernel launches, not by the GPU, so processes fitting
+different layers run at nearly full speed each. On a CPU the fit is bound by the cores, which one process already
+uses, so the default there is one process.
+
+A worker gets its layers' tensors and records through a file it memory-maps, and gives its fitted tensors back the
+same way (not through shared memory: a container's /dev/shm is often 64 MB); its progress and errors come through a
+queue. The result does not depend on the number of workers: each layer is fitted from the same start, on the same
+records, with the same seed.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from zebra.core.errors import ZebraError
+from zebra.upcycle.fit import FitOptions, LayerFit, fit_layer
+
+if TYPE_CHECKING:
+    import torch
+
+    from zebra.upcycle.attention_records import LayerRecord
+
+GPU_WORKERS = 8  # the most processes `workers=0` starts on a GPU: one mixer's fit leaves the rest of it idle
+
+# on_step(layer number in the list fitted, step, error)
+StepCallback = Callable[[int, int, float], None]
+
+
+def resolve_workers(workers: int, device: str, layers: int) -> int:
+    """The processes to fit `layers` layers with: `workers`, or with 0 (auto) up to GPU_WORKERS on a GPU (half the
+    CPU cores at most: each process drives its own launches) and 1 on the CPU; never more than the layers."""
+    if workers == 0:
+        from zebra.core.device import resolve_device
+
+        on_gpu = resolve_device(device) != "cpu"
+        workers = min(GPU_WORKERS, max(1, (os.cpu_count() or 2) // 2)) if on_gpu else 1
+    return max(1, min(workers, layers))
+
+
+def fit_layers(
+    config: Any,
+    sublayers: list[int],
+    states: dict[int, dict[str, torch.Tensor]],
+    records: dict[int, LayerRecord],
+    fit: FitOptions,
+    device: str,
+    workers: int,
+    on_step: StepCallback,
+) -> tuple[dict[str, torch.Tensor], list[LayerFit]]:
+    """Fit mixer sublayers `sublayers` of the student (`config`), each from `states[i]` (its upcycled tensors,
+    float32) to its teacher layer's `records[i // 2]`, in `workers` processes (1: here).
+
+    Returns the fitted tensors (full names, float32, on the CPU) and each layer's LayerFit, in `sublayers` order.
+    `records` is emptied as the layers are handed out.
+    """
+    if workers <= 1:
+        return fit_here(config, list(enumerate(sublayers)), states, records, fit, device, on_step)
+    return _fit_in_workers(config, sublayers, states, records, fit, device, workers, on_step)
+
+
+def fit_here(
+    config: Any,
+    numbered: list[tuple[int, int]],
+    states: dict[int, dict[str, torch.Tensor]],
+    records: dict[int, Any],
+    fit: FitOptions,
+    device: str,
+    on_step: StepCallback,
+) -> tuple[dict[str, torch.Tensor], list[LayerFit]]:
+    """Fit each (number, sublayer index) of `numbered` in turn, in this process (see `fit_layers`)."""
+    import torch
+
+    from zebra.core.device import resolve_device
+    from zebra.models.modeling_zebra import ZebraSublayer
+
+    dev = torch.device(resolve_device(device))
+    tensors: dict[str, torch.Tensor] = {}
+    layers: list[LayerFit] = []
+    for n, index in numbered:
+        record = records.pop(index // 2)  # freed once fitted
+        mixer = ZebraSublayer(config, index).mixer.float()
+        mixer.load_state_dict(states[index], strict=True)
+        mixer = mixer.to(dev).eval()
+        x, y = record.inputs.to(dev), record.outputs.to(dev)  # [S, T, D]
+        layers.append(fit_layer(mixer, config, index, x, y, record, fit,
+                                lambda step, error, n=n: on_step(n, step, error)))  # fmt: skip
+        prefix = f"model.layers.{index}.mixer."
+        tensors.update({prefix + k: v.detach().cpu() for k, v in mixer.state_dict().items()})
+    return tensors, layers
+
+
+def _fit_in_workers(
+    config: Any,
+    sublayers: list[int],
+    states: dict[int, dict[str, torch.Tensor]],
+    records: dict[int, Any],
+    fit: FitOptions,
+    device: str,
+    workers: int,
+    on_step: StepCallback,
+) -> tuple[dict[str, torch.Tensor], list[LayerFit]]:
+    import queue as queues
+
+    import torch
+    import torch.multiprocessing as mp
+
+    numbered = list(enumerate(sublayers))
+    shares = [
+        numbered[k::workers] for k in range(workers)
+    ]  # round robin: every share within one layer of the rest
+    threads = max(1, torch.get_num_threads() // workers)
+    context = mp.get_context("spawn")  # CUDA may be initialised here already: no fork
+    messages = context.Queue()
+    with tempfile.TemporaryDirectory(prefix="zebra-calibrate-") as folder:
+        processes = []
+        for k, share in enumerate(shares):
+            job, result = Path(folder, f"job{k}.pt"), Path(folder, f"fitted{k}.pt")
+            torch.save({"config": config, "numbered": share, "states": {i: states[i] for _, i in share},
+                        "records": {i // 2: records.pop(i // 2) for _, i in share}, "fit": fit,
+                        "device": device, "threads": threads}, job)  # fmt: skip
+            process = context.Process(target=_worker, args=(k, str(job), str(result), messages), daemon=True)
+            process.start()
+            processes.append(process)
+        finished: set[int] = set()
+        try:
+            while len(finished) < workers:
+                try:
+                    message = messages.get(timeout=1.0)
+                except queues.Empty:
+                    dead = [k for k, p in enumerate(processes) if k not in finished and not p.is_alive()]
+                    if dead:
+                        code = processes[dead[0]].exitcode
+                        raise RuntimeError(f"calibration worker {dead[0]} stopped (exit code {code}) before its "
+                                           "layers were fitted") from None  # fmt: skip
+                    continue
+                kind, k, *rest = message
+                if kind == "step":
+                    on_step(*rest)
+                elif kind == "done":
+                    finished.add(k)
+                elif kind == "zebra":
+                    raise ZebraError(rest[0], fix=rest[1])
+                else:
+                    raise RuntimeError(f"calibration worker {k} failed:\n{rest[0]}")
+        finally:
+            for process in processes:
+                if process.is_alive():
+                    process.terminate()
+                process.join()
+        fitted = [torch.load(Path(folder, f"fitted{k}.pt"), weights_only=False) for k in range(workers)]
+    tensors = {name: t for part in fitted for name, t in part["tensors"].items()}
+    by_number = {n: layer for share, part in zip(shares, fitted, strict=True)
+                 for (n, _), layer in zip(share, part["layers"], strict=True)}  # fmt: skip
+    return tensors, [by_number[n] for n in range(len(sublayers))]
+
+
+def _worker(k: int, job: str, result: str, messages: Any) -> None:
+    """A spawned process: fit the layers of `job` (a file from `_fit_in_workers`), write them to `result`, and say
+    so on `messages`; an error is sent, not raised."""
+    try:
+        import torch
+
+        work = torch.load(job, mmap=True, weights_only=False)
+        torch.set_num_threads(work["threads"])
+        tensors, layers = fit_here(work["config"], work["numbered"], work["states"], work["records"],
+                                   work["fit"], work["device"],
+                                   lambda n, step, error: messages.put(("step", k, n, step, error)))  # fmt: skip
+        torch.save({"tensors": tensors, "layers": layers}, result + ".tmp")
+        os.replace(result + ".tmp", result)
+        messages.put(("done", k))
+    except ZebraError as error:
+        messages.put(("zebra", k, error.message, error.fix))
+    except BaseException:
+        messages.put(("error", k, traceback.format_exc()))
