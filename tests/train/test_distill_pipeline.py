@@ -4,6 +4,7 @@ bundled corpus in one command, its resume after a kill -9, and the one-line refu
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 from pathlib import Path
 
