@@ -74,9 +74,7 @@ class PipelineOptions:
     calibrate_correct_residual: float = 1.0
     calibrate_output_lstsq: bool = False
     calibrate_pass_through: bool = True
-    calibrate_workers: int = (
-        0  # processes fitting the layers side by side (0: up to 8 on a GPU, 1 on the CPU)
-    )
+    calibrate_workers: int = 0  # processes fitting the layers at once (0: up to 8 on a GPU, 1 on a CPU)
     upcycled_from: str | None = None  # another pipeline's folder: its upcycle stages taken instead of redone
 
     def calibration(self) -> Any:
@@ -403,7 +401,7 @@ def upcycle_options() -> tuple[str, ...]:
         "teacher",
         "data",
         "mixer",
-        *(f for f in fields if f.startswith("calibrate") and f != "calibrate_workers"),
+        *(f for f in fields if f.startswith("calibrate") and f not in HOW_IT_RUNS),
     )
 
 

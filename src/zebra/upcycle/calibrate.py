@@ -44,9 +44,7 @@ class CalibrateOptions:
     fit: FitOptions = field(default_factory=FitOptions)
     sequential: bool = False  # True: each mixer on the student's own stream, earlier ones fitted first
     correct_residual: float = 1.0  # sequential: the target adds this share of the teacher-student stream gap
-    workers: int = (
-        0  # processes fitting the layers side by side (0: up to 8 on a GPU, 1 on the CPU; fit_workers)
-    )
+    workers: int = 0  # processes fitting the layers at once (0: up to 8 on a GPU, 1 on a CPU; fit_workers)
 
     def __post_init__(self) -> None:
         check_calibrate_options(self)
