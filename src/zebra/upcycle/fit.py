@@ -41,6 +41,9 @@ class FitOptions:
     lr: float = 1e-3
     batch: int = 2  # sequences per step
     eval_every: int = 25  # steps between measurements of the error on all sequences (the best is kept)
+    eval_batch: int = (
+        16  # sequences per forward of those measurements (a forward costs its launches, not its size)
+    )
     gates: bool = True  # the analytic gate init and value scale before the fit (zebra.upcycle.gates)
     seed: int = 0
     schedule: str = "constant"  # the LR over the steps: constant, or cosine (to lr / 20)
@@ -56,7 +59,7 @@ def mixer_forward(mixer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return mixer(x, position_ids=positions)
 
 
-def relative_error(mixer: nn.Module, inputs: torch.Tensor, outputs: torch.Tensor, batch: int = 4) -> float:
+def relative_error(mixer: nn.Module, inputs: torch.Tensor, outputs: torch.Tensor, batch: int = 16) -> float:
     """||y_s - y_t|| / ||y_t|| over every sequence of `inputs`, `outputs` `[S, T, D]`."""
     import torch
 
@@ -108,7 +111,7 @@ def fit_mixer(
         scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
             optimizer, max(1, options.steps), options.lr / 20
         )
-    start = best = relative_error(mixer, inputs, outputs)
+    start = best = relative_error(mixer, inputs, outputs, options.eval_batch)
     best_state, best_step, last = copy.deepcopy(mixer.state_dict()), 0, start
     mixer.train()
     for step in range(1, options.steps + 1):
@@ -121,7 +124,7 @@ def fit_mixer(
         if scheduler is not None:
             scheduler.step()
         if step % options.eval_every == 0 or step == options.steps:
-            last = relative_error(mixer, inputs, outputs)
+            last = relative_error(mixer, inputs, outputs, options.eval_batch)
             if last < best:
                 best, best_step, best_state = last, step, copy.deepcopy(mixer.state_dict())
         if on_step is not None:
@@ -161,7 +164,7 @@ def fit_layer(
 
     spec = mixer_spec(config.layer_pattern[index])
     kind = spec.name
-    upcycled = relative_error(mixer, x, y)
+    upcycled = relative_error(mixer, x, y, fit.eval_batch)
     gates: dict[str, list[float]] = {}
     if fit.gates:
         mean_input = x.flatten(0, 1).mean(dim=0)  # [D]
