@@ -56,6 +56,10 @@
 #                  figure, and c10m with s10m; the twins' shape: the hybrid upcycled uncalibrated with MLA at
 #                  DISTILL_MLA_LAYERS (0,4,...,28: step 0's); DISTILL_ARGS are appended (a CPU dry run: small
 #                  --tokens, --seq-len, ...)                                               distill.tgz
+#   calibrate      issue 40: zebra distill's two students calibrated (CAL_ARGS: 128 x 512 tokens, 600 steps),
+#                  timed, composed even and smart with 8 MLA, their held-out CE and the teacher's; then the
+#                  Mamba2 calibration at CAL_ANCHOR_STEPS with 1 process and the default (the same run's ratio);
+#                  the pack in CAL_DIR (/tmp/zs), CAL_DEVICE (cuda)          cal-*.json, cal-ce.jsonl, upcycle-*.json
 #   save-kernels   the warm Triton + inductor caches as kernels.tgz.NN parts of 12 MB (at most 5) in $OUT, so that
 #                  the next session skips the minutes of compiling and autotuning on its fresh machine: keep the
 #                  parts under .gpucache/ here (git-ignored), carry one beside each Triton part, copy each to
@@ -384,6 +388,30 @@ sys.exit(any(s.get(n, {}).get('status') != 'done' for n in ('upcycle-mla', 'upcy
       (cd "$Z" && find . -maxdepth 4 \( -name '*.json' -o -name '*.log' -o -name 'metrics.jsonl' -o -name '*.png' \) \
         -not -path '*/export/*' -not -path '*/checkpoints/*' -not -path './data/*' -not -path '*/teacher-hf/*' \
         -not -path './shape/*' -not -name 'tokenizer*' -not -name '*config.json' | tar czf "$OUT/distill.tgz" -T -);;
+    calibrate)  # issue 40: the step-0 students of zebra distill's calibration, timed, on the pack in CAL_DIR (/tmp/zs:
+      # pack-corpus.py's data/ and the teacher GGUF): the all-MLA and all-Mamba2 students calibrated on CAL_ARGS
+      # (128 x 512 tokens, 600 steps of 8 a layer) with the default processes, composed with 8 MLA layers even and
+      # smart, their held-out CE beside the teacher's; then the all-Mamba2 calibration at CAL_ANCHOR_STEPS (100)
+      # steps with 1 process and with the default, the same run's ratio of the two
+      Z=${CAL_DIR:-/tmp/zs}; T=$Z/SmolLM2-135M-Instruct.Q4_1.gguf
+      : "${CAL_ARGS:=--calibrate-samples 128 --calibrate-seq-len 512 --calibrate-steps 600 --calibrate-batch 8}"
+      timed() {  # NAME ARGS...: zebra ARGS..., its wall seconds noted
+        local t=$SECONDS name=$1; shift
+        zebra "$@" --device "${CAL_DEVICE:-cuda}" -f --yes --json > "$OUT/cal-$name.json" 2>> "$log"
+        note "calibrate $name: rc=$? $((SECONDS - t)) s"
+      }
+      timed mla upcycle "$T" --mla-layers all --calibrate "$Z/data" $CAL_ARGS -o "$Z/mla"
+      timed rec upcycle "$T" --mla 0 --mixer mamba --calibrate "$Z/data" $CAL_ARGS -o "$Z/rec"
+      zebra upcycle --compose "$Z/mla" "$Z/rec" --mla 8 --placement even -o "$Z/even" -f --yes >> "$log" 2>&1
+      zebra upcycle --compose "$Z/mla" "$Z/rec" --mla 8 --placement smart --calibration "$Z/data" \
+        --calibration-samples 64 -o "$Z/smart" -f --yes >> "$log" 2>&1
+      python3 scripts/heldout-ce.py "$Z/data" "$T" "$Z/even" "$Z/smart" 2>> "$log" | tee "$OUT/cal-ce.jsonl"
+      for w in 1 0; do  # the anchor: one process, then the default
+        [ $(( ${DEADLINE:-100000} - SECONDS )) -lt 200 ] && { note "calibrate anchor workers=$w: not run (DEADLINE)"; continue; }
+        timed "anchor-w$w" upcycle "$T" --mla 0 --mixer mamba --calibrate "$Z/data" $CAL_ARGS \
+          --calibrate-steps "${CAL_ANCHOR_STEPS:-100}" --calibrate-workers $w -o "$Z/anchor-w$w"
+      done
+      for d in mla rec even smart anchor-w1 anchor-w0; do [ -f "$Z/$d/upcycle.json" ] && cp "$Z/$d/upcycle.json" "$OUT/upcycle-$d.json"; done;;
     save-kernels)
       rm -f "$OUT"/kernels.tgz.*
       tar -czP -f - /tmp/triton-cache "$HOME/.cache/zebra/kernels" 2>> "$log" | split -b 12000000 -d -a 2 - "$OUT/kernels.tgz."
