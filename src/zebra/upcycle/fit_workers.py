@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from zebra.upcycle.attention_records import LayerRecord
 
 GPU_WORKERS = 8  # the most processes `workers=0` starts on a GPU: one mixer's fit leaves the rest of it idle
+DEAD_GRACE_S = 5.0  # a worker found stopped is an error once this long has passed without its "done"
 
 # on_step(layer number in the list fitted, step, error)
 StepCallback = Callable[[int, int, float], None]
@@ -116,7 +118,7 @@ def _fit_in_workers(
     numbered = list(enumerate(sublayers))
     shares = [
         numbered[k::workers] for k in range(workers)
-    ]  # round robin: every share within one layer of the rest
+    ]  # round robin: shares within one layer of each other
     threads = max(1, torch.get_num_threads() // workers)
     context = mp.get_context("spawn")  # CUDA may be initialised here already: no fork
     messages = context.Queue()
@@ -131,26 +133,26 @@ def _fit_in_workers(
             process.start()
             processes.append(process)
         finished: set[int] = set()
+        # a worker found stopped without its "done" may have left its last messages in the queue: wait a little
+        dead_since: dict[int, float] = {}
         try:
             while len(finished) < workers:
                 try:
-                    message = messages.get(timeout=1.0)
+                    kind, k, *rest = messages.get(timeout=1.0)
+                    if kind == "step":
+                        on_step(*rest)
+                    elif kind == "done":
+                        finished.add(k)
+                    elif kind == "zebra":
+                        raise ZebraError(rest[0], fix=rest[1])
+                    else:
+                        raise RuntimeError(f"calibration worker {k} failed:\n{rest[0]}")
                 except queues.Empty:
-                    dead = [k for k, p in enumerate(processes) if k not in finished and not p.is_alive()]
-                    if dead:
-                        code = processes[dead[0]].exitcode
-                        raise RuntimeError(f"calibration worker {dead[0]} stopped (exit code {code}) before its "
-                                           "layers were fitted") from None  # fmt: skip
-                    continue
-                kind, k, *rest = message
-                if kind == "step":
-                    on_step(*rest)
-                elif kind == "done":
-                    finished.add(k)
-                elif kind == "zebra":
-                    raise ZebraError(rest[0], fix=rest[1])
-                else:
-                    raise RuntimeError(f"calibration worker {k} failed:\n{rest[0]}")
+                    pass
+                for k in [k for k, p in enumerate(processes) if k not in finished and not p.is_alive()]:
+                    if time.monotonic() - dead_since.setdefault(k, time.monotonic()) > DEAD_GRACE_S:
+                        raise RuntimeError(f"calibration worker {k} stopped (exit code {processes[k].exitcode}) "
+                                           "before its layers were fitted")  # fmt: skip
         finally:
             for process in processes:
                 if process.is_alive():
