@@ -421,3 +421,22 @@ def test_a_worker_that_fails_stops_the_calibration_with_its_error(tmp_path):
     ):
         fit_layers(config, [0, 2], states, records, TINY_FIT.fit, "cpu", 2, lambda n, step, error: None)
     teacher.tensors.close()
+
+
+class _ExitsWhenLoaded:
+    """Unpickled in a worker, ends it at once with exit code 3, before it can say anything."""
+
+    def __reduce__(self):
+        import os
+
+        return (os._exit, (3,))
+
+
+def test_a_worker_that_dies_without_a_word_stops_the_calibration():
+    from zebra.upcycle.fit_workers import fit_layers
+
+    with pytest.raises(
+        RuntimeError, match=r"calibration worker \d stopped \(exit code 3\) before its layers"
+    ):
+        fit_layers(_ExitsWhenLoaded(), [0, 2], {0: {}, 2: {}}, {0: None, 1: None}, TINY_FIT.fit, "cpu", 2,
+                   lambda n, step, error: None)  # fmt: skip
