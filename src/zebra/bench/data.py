@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import zebra.data.tokenizers as tok
+from zebra.core.cpus import usable_cpus
 from zebra.core.errors import ZebraError, first_line
 from zebra.data.bundled_corpus import CORPUS_PATH
 from zebra.data.indexed import megatron_indexed, open_dataset
-from zebra.data.prep import default_workers, plan_prep, run_prep
+from zebra.data.prep import plan_prep, run_prep
 from zebra.data.text_sources import open_source
 
 _BASELINE: dict[str, Any] = {}
@@ -102,7 +103,7 @@ def bench_data(
         on_phase: called with a short description of what runs now.
     """
     say = on_phase or (lambda _msg: None)
-    workers = workers or default_workers()
+    workers = workers or usable_cpus()
     megatron_indexed()  # import once, outside the timings
     with tempfile.TemporaryDirectory(prefix="zebra-bench-data-") as tmp_dir:
         tmp = Path(tmp_dir)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
-import os
 import shutil
 import time
 from collections import deque
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import zebra.data.tokenizers as tok
 from zebra import __version__
 from zebra.core.atomic import check_output_apart, write_error
+from zebra.core.cpus import usable_cpus
 from zebra.core.errors import ZebraError
 from zebra.data.encoders import ENCODERS, EncodedBatch, encode_batch, encoder_name, init_worker
 from zebra.data.fast_bpe import FastBPESpec, fast_bpe_spec
@@ -64,10 +64,6 @@ class PrepPlan:
     @property
     def name(self) -> str:
         return self.folder.name
-
-
-def default_workers() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def plan_prep(
@@ -149,7 +145,7 @@ def plan_prep(
         tokenizer_name=tokenizer,
         folder=folder,
         dtype=np_dtype,
-        workers=workers or default_workers(),
+        workers=workers or usable_cpus(),
         rows_per_shard=rows_per_shard,
         total_rows=total,
         max_docs=max_docs,
