@@ -41,9 +41,8 @@ class FitOptions:
     lr: float = 1e-3
     batch: int = 2  # sequences per step
     eval_every: int = 25  # steps between measurements of the error on all sequences (the best is kept)
-    eval_batch: int = (
-        16  # sequences per forward of those measurements (a forward costs its launches, not its size)
-    )
+    # sequences per forward of those measurements (a forward costs its launches, not its size)
+    eval_batch: int = 16
     gates: bool = True  # the analytic gate init and value scale before the fit (zebra.upcycle.gates)
     seed: int = 0
     schedule: str = "constant"  # the LR over the steps: constant, or cosine (to lr / 20)

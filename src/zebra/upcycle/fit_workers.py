@@ -41,10 +41,11 @@ def resolve_workers(workers: int, device: str, layers: int) -> int:
     """The processes to fit `layers` layers with: `workers`, or with 0 (auto) up to GPU_WORKERS on a GPU (half the
     CPU cores at most: each process drives its own launches) and 1 on the CPU; never more than the layers."""
     if workers == 0:
+        from zebra.core.cpus import usable_cpus
         from zebra.core.device import resolve_device
 
         on_gpu = resolve_device(device) != "cpu"
-        workers = min(GPU_WORKERS, max(1, (os.cpu_count() or 2) // 2)) if on_gpu else 1
+        workers = min(GPU_WORKERS, max(1, usable_cpus() // 2)) if on_gpu else 1
     return max(1, min(workers, layers))
 
 
@@ -64,61 +65,16 @@ def fit_layers(
     Returns the fitted tensors (full names, float32, on the CPU) and each layer's LayerFit, in `sublayers` order.
     `records` is emptied as the layers are handed out.
     """
+    numbered = list(enumerate(sublayers))
     if workers <= 1:
-        return fit_here(config, list(enumerate(sublayers)), states, records, fit, device, on_step)
-    return _fit_in_workers(config, sublayers, states, records, fit, device, workers, on_step)
-
-
-def fit_here(
-    config: Any,
-    numbered: list[tuple[int, int]],
-    states: dict[int, dict[str, torch.Tensor]],
-    records: dict[int, Any],
-    fit: FitOptions,
-    device: str,
-    on_step: StepCallback,
-) -> tuple[dict[str, torch.Tensor], list[LayerFit]]:
-    """Fit each (number, sublayer index) of `numbered` in turn, in this process (see `fit_layers`)."""
-    import torch
-
-    from zebra.core.device import resolve_device
-    from zebra.models.modeling_zebra import ZebraSublayer
-
-    dev = torch.device(resolve_device(device))
-    tensors: dict[str, torch.Tensor] = {}
-    layers: list[LayerFit] = []
-    for n, index in numbered:
-        record = records.pop(index // 2)  # freed once fitted
-        mixer = ZebraSublayer(config, index).mixer.float()
-        mixer.load_state_dict(states[index], strict=True)
-        mixer = mixer.to(dev).eval()
-        x, y = record.inputs.to(dev), record.outputs.to(dev)  # [S, T, D]
-        layers.append(fit_layer(mixer, config, index, x, y, record, fit,
-                                lambda step, error, n=n: on_step(n, step, error)))  # fmt: skip
-        prefix = f"model.layers.{index}.mixer."
-        tensors.update({prefix + k: v.detach().cpu() for k, v in mixer.state_dict().items()})
-    return tensors, layers
-
-
-def _fit_in_workers(
-    config: Any,
-    sublayers: list[int],
-    states: dict[int, dict[str, torch.Tensor]],
-    records: dict[int, Any],
-    fit: FitOptions,
-    device: str,
-    workers: int,
-    on_step: StepCallback,
-) -> tuple[dict[str, torch.Tensor], list[LayerFit]]:
+        return fit_here(config, numbered, states, records, fit, device, on_step)
     import queue as queues
 
     import torch
     import torch.multiprocessing as mp
 
-    numbered = list(enumerate(sublayers))
-    shares = [
-        numbered[k::workers] for k in range(workers)
-    ]  # round robin: shares within one layer of each other
+    # round robin: shares within one layer of each other
+    shares = [numbered[k::workers] for k in range(workers)]
     threads = max(1, torch.get_num_threads() // workers)
     context = mp.get_context("spawn")  # CUDA may be initialised here already: no fork
     messages = context.Queue()
@@ -165,8 +121,39 @@ def _fit_in_workers(
     return tensors, [by_number[n] for n in range(len(sublayers))]
 
 
+def fit_here(
+    config: Any,
+    numbered: list[tuple[int, int]],
+    states: dict[int, dict[str, torch.Tensor]],
+    records: dict[int, LayerRecord],
+    fit: FitOptions,
+    device: str,
+    on_step: StepCallback,
+) -> tuple[dict[str, torch.Tensor], list[LayerFit]]:
+    """Fit each (number, sublayer index) of `numbered` in turn, in this process (see `fit_layers`)."""
+    import torch
+
+    from zebra.core.device import resolve_device
+    from zebra.models.modeling_zebra import ZebraSublayer
+
+    dev = torch.device(resolve_device(device))
+    tensors: dict[str, torch.Tensor] = {}
+    layers: list[LayerFit] = []
+    for n, index in numbered:
+        record = records.pop(index // 2)  # freed once fitted
+        mixer = ZebraSublayer(config, index).mixer.float()
+        mixer.load_state_dict(states[index], strict=True)
+        mixer = mixer.to(dev).eval()
+        x, y = record.inputs.to(dev), record.outputs.to(dev)  # [S, T, D]
+        layers.append(fit_layer(mixer, config, index, x, y, record, fit,
+                                lambda step, error, n=n: on_step(n, step, error)))  # fmt: skip
+        prefix = f"model.layers.{index}.mixer."
+        tensors.update({prefix + k: v.detach().cpu() for k, v in mixer.state_dict().items()})
+    return tensors, layers
+
+
 def _worker(k: int, job: str, result: str, messages: Any) -> None:
-    """A spawned process: fit the layers of `job` (a file from `_fit_in_workers`), write them to `result`, and say
+    """A spawned process: fit the layers of `job` (a file from `fit_layers`), write them to `result`, and say
     so on `messages`; an error is sent, not raised."""
     try:
         import torch
