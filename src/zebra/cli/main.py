@@ -23,9 +23,9 @@ from zebra.cli import train as train_cli
 from zebra.cli import upcycle as upcycle_cli
 from zebra.cli._help import print_group_help
 from zebra.cli._output import StdoutFailed, flush_stdout, leave_on_broken_pipe, out, stdout_reader_gone
-from zebra.cli._quiet import quiet_library_noise
 from zebra.cli._usage import USAGE_EXIT, UsageError, is_usage_error, show_usage_error
 from zebra.core.errors import ZebraError
+from zebra.core.noise import quiet_library_noise
 
 
 class _ZebraGroup(TyperGroup):

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 from zebra.cli._output import out
-from zebra.cli._quiet import quiet_library_noise
 from zebra.core.errors import ZebraError
+from zebra.core.noise import quiet_library_noise
 from zebra.train.trainer import train_rank
 
 

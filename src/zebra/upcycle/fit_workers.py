@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zebra.core.errors import ZebraError
+from zebra.core.noise import quiet_library_noise
 from zebra.upcycle.fit import FitOptions, LayerFit, fit_layer
 
 if TYPE_CHECKING:
@@ -156,6 +157,7 @@ def _worker(k: int, job: str, result: str, messages: Any) -> None:
     """A spawned process: fit the layers of `job` (a file from `fit_layers`), write them to `result`, and say
     so on `messages`; an error is sent, not raised."""
     try:
+        quiet_library_noise()  # a spawned process starts with none of the command's log filters
         import torch
 
         work = torch.load(job, mmap=True, weights_only=False)

@@ -1,4 +1,5 @@
-"""Library log lines that tell a zebra user nothing, dropped before they reach stderr (every command, every rank).
+"""Library log lines that tell a zebra user nothing, dropped before they reach stderr (every command, every rank,
+every spawned worker).
 
 Each is named by its logger and a fragment of its text, so that anything else those libraries log still shows.
 """

@@ -1,10 +1,10 @@
-"""The library log lines zebra drops (`zebra.cli._quiet`): only those, once, whatever else the loggers say."""
+"""The library log lines zebra drops (`zebra.core.noise`): only those, once, whatever else the loggers say."""
 
 from __future__ import annotations
 
 import logging
 
-from zebra.cli._quiet import NOISE, quiet_library_noise
+from zebra.core.noise import NOISE, quiet_library_noise
 
 
 class Collect(logging.Handler):
