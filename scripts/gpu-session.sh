@@ -58,8 +58,8 @@
 #                  --tokens, --seq-len, ...)                                               distill.tgz
 #   calibrate      issue 40: zebra distill's two students calibrated (CAL_ARGS: 128 x 512 tokens, 600 steps),
 #                  timed, composed even and smart with 8 MLA, their held-out CE and the teacher's; then the
-#                  Mamba2 calibration at CAL_ANCHOR_STEPS with 1 process and the default (the same run's ratio);
-#                  the pack in CAL_DIR (/tmp/zs), CAL_DEVICE (cuda)          cal-*.json, cal-ce.jsonl, upcycle-*.json
+#                  Mamba2 calibration at CAL_ANCHOR_STEPS with 1 process and with 8 (the same run's ratio);
+#                  the pack in CAL_DIR (/tmp/zs), CAL_DEVICE (cuda)          cal-*.json, cal-ce.jsonl, upcycle-smart.json
 #   save-kernels   the warm Triton + inductor caches as kernels.tgz.NN parts of 12 MB (at most 5) in $OUT, so that
 #                  the next session skips the minutes of compiling and autotuning on its fresh machine: keep the
 #                  parts under .gpucache/ here (git-ignored), carry one beside each Triton part, copy each to
@@ -392,7 +392,7 @@ sys.exit(any(s.get(n, {}).get('status') != 'done' for n in ('upcycle-mla', 'upcy
       # pack-corpus.py's data/ and the teacher GGUF): the all-MLA and all-Mamba2 students calibrated on CAL_ARGS
       # (128 x 512 tokens, 600 steps of 8 a layer) with the default processes, composed with 8 MLA layers even and
       # smart, their held-out CE beside the teacher's; then the all-Mamba2 calibration at CAL_ANCHOR_STEPS (100)
-      # steps with 1 process and with the default, the same run's ratio of the two
+      # steps with 1 process and with 8 on the one GPU, the same run's ratio of the two
       Z=${CAL_DIR:-/tmp/zs}; T=$Z/SmolLM2-135M-Instruct.Q4_1.gguf
       : "${CAL_ARGS:=--calibrate-samples 128 --calibrate-seq-len 512 --calibrate-steps 600 --calibrate-batch 8}"
       timed() {  # NAME ARGS...: zebra ARGS..., its wall seconds noted
@@ -406,12 +406,12 @@ sys.exit(any(s.get(n, {}).get('status') != 'done' for n in ('upcycle-mla', 'upcy
       zebra upcycle --compose "$Z/mla" "$Z/rec" --mla 8 --placement smart --calibration "$Z/data" \
         --calibration-samples 64 -o "$Z/smart" -f --yes >> "$log" 2>&1
       python3 scripts/heldout-ce.py "$Z/data" "$T" "$Z/even" "$Z/smart" 2>> "$log" | tee "$OUT/cal-ce.jsonl"
-      for w in 1 0; do  # the anchor: one process, then the default
+      for w in 1 8; do  # the anchor: one process, then eight sharing the GPU (the default up to f0c1682)
         [ $(( ${DEADLINE:-100000} - SECONDS )) -lt 200 ] && { note "calibrate anchor workers=$w: not run (DEADLINE)"; continue; }
         timed "anchor-w$w" upcycle "$T" --mla 0 --mixer mamba --calibrate "$Z/data" $CAL_ARGS \
           --calibrate-steps "${CAL_ANCHOR_STEPS:-100}" --calibrate-workers $w -o "$Z/anchor-w$w"
       done
-      for d in mla rec even smart anchor-w1 anchor-w0; do [ -f "$Z/$d/upcycle.json" ] && cp "$Z/$d/upcycle.json" "$OUT/upcycle-$d.json"; done;;
+      [ -f "$Z/smart/upcycle.json" ] && cp "$Z/smart/upcycle.json" "$OUT/upcycle-smart.json";;  # its scores
     save-kernels)
       rm -f "$OUT"/kernels.tgz.*
       tar -czP -f - /tmp/triton-cache "$HOME/.cache/zebra/kernels" 2>> "$log" | split -b 12000000 -d -a 2 - "$OUT/kernels.tgz."

@@ -440,3 +440,27 @@ def test_a_worker_that_dies_without_a_word_stops_the_calibration():
     ):
         fit_layers(_ExitsWhenLoaded(), [0, 2], {0: {}, 2: {}}, {0: None, 1: None}, TINY_FIT.fit, "cpu", 2,
                    lambda n, step, error: None)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("device", "gpus", "workers", "devices"),
+    [
+        ("cpu", 0, 1, ["cpu", "cpu"]),  # the CPU: one process (it already uses every core)
+        ("auto", 0, 1, ["auto", "auto"]),  # left for the worker to resolve, as here
+        ("cuda", 1, 1, ["cuda:0", "cuda:0"]),  # one GPU: one process (several would take turns on it)
+        ("cuda", 4, 4, ["cuda:0", "cuda:1"]),  # one process per GPU, each on its own
+        ("auto", 2, 2, ["cuda:0", "cuda:1"]),
+        ("cuda:1", 4, 1, ["cuda:1", "cuda:1"]),  # one named GPU: that one only
+    ],
+)
+def test_the_default_worker_count_is_one_per_gpu_each_on_its_own(monkeypatch, device, gpus, workers, devices):
+    from zebra.upcycle.fit_workers import resolve_workers, worker_device
+
+    monkeypatch.setattr(
+        torch.cuda, "is_available", lambda: gpus > 0
+    )  # this machine has no GPU: say it has some
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    assert resolve_workers(0, device, layers=30) == workers
+    assert resolve_workers(0, device, layers=1) == 1  # never more processes than layers
+    assert resolve_workers(3, device, layers=30) == 3  # a count asked for is kept
+    assert [worker_device(device, k) for k in (0, 1)] == devices

@@ -108,7 +108,7 @@ CalibrateWorkersOpt = Annotated[
     int | None,
     typer.Option(
         "--calibrate-workers",
-        help="Calibration: processes fitting the layers side by side [up to 8 on a GPU, 1 on the CPU].",
+        help="Calibration: processes fitting the layers side by side, spread over the GPUs [one per GPU; 1 on the CPU].",
     ),
 ]
 CalibrateLrOpt = Annotated[

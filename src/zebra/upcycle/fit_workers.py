@@ -1,10 +1,12 @@
 """The teacher-forced fit of every mixer layer at once: in this process, or spread over worker processes.
 
-Each layer's fit reads only its own teacher records (`zebra.upcycle.fit`), so the layers are independent and are
-fitted side by side by `workers` spawned processes, each a share of the layers. On a GPU one fit step is a few
-thousand tokens through one mixer: the step is bound by kernel launches, not by the GPU, so processes fitting
-different layers run at nearly full speed each. On a CPU the fit is bound by the cores, which one process already
-uses, so the default there is one process.
+Each layer's fit reads only its own teacher records (`zebra.upcycle.fit`), so the layers are independent and can
+be fitted side by side by `workers` spawned processes, each a share of the layers, each on a GPU of its own when
+the device is `cuda` (all of the machine's GPUs) and the machine has several. The default is one process per such
+GPU, and one process otherwise. Measured on one H100 (docs/benchmarks.md, "Calibration in worker processes"),
+eight processes sharing the GPU were no faster than one: without MPS the processes' kernels take turns on it
+rather than overlapping, and on a cold kernel cache each process compiles and autotunes its own kernels, so
+eight were slower. On a CPU the fit is bound by the cores, which one process already uses.
 
 A worker gets its layers' tensors and records through a file it memory-maps, and gives its fitted tensors back the
 same way (not through shared memory: a container's /dev/shm is often 64 MB); its progress and errors come through a
@@ -31,7 +33,6 @@ if TYPE_CHECKING:
 
     from zebra.upcycle.attention_records import LayerRecord
 
-GPU_WORKERS = 8  # the most processes `workers=0` starts on a GPU: one mixer's fit leaves the rest of it idle
 DEAD_GRACE_S = 5.0  # a worker found stopped is an error once this long has passed without its "done"
 
 # on_step(layer number in the list fitted, step, error)
@@ -39,15 +40,29 @@ StepCallback = Callable[[int, int, float], None]
 
 
 def resolve_workers(workers: int, device: str, layers: int) -> int:
-    """The processes to fit `layers` layers with: `workers`, or with 0 (auto) up to GPU_WORKERS on a GPU (half the
-    CPU cores at most: each process drives its own launches) and 1 on the CPU; never more than the layers."""
+    """The processes to fit `layers` layers with: `workers`, or with 0 (auto) one per GPU when `device` means all
+    of them (`cuda`, or `auto` on a GPU machine) and 1 otherwise; never more than the layers."""
     if workers == 0:
-        from zebra.core.cpus import usable_cpus
-        from zebra.core.device import resolve_device
-
-        on_gpu = resolve_device(device) != "cpu"
-        workers = min(GPU_WORKERS, max(1, usable_cpus() // 2)) if on_gpu else 1
+        workers = len(_gpus(device)) or 1
     return max(1, min(workers, layers))
+
+
+def worker_device(device: str, k: int) -> str:
+    """Worker `k`'s device: the machine's GPUs in turn when `device` means all of them, else `device` itself."""
+    gpus = _gpus(device)
+    return gpus[k % len(gpus)] if gpus else device
+
+
+def _gpus(device: str) -> list[str]:
+    """`cuda:0`, `cuda:1`, ... when `device` is the machine's GPUs as a whole (`cuda`, or `auto` on a GPU machine);
+    [] for the CPU or one named GPU (`cuda:1`)."""
+    from zebra.core.device import resolve_device
+
+    if resolve_device(device) != "cuda":
+        return []
+    import torch
+
+    return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
 
 
 def fit_layers(
@@ -85,7 +100,7 @@ def fit_layers(
             job, result = Path(folder, f"job{k}.pt"), Path(folder, f"fitted{k}.pt")
             torch.save({"config": config, "numbered": share, "states": {i: states[i] for _, i in share},
                         "records": {i // 2: records.pop(i // 2) for _, i in share}, "fit": fit,
-                        "device": device, "threads": threads}, job)  # fmt: skip
+                        "device": worker_device(device, k), "threads": threads}, job)  # fmt: skip
             process = context.Process(target=_worker, args=(k, str(job), str(result), messages), daemon=True)
             process.start()
             processes.append(process)
