@@ -92,17 +92,21 @@ def examples(*lines: str) -> str:
 # Calibration of an upcycled student (zebra upcycle --calibrate DATA, zebra distill): each flag maps to a setting of
 # zebra.upcycle.calibrate.calibrate_options (None: its default), which checks them in one line.
 CalibrateSamplesOpt = Annotated[
-    int | None, typer.Option("--calibrate-samples", help="Calibration: sequences of text [16].")
+    int | None, typer.Option("--calibrate-samples", help="Calibration: sequences of text [16; 128 on a GPU].")
 ]
 CalibrateSeqLenOpt = Annotated[
-    int | None, typer.Option("--calibrate-seq-len", help="Calibration: tokens per sequence [128].")
+    int | None,
+    typer.Option("--calibrate-seq-len", help="Calibration: tokens per sequence [128; 512 on a GPU]."),
 ]
 CalibrateStepsOpt = Annotated[
     int | None,
-    typer.Option("--calibrate-steps", help="Calibration: Adam steps per mixer layer (0: gates only) [50]."),
+    typer.Option(
+        "--calibrate-steps",
+        help="Calibration: Adam steps per mixer layer (0: gates only) [50; 600 on a GPU].",
+    ),
 ]
 CalibrateBatchOpt = Annotated[
-    int | None, typer.Option("--calibrate-batch", help="Calibration: sequences per fit step [2].")
+    int | None, typer.Option("--calibrate-batch", help="Calibration: sequences per fit step [2; 8 on a GPU].")
 ]
 CalibrateWorkersOpt = Annotated[
     int | None,

@@ -64,30 +64,34 @@ class PipelineOptions:
     device: str = "auto"
     sets: tuple[str, ...] = ()  # recipe overrides for every training stage
     calibrate: bool = True  # fit each upcycled student's mixers to the teacher's attention on `data` first
-    calibrate_samples: int = 16  # calibration sequences (zebra upcycle --calibrate-samples)
-    calibrate_seq_len: int = 128  # tokens per calibration sequence
-    calibrate_steps: int = 50  # fit steps per mixer layer
-    calibrate_batch: int = 2  # sequences per fit step
+    # the calibration's size (zebra upcycle --calibrate-samples, -seq-len, -steps, -batch); None: the default on
+    # `device` (zebra.upcycle.calibrate.default_size: larger on a GPU)
+    calibrate_samples: int | None = None  # calibration sequences
+    calibrate_seq_len: int | None = None  # tokens per calibration sequence
+    calibrate_steps: int | None = None  # fit steps per mixer layer
+    calibrate_batch: int | None = None  # sequences per fit step
     calibrate_lr: float = 1e-3  # the rest as `zebra upcycle --calibrate-*` (zebra.upcycle.calibrate.SETTINGS)
     calibrate_schedule: str = "constant"
     calibrate_teacher_forced: bool = True  # each mixer on the teacher's input: it composes (docs/upcycle.md)
     calibrate_correct_residual: float = 1.0
     calibrate_output_lstsq: bool = False
     calibrate_pass_through: bool = True
-    calibrate_workers: int = 0  # processes fitting the layers at once (0: up to 8 on a GPU, 1 on a CPU)
+    calibrate_workers: int = 0  # processes fitting the layers at once (0: one per GPU of `cuda`, else 1)
     upcycled_from: str | None = None  # another pipeline's folder: its upcycle stages taken instead of redone
 
     def calibration(self) -> Any:
         """The `CalibrateOptions` of both upcycle stages (None with `calibrate` off); checks every setting."""
-        from zebra.upcycle.calibrate import CalibrateOptions
+        from zebra.upcycle.calibrate import CalibrateOptions, sized
         from zebra.upcycle.fit import FitOptions
 
         if not self.calibrate:
             return None
-        fit = FitOptions(steps=self.calibrate_steps, lr=self.calibrate_lr, batch=self.calibrate_batch,
+        size = sized({"samples": self.calibrate_samples, "seq_len": self.calibrate_seq_len,
+                      "steps": self.calibrate_steps, "batch": self.calibrate_batch}, self.device)  # fmt: skip
+        fit = FitOptions(steps=size["steps"], lr=self.calibrate_lr, batch=size["batch"],
                          schedule=self.calibrate_schedule, output_lstsq=self.calibrate_output_lstsq,
                          pass_through=self.calibrate_pass_through)  # fmt: skip
-        return CalibrateOptions(self.data, self.calibrate_samples, self.calibrate_seq_len, self.device, fit,
+        return CalibrateOptions(self.data, size["samples"], size["seq_len"], self.device, fit,
                                 sequential=not self.calibrate_teacher_forced,
                                 correct_residual=self.calibrate_correct_residual,
                                 workers=self.calibrate_workers)  # fmt: skip

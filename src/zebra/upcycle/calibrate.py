@@ -44,10 +44,37 @@ class CalibrateOptions:
     fit: FitOptions = field(default_factory=FitOptions)
     sequential: bool = False  # True: each mixer on the student's own stream, earlier ones fitted first
     correct_residual: float = 1.0  # sequential: the target adds this share of the teacher-student stream gap
-    workers: int = 0  # processes fitting the layers at once (0: up to 8 on a GPU, 1 on a CPU; fit_workers)
+    workers: int = 0  # processes fitting the layers at once (0: one per GPU of `cuda`, else 1; fit_workers)
 
     def __post_init__(self) -> None:
         check_calibrate_options(self)
+
+
+# the size of the calibration on a GPU: 128 x 512 tokens, 600 steps of 8 sequences a layer, about 100 s a student on
+# one H100 and 1.49x the teacher's held-out CE for the composed Mamba2 + 8 MLA student (docs/upcycle.md, "More
+# calibration"); the dataclasses' defaults (16 x 128 tokens, 50 steps of 2) are the CPU's, minutes there
+GPU_SIZE = {"samples": 128, "seq_len": 512, "steps": 600, "batch": 8}
+
+
+def default_size(device: str) -> dict[str, int]:
+    """The calibration's samples, seq_len, steps and batch when not given: GPU_SIZE where `device` is a GPU (`auto`
+    on a machine with one), the dataclasses' defaults on the CPU."""
+    from zebra.core.device import resolve_device
+
+    if resolve_device(device) != "cpu":
+        return dict(GPU_SIZE)
+    return {"samples": CalibrateOptions.samples, "seq_len": CalibrateOptions.seq_len, "steps": FitOptions.steps,
+            "batch": FitOptions.batch}  # fmt: skip
+
+
+def sized(given: dict[str, int | None], device: str) -> dict[str, int]:
+    """`given` (samples, seq_len, steps, batch; None: not given) with `default_size(device)` where not given; a
+    default batch is at most the samples."""
+    size = {k: v for k, v in given.items() if v is not None}
+    if len(size) < 4:
+        default = default_size(device)
+        size = {**default, "batch": min(default["batch"], size.get("samples", default["samples"])), **size}
+    return size
 
 
 SCHEDULES = ("constant", "cosine")
@@ -102,18 +129,20 @@ def calibrate_options(
                              fix="pass --calibrate DATA too, or leave the --calibrate-* options out")  # fmt: skip
         return None
     defaults, fit_defaults = CalibrateOptions(""), FitOptions()
+    size = sized({k: chosen.get(k) for k in ("samples", "seq_len", "steps", "batch")}, device)
     teacher_forced = chosen.get("teacher_forced", not defaults.sequential)
     if teacher_forced and "correct_residual" in chosen:
         default = "" if "teacher_forced" in chosen else " (the default)"
         raise ZebraError(f"{flag('correct_residual')} with {flag('teacher_forced')}{default}: the correction is of "
                          "the student's own stream, which a teacher-forced fit does not use",
                          fix="pass --calibrate-sequential, or leave --calibrate-correct-residual out")  # fmt: skip
-    fit = FitOptions(**{k: chosen.get(k, getattr(fit_defaults, k))
-                        for k in ("steps", "batch", "lr", "schedule", "output_lstsq", "pass_through")})  # fmt: skip
+    fit = FitOptions(steps=size["steps"], batch=size["batch"],
+                     **{k: chosen.get(k, getattr(fit_defaults, k))
+                        for k in ("lr", "schedule", "output_lstsq", "pass_through")})  # fmt: skip
     return CalibrateOptions(
         data,
-        samples=chosen.get("samples", defaults.samples),
-        seq_len=chosen.get("seq_len", defaults.seq_len),
+        samples=size["samples"],
+        seq_len=size["seq_len"],
         device=device,
         fit=fit,
         sequential=not teacher_forced,
