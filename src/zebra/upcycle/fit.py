@@ -58,8 +58,11 @@ def mixer_forward(mixer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return mixer(x, position_ids=positions)
 
 
-def relative_error(mixer: nn.Module, inputs: torch.Tensor, outputs: torch.Tensor, batch: int = 16) -> float:
-    """||y_s - y_t|| / ||y_t|| over every sequence of `inputs`, `outputs` `[S, T, D]`."""
+def relative_error(
+    mixer: nn.Module, inputs: torch.Tensor, outputs: torch.Tensor, batch: int = FitOptions.eval_batch
+) -> float:
+    """||y_s - y_t|| / ||y_t|| over every sequence of `inputs`, `outputs` `[S, T, D]`, `batch` sequences a
+    forward."""
     import torch
 
     diff, norm = 0.0, 0.0
