@@ -58,7 +58,9 @@
 #                  --tokens, --seq-len, ...)                                               distill.tgz
 #   calibrate      issue 40: zebra distill's two students calibrated (CAL_ARGS: 128 x 512 tokens, 600 steps),
 #                  timed, composed even and smart with 8 MLA, their held-out CE and the teacher's; then the
-#                  Mamba2 calibration at CAL_ANCHOR_STEPS with 1 process and with 8 (the same run's ratio);
+#                  recurrent calibration at CAL_ANCHOR_STEPS with 1 process and with 8 (the same run's ratio;
+#                  CAL_ANCHORS="" skips it); CAL_MIXER (mamba) is the recurrent mixer, CAL_MLA an all-MLA student
+#                  calibrated before (e.g. /tmp/zfig/p50m/distill-mamba2/upcycle-mla) to use instead of calibrating one;
 #                  the pack in CAL_DIR (/tmp/zs), CAL_DEVICE (cuda)          cal-*.json, cal-ce.jsonl, upcycle-smart.json
 #   save-kernels   the warm Triton + inductor caches as kernels.tgz.NN parts of 12 MB (at most 5) in $OUT, so that
 #                  the next session skips the minutes of compiling and autotuning on its fresh machine: keep the
@@ -349,8 +351,8 @@ hybrid_fla_and_torch_backends_agree or static_cache_decode_step_replays}" \
       # its own process, --output and log under DISTILL_DIR, resumed by the next call with the same DISTILL_RUNS
       : "${DISTILL_RUNS:=p50m s50m c10m}" "${DISTILL_MICRO:=8}" "${DISTILL_MLA_LAYERS:=0,4,8,12,16,20,24,28}"
       Z=${DISTILL_DIR:-/tmp/zfig}; teacher=${DISTILL_TEACHER:-$Z/SmolLM2-135M-Instruct.Q4_1.gguf}; shape=$Z/shape
-      # the scratch twin's shape and tokenizer: the hybrid upcycled without calibration (step 0's config)
-      [ -f "$shape/config.json" ] || zebra upcycle "$teacher" --mixer mamba --mla-layers "$DISTILL_MLA_LAYERS" \
+      # the scratch twins' shape and tokenizer: the hybrid upcycled without calibration (step 0's config)
+      [[ " $DISTILL_RUNS " =~ \ s[0-9]+m\  ]] && [ ! -f "$shape/config.json" ] && zebra upcycle "$teacher" --mixer mamba --mla-layers "$DISTILL_MLA_LAYERS" \
         -o "$shape" -f --yes >> "$log" 2>&1
       declare -A runs=(
         [p50m]="--tokens 50M --mixers mamba2 --scratch none --ild-fraction 0 --kd-lr 3e-4"
@@ -389,10 +391,10 @@ sys.exit(any(s.get(n, {}).get('status') != 'done' for n in ('upcycle-mla', 'upcy
         -not -path '*/export/*' -not -path '*/checkpoints/*' -not -path './data/*' -not -path '*/teacher-hf/*' \
         -not -path './shape/*' -not -name 'tokenizer*' -not -name '*config.json' | tar czf "$OUT/distill.tgz" -T -);;
     calibrate)  # issue 40: the step-0 students of zebra distill's calibration, timed, on the pack in CAL_DIR (/tmp/zs:
-      # pack-corpus.py's data/ and the teacher GGUF): the all-MLA and all-Mamba2 students calibrated on CAL_ARGS
-      # (128 x 512 tokens, 600 steps of 8 a layer) with the default processes, composed with 8 MLA layers even and
-      # smart, their held-out CE beside the teacher's; then the all-Mamba2 calibration at CAL_ANCHOR_STEPS (100)
-      # steps with 1 process and with 8 on the one GPU, the same run's ratio of the two
+      # pack-corpus.py's data/ and the teacher GGUF): the all-MLA (or CAL_MLA's) and all-recurrent (CAL_MIXER)
+      # students calibrated on CAL_ARGS (128 x 512 tokens, 600 steps of 8 a layer) with the default processes,
+      # composed with 8 MLA layers even and smart, their held-out CE beside the teacher's; then the recurrent
+      # calibration at CAL_ANCHOR_STEPS (100) steps with each of CAL_ANCHORS' process counts (1 8) on the one GPU
       Z=${CAL_DIR:-/tmp/zs}; T=$Z/SmolLM2-135M-Instruct.Q4_1.gguf
       : "${CAL_ARGS:=--calibrate-samples 128 --calibrate-seq-len 512 --calibrate-steps 600 --calibrate-batch 8}"
       timed() {  # NAME ARGS...: zebra ARGS..., its wall seconds noted
@@ -400,15 +402,16 @@ sys.exit(any(s.get(n, {}).get('status') != 'done' for n in ('upcycle-mla', 'upcy
         zebra "$@" --device "${CAL_DEVICE:-cuda}" -f --yes --json > "$OUT/cal-$name.json" 2>> "$log"
         note "calibrate $name: rc=$? $((SECONDS - t)) s"
       }
-      timed mla upcycle "$T" --mla-layers all --calibrate "$Z/data" $CAL_ARGS -o "$Z/mla"
-      timed rec upcycle "$T" --mla 0 --mixer mamba --calibrate "$Z/data" $CAL_ARGS -o "$Z/rec"
-      zebra upcycle --compose "$Z/mla" "$Z/rec" --mla 8 --placement even -o "$Z/even" -f --yes >> "$log" 2>&1
-      zebra upcycle --compose "$Z/mla" "$Z/rec" --mla 8 --placement smart --calibration "$Z/data" \
+      mixer=${CAL_MIXER:-mamba} mla=${CAL_MLA:-$Z/mla}
+      [ -n "${CAL_MLA:-}" ] || timed mla upcycle "$T" --mla-layers all --calibrate "$Z/data" $CAL_ARGS -o "$mla"
+      timed "rec-$mixer" upcycle "$T" --mla 0 --mixer "$mixer" --calibrate "$Z/data" $CAL_ARGS -o "$Z/rec-$mixer"
+      zebra upcycle --compose "$mla" "$Z/rec-$mixer" --mla 8 --placement even -o "$Z/even" -f --yes >> "$log" 2>&1
+      zebra upcycle --compose "$mla" "$Z/rec-$mixer" --mla 8 --placement smart --calibration "$Z/data" \
         --calibration-samples 64 -o "$Z/smart" -f --yes >> "$log" 2>&1
       python3 scripts/heldout-ce.py "$Z/data" "$T" "$Z/even" "$Z/smart" 2>> "$log" | tee "$OUT/cal-ce.jsonl"
-      for w in 1 8; do  # the anchor: one process, then eight sharing the GPU (the default up to f0c1682)
+      for w in ${CAL_ANCHORS-1 8}; do  # the anchor: one process, then eight sharing the GPU (the default up to f0c1682)
         [ $(( ${DEADLINE:-100000} - SECONDS )) -lt 200 ] && { note "calibrate anchor workers=$w: not run (DEADLINE)"; continue; }
-        timed "anchor-w$w" upcycle "$T" --mla 0 --mixer mamba --calibrate "$Z/data" $CAL_ARGS \
+        timed "anchor-w$w" upcycle "$T" --mla 0 --mixer "$mixer" --calibrate "$Z/data" $CAL_ARGS \
           --calibrate-steps "${CAL_ANCHOR_STEPS:-100}" --calibrate-workers $w -o "$Z/anchor-w$w"
       done
       [ -f "$Z/smart/upcycle.json" ] && cp "$Z/smart/upcycle.json" "$OUT/upcycle-smart.json";;  # its scores
