@@ -445,3 +445,13 @@ def test_slurm_time_formats(text, minutes):
     from zebra.launch.slurm_spec import parse_time
 
     assert parse_time(text) == minutes
+
+
+@pytest.mark.parametrize(("allowed", "ranks", "threads"), [(8, 2, 4), (8, 16, 1), (3, 2, 1)])
+def test_threads_per_rank_divide_the_cores_this_process_may_use(monkeypatch, allowed, ranks, threads):
+    """A Slurm step or a container allows fewer cores than the node has: OMP threads follow the allowed ones."""
+    from zebra.launch.commands import cpu_threads_per_rank
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(allowed)), raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 128)
+    assert cpu_threads_per_rank(ranks) == threads

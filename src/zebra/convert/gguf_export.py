@@ -44,6 +44,7 @@ from zebra.convert.writer import (
     with_chat_template,
 )
 from zebra.core.atomic import fsync_dir, make_folder, write_error
+from zebra.core.cpus import usable_cpus
 from zebra.core.errors import ZebraError
 from zebra.mixers import MIXERS
 
@@ -291,7 +292,7 @@ def llama_quantize(source: Path, output: Path, file_type: str) -> None:
 
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{file_type}")
-    params.nthread = os.cpu_count() or 1
+    params.nthread = usable_cpus()
     logger = logging.getLogger("llama-cpp-python")
     level = logger.level
     with tempfile.TemporaryFile("w+") as log:

@@ -13,7 +13,6 @@ not required.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import torch
 from zebra.convert import native_verify as nv
 from zebra.convert.formats import open_checkpoint
 from zebra.convert.verifier import VerifyReport, _compare, _load
+from zebra.core.cpus import usable_cpus
 from zebra.core.errors import ZebraError
 from zebra.data.tokenizers import load_tokenizer
 
@@ -59,7 +59,7 @@ def open_llama(path: Path) -> Any:
             fix="pip install llama-cpp-python (built from source: README.md says how long it takes)",
         ) from None
     return Llama(model_path=str(path), n_ctx=N_CTX, n_batch=N_CTX, logits_all=True, verbose=False,
-                 n_threads=os.cpu_count() or 1, type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32)  # fmt: skip
+                 n_threads=usable_cpus(), type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32)  # fmt: skip
 
 
 def llama_logits(llm: Any, ids: list[int]) -> torch.Tensor:

@@ -9,10 +9,10 @@ and the torchrun variables a rank reads when something other than torchrun start
 from __future__ import annotations
 
 import hashlib
-import os
 import sys
 from pathlib import Path
 
+from zebra.core.cpus import usable_cpus
 from zebra.core.errors import ZebraError
 
 RANK_MODULE = "zebra.cli.rank"  # the program every rank runs
@@ -92,4 +92,4 @@ def torchrun_command(
 
 def cpu_threads_per_rank(nproc_per_node: int) -> int:
     """CPU threads for each rank so that the ranks of a node do not oversubscribe its cores."""
-    return max(1, (os.cpu_count() or 1) // nproc_per_node)
+    return max(1, usable_cpus() // nproc_per_node)
