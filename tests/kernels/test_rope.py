@@ -1,5 +1,6 @@
-"""`zebra_kernels.rope.rope_qk`: MLA's two rotary embeddings in one Triton launch, against the torch form (which
-is the model's `apply_rotary`) in float64: under Triton's interpreter on the CPU (strided views, cos/sin shared by
+"""`zebra_kernels.rope.rope_qk`: MLA's two rotary embeddings in one Triton launch, against the torch form
+(`torch_rotate_pairs`, itself checked against complex rotation here and against Megatron's in tests/models/test_mla.py)
+in float64: under Triton's interpreter on the CPU (strided views, cos/sin shared by
 the rows or per row, several tokens, head counts and widths that pad the blocks), compiled for Hopper, and on a GPU
 at 1b-mamba-mla's shapes in bf16 and fp32 (marker `gpu`)."""
 
@@ -10,7 +11,6 @@ import importlib.util
 import pytest
 import torch
 
-from zebra.models.layers.rotary import apply_rotary
 from zebra_kernels.rope import rope_qk, torch_rotate_pairs
 from zebra_kernels.testing import relative_error
 
@@ -31,16 +31,18 @@ def reference(q, k, cos, sin):
     return torch_rotate_pairs(q, cos[:, :, None], sin[:, :, None]), torch_rotate_pairs(k, cos, sin)
 
 
-def test_torch_form_is_the_models_apply_rotary_and_the_cpu_path():
-    q, k, cos, sin = rope_inputs(2, 3, 4, 8, shared=False)
+def test_torch_form_rotates_each_pair_as_a_complex_number():
+    """Pair (2i, 2i+1) times e^(i angle_i), laid out `[real parts | imaginary parts]`: the CPU path of `rope_qk`."""
+    q, k, cos, sin = rope_inputs(2, 3, 4, 8, shared=False, dtype=torch.float64)
     q_out, k_out = rope_qk(q, k, cos, sin)
-    assert torch.equal(q_out, apply_rotary(q, cos[:, :, None], sin[:, :, None]))
-    assert torch.equal(k_out, apply_rotary(k, cos, sin))
-    # a rotation keeps each pair's norm
-    pairs = q.reshape(2, 3, 4, 4, 2).norm(dim=-1)
-    assert torch.allclose(
-        pairs, torch.stack([q_out[..., :4], q_out[..., 4:]], dim=-1).norm(dim=-1), atol=1e-5
-    )
+    rotation = torch.complex(cos, sin)  # [B, T, D / 2], |rotation| = 1
+
+    def rotated(x, r):
+        z = torch.view_as_complex(x.contiguous().reshape(*x.shape[:-1], -1, 2)) * r  # [..., D / 2]
+        return torch.cat((z.real, z.imag), dim=-1)
+
+    torch.testing.assert_close(q_out, rotated(q, rotation[:, :, None]), atol=1e-12, rtol=0)
+    torch.testing.assert_close(k_out, rotated(k, rotation), atol=1e-12, rtol=0)
 
 
 INTERPRETED = """

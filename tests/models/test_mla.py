@@ -14,11 +14,11 @@ from zebra.models.configuration_zebra import YARN_DEFAULTS
 from zebra.models.layers.mla import MultiLatentAttention
 from zebra.models.layers.rotary import (
     YarnRotaryEmbedding,
-    apply_rotary,
     yarn_concentration,
     yarn_inv_freq,
     yarn_softmax_scale,
 )
+from zebra_kernels.rope import torch_rotate_pairs
 
 
 def rope(**overrides):
@@ -89,7 +89,7 @@ def test_rotary_matches_megatron_mla_convention():
     mscale = yarn_concentration(rope_params)
     expected = _apply_rotary_pos_emb_bshd(t, freqs, multi_latent_attention=True, mscale=mscale)
     cos, sin = YarnRotaryEmbedding(d, rope_params)(torch.arange(T)[None], torch.float64)  # [1, T, d/2]
-    got = apply_rotary(t.squeeze(1), cos[0][:, None], sin[0][:, None])  # [T, H, d]
+    got = torch_rotate_pairs(t.squeeze(1), cos[0][:, None], sin[0][:, None])  # [T, H, d]
     torch.testing.assert_close(got, expected.squeeze(1), atol=1e-12, rtol=0)
 
 

@@ -8,7 +8,8 @@ and the attention softmax scale multiplied by `mscale(factor, mscale_all_dim)^2`
 
 MLA convention (Megatron `_apply_rotary_pos_emb_bshd(multi_latent_attention=True)`): channels (2i, 2i+1) rotate
 together with frequency i; the result is laid out de-interleaved, `[rotated evens | rotated odds]`. Queries and
-keys use the same layout, so their dot products equal those of the interleaved rotation.
+keys use the same layout, so their dot products equal those of the interleaved rotation. The rotation itself is
+`zebra_kernels.rope` (`rope_qk`; its torch form `torch_rotate_pairs`).
 """
 
 from __future__ import annotations
@@ -91,12 +92,3 @@ class YarnRotaryEmbedding(nn.Module):
         angles = positions.to(angle_dtype)[..., None] * inv_freq  # [B, T, dim / 2]
         cos, sin = angles.cos() * self.concentration, angles.sin() * self.concentration
         return cos.to(dtype), sin.to(dtype)
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate pairs (2i, 2i+1) of `x [..., d]` by angle i; output de-interleaved `[x_even' | x_odd']`.
-
-    cos, sin broadcast against `x[..., : d / 2]` (e.g. `[B, T, 1, d / 2]` for `x [B, T, H, d]`).
-    """
-    x_even, x_odd = x[..., 0::2], x[..., 1::2]  # [..., d / 2] each
-    return torch.cat((x_even * cos - x_odd * sin, x_odd * cos + x_even * sin), dim=-1)
