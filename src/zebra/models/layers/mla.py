@@ -164,7 +164,7 @@ class MultiLatentAttention(nn.Module):
             cos, sin = once(
                 memo, ("rope", q.dtype), lambda: self.rotary(position_ids, q.dtype)
             )  # [B, T, dr / 2]
-            # `apply_rotary` on both; one Triton launch on a GPU without gradients (zebra_kernels.rope)
+            # `torch_rotate_pairs` on both; one Triton launch on a GPU without gradients (zebra_kernels.rope)
             q_rope, k_rope = rope_qk(
                 q_rope, k_rope, cos, sin, backend=self.backend
             )  # [B, T, H, dr], [B, T, dr]
