@@ -62,6 +62,10 @@
 #                  CAL_ANCHORS="" skips it); CAL_MIXER (mamba) is the recurrent mixer, CAL_MLA an all-MLA student
 #                  calibrated before (e.g. /tmp/zfig/p50m/distill-mamba2/upcycle-mla) to use instead of calibrating one;
 #                  the pack in CAL_DIR (/tmp/zs), CAL_DEVICE (cuda)          cal-*.json, cal-ce.jsonl, upcycle-smart.json
+#   kd-speed       issue 40: KD's tokens/s and MFU for the Mamba2 + 8 MLA student of the teacher in CAL_DIR (uncalibrated:
+#                  speed only), KD_STEPS (12) steps of 2048-token sequences for each of KD_VARIANTS, "MICRO[:KEY=V,...]"
+#                  (default "8 16 32 16:train.compile=true"; the step is max(16, MICRO) sequences, as zebra distill's
+#                  figure at 16); each row the median over the steps after the first three        kd-speed.jsonl
 #   save-kernels   the warm Triton + inductor caches as kernels.tgz.NN parts of 12 MB (at most 5) in $OUT, so that
 #                  the next session skips the minutes of compiling and autotuning on its fresh machine: keep the
 #                  parts under .gpucache/ here (git-ignored), carry one beside each Triton part, copy each to
@@ -415,6 +419,30 @@ sys.exit(any(s.get(n, {}).get('status') != 'done' for n in ('upcycle-mla', 'upcy
           --calibrate-steps "${CAL_ANCHOR_STEPS:-100}" --calibrate-workers $w -o "$Z/anchor-w$w"
       done
       [ -f "$Z/smart/upcycle.json" ] && cp "$Z/smart/upcycle.json" "$OUT/upcycle-smart.json";;  # its scores
+    kd-speed)  # issue 40: KD's step rate by micro-batch and lever, so that the 50M pipeline fits its 15 minutes
+      Z=${CAL_DIR:-/tmp/zs}; T=$Z/SmolLM2-135M-Instruct.Q4_1.gguf; init=$Z/kd-init; runs=/tmp/kd-speed
+      [ -f "$init/config.json" ] || zebra upcycle "$T" --mixer mamba --mla-layers 0,4,8,12,16,20,24,28 -o "$init" \
+        -f --yes >> "$log" 2>&1
+      for v in ${KD_VARIANTS:-8 16 32 16:train.compile=true}; do
+        micro=${v%%:*} sets=() kvs=() left=$(( ${DEADLINE:-100000} - SECONDS ))
+        [[ $v == *:* ]] && IFS=, read -ra kvs <<< "${v#*:}"; for kv in "${kvs[@]}"; do sets+=(--set "$kv"); done
+        [ "$left" -lt 60 ] && { note "kd-speed $v: not run ($left s left)"; continue; }
+        rm -rf "$runs/kd"; t=$SECONDS
+        timeout "$left" python3 -m zebra.cli.main train tiny --init "$init" --teacher "$T" --data "$Z/data" -o "$runs" \
+          --set data.tokenizer="$init" \
+          --run kd --max-steps "${KD_STEPS:-12}" --yes --set data.seq_len="${KD_SEQ:-2048}" \
+          --set train.global_batch_size=$(( micro > 16 ? micro : 16 )) --set train.micro_batch_size="$micro" \
+          --set train.precision="${KD_PRECISION:-bf16}" --set train.eval_interval=0 --set train.save_interval=0 \
+          --set train.export=false --set train.log_interval=1 "${sets[@]}" >> "$log" 2>&1
+        rc=$?
+        python3 -c "import json, statistics, sys
+rows = [r for r in map(json.loads, open(sys.argv[1])) if 'tokens_per_s' in r][3:]
+tps = statistics.median(r['tokens_per_s'] for r in rows) if rows else None
+mfu = statistics.median(r['mfu'] or 0 for r in rows) if rows else None
+print(json.dumps({'variant': sys.argv[2], 'rc': int(sys.argv[3]), 'seconds': int(sys.argv[4]), 'steps': len(rows),
+                  'tokens_per_s': tps, 'mfu': mfu, 'memory_gb': max((r['memory_gb'] for r in rows), default=None)}))" \
+          "$runs/kd/metrics.jsonl" "$v" "$rc" $(( SECONDS - t )) 2>> "$log" | tee -a "$OUT/kd-speed.jsonl"
+      done;;
     save-kernels)
       rm -f "$OUT"/kernels.tgz.*
       tar -czP -f - /tmp/triton-cache "$HOME/.cache/zebra/kernels" 2>> "$log" | split -b 12000000 -d -a 2 - "$OUT/kernels.tgz."
