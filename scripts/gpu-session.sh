@@ -265,12 +265,13 @@ print({k: round(r[k], 2) for k in ('first_step_process_s', 'first_step_s', 'buil
       # figure (MLA_LENGTHS cached tokens, a capacity of the longest + 256 against a cache sized to each) with its
       # step profile, 1b-gdn-pure's step profile, then 1b-kda-mla's lengths if
       # time is left; every report decode_mla_<recipe>.json, summed up by scripts/mla-decode-summary.py.
-      # MLA_DRY=1: the same commands on tiny recipes on the CPU (no tests), to check the phase without a GPU.
+      # MLA_DRY=1: the same commands on tiny recipes on the CPU (no tests), to check the phase without a GPU;
+      # MLA_TESTS=0 skips the tests (160 s) when the call is short.
       dry=${MLA_DRY:-0} lens=${MLA_LENGTHS:-1024,8192,32768} size=(--prompt 2048 --new 256)
       runs=("1b-mamba-mla:--profile --lengths $lens" "1b-gdn-pure:--profile" "1b-kda-mla:--lengths $lens")
       [ "$dry" = 1 ] && { size=(--prompt 16 --new 4 --device cpu --dtype fp32); lens=8,24
         runs=("tiny:--profile --lengths $lens" "tiny-gdn:--profile" "tiny-kda:--lengths $lens"); }
-      if [ "$dry" != 1 ]; then
+      if [ "$dry" != 1 ] && [ "${MLA_TESTS:-1}" = 1 ]; then  # MLA_TESTS=0: the figures only
         timeout 160 python3 -m pytest -m gpu -p no:cacheprovider -v -rA -n ${WORKERS:-6} --timeout 150 \
           tests/kernels/test_mla_decode_gpu.py tests/kernels/test_choice.py tests/kernels/test_rope.py \
           tests/generation/test_gpu.py tests/models/test_gpu.py -k "${MLA_TESTS_K:-mla_decode or fused_kernel or \
