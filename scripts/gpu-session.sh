@@ -357,8 +357,9 @@ hybrid_fla_and_torch_backends_agree or static_cache_decode_step_replays}" \
       : "${DISTILL_RUNS:=p50m s50m c10m}" "${DISTILL_MICRO:=8}" "${DISTILL_MLA_LAYERS:=0,4,8,12,16,20,24,28}"
       Z=${DISTILL_DIR:-/tmp/zfig}; teacher=${DISTILL_TEACHER:-$Z/SmolLM2-135M-Instruct.Q4_1.gguf}; shape=$Z/shape
       # the scratch twins' shape and tokenizer: the hybrid upcycled without calibration (step 0's config)
-      [[ " $DISTILL_RUNS " =~ \ s[0-9]+m\  ]] && [ ! -f "$shape/config.json" ] && zebra upcycle "$teacher" --mixer mamba --mla-layers "$DISTILL_MLA_LAYERS" \
-        -o "$shape" -f --yes >> "$log" 2>&1
+      if [[ " $DISTILL_RUNS " =~ \ s[0-9]+m\  ]] && [ ! -f "$shape/config.json" ]; then
+        zebra upcycle "$teacher" --mixer mamba --mla-layers "$DISTILL_MLA_LAYERS" -o "$shape" -f --yes >> "$log" 2>&1
+      fi
       declare -A runs=(
         [p50m]="--tokens 50M --mixers mamba2 --scratch none --ild-fraction 0 --kd-lr 3e-4"
         [s50m]="--tokens 50M --mixers none --scratch mamba2 --shape-from $shape --ild-fraction 0"
@@ -430,8 +431,7 @@ sys.exit(any(s.get(n, {}).get('status') != 'done' for n in ('upcycle-mla', 'upcy
         [ "$left" -lt 60 ] && { note "kd-speed $v: not run ($left s left)"; continue; }
         rm -rf "$runs/kd"; t=$SECONDS
         timeout "$left" python3 -m zebra.cli.main train tiny --init "$init" --teacher "$T" --data "$Z/data" -o "$runs" \
-          --set data.tokenizer="$init" \
-          --run kd --max-steps "${KD_STEPS:-12}" --yes --set data.seq_len="${KD_SEQ:-2048}" \
+          --run kd --max-steps "${KD_STEPS:-12}" --yes --set data.tokenizer="$init" --set data.seq_len="${KD_SEQ:-2048}" \
           --set train.global_batch_size=$(( micro > 16 ? micro : 16 )) --set train.micro_batch_size="$micro" \
           --set train.precision="${KD_PRECISION:-bf16}" --set train.eval_interval=0 --set train.save_interval=0 \
           --set train.export=false --set train.log_interval=1 "${sets[@]}" >> "$log" 2>&1
