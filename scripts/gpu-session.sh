@@ -60,7 +60,8 @@
 #                  timed, composed even and smart with 8 MLA, their held-out CE and the teacher's; then the
 #                  recurrent calibration at CAL_ANCHOR_STEPS with 1 process and with 8 (the same run's ratio;
 #                  CAL_ANCHORS="" skips it); CAL_MIXER (mamba) is the recurrent mixer, CAL_MLA an all-MLA student
-#                  calibrated before (e.g. /tmp/zfig/p50m/distill-mamba2/upcycle-mla) to use instead of calibrating one;
+#                  calibrated before (e.g. /tmp/zfig/p50m/distill-mamba2/upcycle-mla) to use instead of calibrating one,
+#                  CAL_MLA_ARGS more flags for calibrating it (the activation-aware SVD: "--svd activation --calibration DIR");
 #                  the pack in CAL_DIR (/tmp/zs), CAL_DEVICE (cuda)          cal-*.json, cal-ce.jsonl, upcycle-smart.json
 #   kd-speed       issue 40: KD's tokens/s and MFU for the Mamba2 + 8 MLA student of the teacher in CAL_DIR (uncalibrated:
 #                  speed only), KD_STEPS (12) steps of 2048-token sequences for each of KD_VARIANTS, "MICRO[:KEY=V,...]"
@@ -409,7 +410,8 @@ sys.exit(any(s.get(n, {}).get('status') != 'done' for n in ('upcycle-mla', 'upcy
         note "calibrate $name: rc=$? $((SECONDS - t)) s"
       }
       mixer=${CAL_MIXER:-mamba} mla=${CAL_MLA:-$Z/mla}
-      [ -n "${CAL_MLA:-}" ] || timed mla upcycle "$T" --mla-layers all --calibrate "$Z/data" $CAL_ARGS -o "$mla"
+      [ -n "${CAL_MLA:-}" ] || timed mla upcycle "$T" --mla-layers all --calibrate "$Z/data" $CAL_ARGS \
+        ${CAL_MLA_ARGS:-} -o "$mla"  # e.g. CAL_MLA_ARGS="--svd activation --calibration $Z/data"
       timed "rec-$mixer" upcycle "$T" --mla 0 --mixer "$mixer" --calibrate "$Z/data" $CAL_ARGS -o "$Z/rec-$mixer"
       zebra upcycle --compose "$mla" "$Z/rec-$mixer" --mla 8 --placement even -o "$Z/even" -f --yes >> "$log" 2>&1
       zebra upcycle --compose "$mla" "$Z/rec-$mixer" --mla 8 --placement smart --calibration "$Z/data" \
