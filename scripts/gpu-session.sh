@@ -36,6 +36,9 @@
 #                  step profiles of 1b-mamba-mla and 1b-gdn-pure (MLA_DRY=1: tiny recipes on the CPU)   decode_mla_*.json
 #                  bash shared/gpu/setup.sh && DEADLINE=480 bash scripts/gpu-session.sh mla-decode   (one H100 call,
 #                  at most 9 minutes: tests 160 s, then the recipes in order while DEADLINE leaves 60 s)
+#   fused-decode   issue 41 item 1: `zebra bench decode --fused-decode` (Zebra's GEMV kernels) against the same bench
+#                  without it, FUSED_RECIPES (1b-mamba-mla 1b-gdn-pure) at batch 1 and 8 with step profiles, after
+#                  the kernels' GPU tests (FUSED_TESTS=0 skips; FUSED_DRY=1: tiny recipes on the CPU)   decode_mla_*.json
 #   longctx        issue 41 item 3: batch-1 training at LONG_LENGTHS (8192 16384 32768) of 1b-gdn-pure vs FLA's class,
 #                  LONG_HYBRIDS (1b-mamba-mla 1b-kda-mla) vs Llama-3.2-1B's shape at LONG_HYBRID_LEN (32768), then
 #                  decode of LONG_DECODE_RECIPES at LONG_PROMPT (32768) cached tokens against Llama-3.2-1B's shape with
@@ -287,6 +290,30 @@ hybrid_fla_and_torch_backends_agree or static_cache_decode_step_replays}" \
         timeout "$left" python3 -m zebra.cli.main bench decode "$r" --batch 1 "${size[@]}" --no-hf ${run#*:} --json \
           > "$OUT/decode_mla_$r.json" 2>> "$log"
         note "mla-decode $r (${run#*:}) rc=$?"
+      done
+      python3 scripts/mla-decode-summary.py "$OUT" >> "$OUT/summary.txt";;
+    fused-decode)  # issue 41 item 1: the decode step with Zebra's GEMV kernels (the MLP's pre-norm and SwiGLU
+      # inside, `--fused-decode`) against cuBLAS's, each recipe of FUSED_RECIPES at batch 1 and 8 with its step
+      # profile, base then fused in this call (same machine): decode_mla_<recipe>-{base,fused}.json, summed up by
+      # scripts/mla-decode-summary.py; first the kernel's and the fused engine's GPU tests (FUSED_TESTS=0 skips).
+      # FUSED_DRY=1: tiny recipes on the CPU (no tests), to check the phase without a GPU.
+      dry=${FUSED_DRY:-0} size=(--batch 1,8 --prompt 2048 --new 256) recipes=(${FUSED_RECIPES:-1b-mamba-mla 1b-gdn-pure})
+      [ "$dry" = 1 ] && { size=(--batch 1,2 --prompt 16 --new 4 --device cpu --dtype fp32); recipes=(tiny tiny-gdn); }
+      if [ "$dry" != 1 ] && [ "${FUSED_TESTS:-1}" = 1 ]; then
+        timeout 200 python3 -m pytest -m gpu -p no:cacheprovider -v -rA --timeout 190 \
+          tests/kernels/test_kernel_gpu.py tests/generation/test_gpu.py -k "decode_gemv or fused_decode" \
+          > "$OUT/pytest_fused.log" 2>&1
+        note "fused-decode tests: $(grep -E 'passed|failed|error' "$OUT/pytest_fused.log" | tail -1)"
+      fi
+      for r in "${recipes[@]}"; do
+        for mode in base fused; do
+          left=$(( ${DEADLINE:-480} - SECONDS ))
+          [ "$left" -lt 60 ] && { note "fused-decode $r $mode: not run ($left s left)"; continue; }
+          flag=(); [ "$mode" = fused ] && flag=(--fused-decode)
+          timeout "$left" python3 -m zebra.cli.main bench decode "$r" "${size[@]}" --no-hf --profile "${flag[@]}" \
+            --json > "$OUT/decode_mla_$r-$mode.json" 2>> "$log"
+          note "fused-decode $r $mode rc=$?"
+        done
       done
       python3 scripts/mla-decode-summary.py "$OUT" >> "$OUT/summary.txt";;
     longctx)

@@ -4,7 +4,9 @@
     python3 scripts/mla-decode-summary.py OUT [--top 15]
 
 Per report: the step against the roofline measured in the same run; the real-length rows (a large cache against
-one sized to the prompt: the goal is a ratio within 5%); the step's kernels (calls and microseconds per step).
+one sized to the prompt: the goal is a ratio within 5%); the step's kernels (calls and microseconds per step);
+for a recipe benched with and without `--fused-decode` (the `fused-decode` phase), the fused step against the
+other at each batch size.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ LENGTH_GOAL = 1.05  # large-capacity step / sized step (issue 41 item 2)
 def summary(report: dict, top: int) -> list[str]:
     lines = [
         f"## {report['model']} on {report['device']}, {report['dtype']}, torch {report['torch_version']}"
+        f"{', fused decode GEMVs' if report.get('fused_decode') else ''}"
     ]
     for r in report["rows"]:
         lines.append(
@@ -60,13 +63,23 @@ def main() -> None:
     paths = sorted(args.out.glob("decode_mla_*.json"))
     if not paths:
         print(f"mla-decode: no decode_mla_*.json in {args.out}")
+    reports = {}
     for path in paths:
         try:
-            report = json.loads(path.read_text())
+            reports[path.stem] = report = json.loads(path.read_text())
         except ValueError:
             print(f"## {path.name}: not a JSON report (see bench.log)")
             continue
         print("\n".join(summary(report, args.top)))
+    for name, fused in reports.items():
+        base = reports.get(name.removesuffix("-fused") + "-base")
+        if name.endswith("-fused") and base is not None:
+            for b, f in zip(base["rows"], fused["rows"], strict=False):
+                print(
+                    f"{fused['model']} batch {f['batch']}: fused step {f['step_ms_per_token']:.3f} ms against "
+                    f"{b['step_ms_per_token']:.3f} ({b['step_ms_per_token'] / f['step_ms_per_token']:.3f}x faster), "
+                    f"step/roofline {f['roofline_ratio']:.2f}x against {b['roofline_ratio']:.2f}x"
+                )
 
 
 if __name__ == "__main__":

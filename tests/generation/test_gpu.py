@@ -237,3 +237,23 @@ def test_fla_twin_is_flas_own_class_on_the_same_weights():
     with torch.no_grad():
         a, b = model(input_ids=ids).logits.float(), twin(input_ids=ids).logits.float()
     assert torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0) > 0.9999
+
+
+@pytest.mark.parametrize("recipe", ["tiny", "tiny-gdn"])
+def test_fused_decode_graph_equals_unfused(recipe):
+    """`use_fused_decode` (Zebra's GEMV kernels, tuned in the eager warm-up, then captured in the step's graph):
+    float32 greedy tokens equal the unfused engine's, and the step's logits agree to float32 sums."""
+    import copy
+
+    from zebra.models.layers.packed import use_fused_decode
+
+    model = cuda_model(recipe, torch.float32)
+    fused = copy.deepcopy(model)
+    use_fused_decode(fused)
+    engines = [Engine(m, cache="static", cuda_graph=True) for m in (model, fused)]
+    want = generate_tokens(engines[0], PROMPTS, max_new_tokens=24)
+    assert generate_tokens(engines[1], PROMPTS, max_new_tokens=24) == want
+    states = [e.new_state(batch=1, capacity=32) for e in engines]
+    logits = [e.prefill(s, torch.tensor([PROMPTS[0]])) for e, s in zip(engines, states, strict=True)]
+    steps = [e.step(s, lg.argmax(-1)) for e, s, lg in zip(engines, states, logits, strict=True)]
+    torch.testing.assert_close(steps[1], steps[0], rtol=1e-4, atol=1e-4)

@@ -496,3 +496,40 @@ def test_conv_decode_step_kernel_matches_reference(record, feed):
     record(f"conv-step-feed{feed}", "out", err)
     assert err < TOL and y.dtype == BF16
     assert torch.equal(buffer, rs.to(BF16) if feed else state)  # raw inputs: rolled exactly, or kept
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.parametrize(
+    "shape", ["mlp gate-up, norm", "mlp down", "mamba2 in, norm"], ids=["gate-up", "down", "mamba2-in"]
+)
+def test_decode_gemv_kernel_matches_reference(record, batch, shape):
+    """`zebra_kernels.gemv` (the fused decode GEMVs, tuned on this GPU) at 1b-mamba-mla's shapes in bf16 against
+    float64 on the same values: the MLP's gate and up with the pre-norm, residual add and SwiGLU inside, its down
+    projection, Mamba2's input projection (5,152 rows) with the pre-norm and no residual (the first sublayer)."""
+    D, F = 2048, 8192
+    n, k, up, norm, residual = {
+        "mlp gate-up, norm": (F, D, True, True, True),
+        "mlp down": (D, F, False, False, False),
+        "mamba2 in, norm": (2 * D + 2 * 8 * 64 + 32, D, False, True, False),  # z, x, B, C, dt
+    }[shape]
+    gen = torch.Generator(device="cuda").manual_seed(batch)
+    x = torch.randn(batch, 1, k, generator=gen, device="cuda").to(BF16)
+    w, w_up = (torch.randn(n, k, generator=gen, device="cuda").div(k**0.5).to(BF16) for _ in range(2))
+    res = torch.randn(batch, 1, k, generator=gen, device="cuda").to(BF16) if residual else None
+    norm_w = (torch.rand(k, generator=gen, device="cuda") + 0.5).to(BF16)
+    with torch.no_grad():
+        if norm:
+            y, s = zk.rms_norm_linear(x, norm_w, w, eps=1e-6, residual=res, up_weight=w_up if up else None)
+            rh, _ = zk.rms_norm(x.double(), norm_w.double(), eps=1e-6, residual=None if res is None else
+                                 res.double(), prenorm=True, backend="torch")  # fmt: skip
+        else:
+            y, rh = zk.linear_rows(x, w, up_weight=w_up if up else None), x.double()
+        ry = rh @ w.double().T
+        if up:
+            ry = torch.nn.functional.silu(ry) * (rh @ w_up.double().T)
+    assert y.dtype == BF16 and y.shape == (batch, 1, n)
+    err = relative_error(y, ry) if torch.isfinite(y).all() else math.inf
+    record(f"gemv-{shape}-B{batch}", "out", err)
+    assert err < TOL, f"{err:.3e}"
+    if norm:
+        assert torch.equal(s, (x.float() + res.float()).to(BF16) if residual else x)  # the stream, exactly

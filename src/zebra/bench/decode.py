@@ -28,6 +28,9 @@ What is measured, per batch size B (random prompt ids, greedy, no stop token, on
   one sized to the prompt (MLA decode reads only the cached tokens: the ratio should stay near 1).
 - `--profile` (`zebra.bench.decode_profile`): the kernels of one step at the first batch size (calls and
   microseconds per step), next to that row's roofline.
+- `--fused-decode`: every row with the decode GEMVs on Zebra's kernels (`zebra_kernels.gemv`: the MLP sublayer
+  as two kernels with its pre-norm and SwiGLU inside, the mixers' projections as its plain GEMV), HF generate's rows
+  too (the same model), FLA's class not. Compare it with a run without it on the same machine.
 """
 
 from __future__ import annotations
@@ -74,6 +77,9 @@ class DecodeBenchConfig:
     capacity: int | None = None  # the large cache of that figure (default: the longest length + new)
     profile: bool = False  # the per-kernel breakdown of one step at the first batch size
     against: str | None = None  # "llama": Llama-3.2-1B's shape with a static KV cache beside the engine
+    fused_decode: bool = (
+        False  # the decode GEMVs on Zebra's kernels (`zebra.models.layers.packed.use_fused_decode`)
+    )
 
 
 @dataclass
@@ -116,6 +122,7 @@ class DecodeBenchReport:
     cuda_graph: bool
     compile: bool
     torch_version: str
+    fused_decode: bool
     rows: list[DecodeBenchRow]
     fla: str | None = None  # FLA's class that ran, or why it did not
     llama: str | None = None  # --against llama: what ran
@@ -143,6 +150,10 @@ def run_decode_bench(
     progress = _Progress(on_progress, phases)
     progress.say(f"building {cfg.model} on {device}")
     model = build_model(cfg.model, device=device, dtype=cfg.dtype, seed=cfg.seed)
+    if cfg.fused_decode:
+        from zebra.models.layers.packed import use_fused_decode
+
+        use_fused_decode(model)
     if cfg.cache == "static" and model.config.model_type != "zebra":
         raise ZebraError(
             f"--cache static: needs a zebra model, not {model.config.model_type}", fix="use --cache auto"
@@ -205,6 +216,7 @@ def run_decode_bench(
         cuda_graph=engine.cuda_graph,
         compile=engine.compiled,
         torch_version=torch.__version__,
+        fused_decode=cfg.fused_decode,
         rows=rows,
         fla=fla_note,
         llama=llama_note if llama else None,

@@ -98,6 +98,13 @@ def decode(
             help="llama: also Llama-3.2-1B's shape (transformers + SDPA, HF generate with a static KV cache).",
         ),
     ] = None,
+    fused_decode: Annotated[
+        bool,
+        typer.Option(
+            "--fused-decode",
+            help="Decode GEMVs on Zebra's kernels, the MLP's pre-norm and SwiGLU fused in (zebra_kernels.gemv).",
+        ),
+    ] = False,
     json_: JsonOpt = False,
 ) -> None:
     """Prefill and decode speed of the generation engine next to HF generate, and the memory roofline."""
@@ -131,6 +138,7 @@ def decode(
         capacity=capacity,
         profile=profile,
         against=against,
+        fused_decode=fused_decode,
     )
     check_decode_config(cfg)  # before the progress bar draws
     with out.progress("decode bench", unit="phase") as bar:
@@ -199,7 +207,8 @@ def _decode_table(report) -> None:
         cols,
         rows,
         title=f"decode: {report.model} on {report.device}, {report.dtype}, prompt {report.prompt} + {report.new} new, "
-        f"{report.cache} cache{', CUDA graph' if report.cuda_graph else ''}{', compiled' if report.compile else ''}",
+        f"{report.cache} cache{', CUDA graph' if report.cuda_graph else ''}{', compiled' if report.compile else ''}"
+        f"{', fused decode GEMVs' if report.fused_decode else ''}",
         justify={c: "right" for c in cols},
     )
     out.text(

@@ -67,6 +67,10 @@ class ZebraSublayer(GradientCheckpointingLayer):
         """`hidden_states` `[B, T, D]`: the previous mixer's output (the embeddings for the first sublayer, with
         `residual=None`); `residual` `[B, T, D]`: the stream before it; `memo`: the model forward's dict of what
         its sublayers share (MLA's RoPE and mask). Returns (mixer output, stream)."""
+        forward_normed = getattr(self.mixer, "forward_normed", None)
+        fused = forward_normed(hidden_states, residual, self.norm) if forward_normed is not None else None
+        if fused is not None:  # a decode step with the norm inside the mixer's kernels
+            return fused
         h, residual = self.norm(hidden_states, residual, prenorm=True)  # stream x = hidden_states + residual
         h = self.mixer(
             h,

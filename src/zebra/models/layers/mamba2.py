@@ -11,7 +11,7 @@ from transformers import initialization as init
 
 from zebra.mixers.mamba2 import MAMBA_NORM_EPS
 from zebra.models.layers.norm import GatedRMSNorm
-from zebra.models.layers.packed import derived
+from zebra.models.layers.packed import decode_linear, derived
 from zebra.models.layers.recurrent import (
     RecurrentMixer,
     depthwise_conv,
@@ -105,7 +105,9 @@ class Mamba2(RecurrentMixer):
     def mix(self, hidden_states, state, conv_state, context):
         B, T, _ = hidden_states.shape
         Hm, P, G, N = self.num_heads, self.head_dim, self.num_groups, self.state_dim
-        z, xbc, dt = self.in_proj(hidden_states).split([self.d_inner, self.d_inner + 2 * G * N, Hm], dim=-1)
+        z, xbc, dt = decode_linear(self, self.in_proj, hidden_states).split(
+            [self.d_inner, self.d_inner + 2 * G * N, Hm], dim=-1
+        )
         xbc, conv_state = self.short_conv(
             xbc, self.conv1d.weight.squeeze(1), self.conv1d.bias, conv_state, context
         )  # [B, T, Di + 2*G*N]
@@ -142,4 +144,4 @@ class Mamba2(RecurrentMixer):
                 backend=self.backend,
             )  # [B, T, Hm, P]
         y = self.norm(y.reshape(B, T, self.d_inner), z)
-        return self.out_proj(y), state, conv_state
+        return decode_linear(self, self.out_proj, y), state, conv_state

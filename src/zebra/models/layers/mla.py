@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zebra.models.layers.norm import RMSNorm
-from zebra.models.layers.packed import project
+from zebra.models.layers.packed import decode_linear, project
 from zebra.models.layers.rotary import YarnRotaryEmbedding, yarn_softmax_scale
 from zebra_kernels.rope import rope_qk
 
@@ -62,6 +62,7 @@ class MultiLatentAttention(nn.Module):
 
     # one GEMM for q_down_proj and kv_down_proj in training too (`zebra.models.layers.packed.project`)
     fuse_projections: bool = False
+    fused_decode: bool = False  # `packed.use_fused_decode`: decode GEMVs on Zebra's kernels
 
     def __init__(
         self,
@@ -180,7 +181,7 @@ class MultiLatentAttention(nn.Module):
             absorb = cache is not None and T <= ABSORB_MAX_T
         if absorb and cache is not None and attention_mask is None:  # reads only the cached tokens
             o = self._absorbed_cached(q_nope, q_rope, latent, k_rope, offset + T, host_length(cache, T))
-            return self.o_proj(o.reshape(B, T, H * self.v_head_dim))
+            return decode_linear(self, self.o_proj, o.reshape(B, T, H * self.v_head_dim))
         mask = once(
             memo,
             ("mask", L),
@@ -190,7 +191,7 @@ class MultiLatentAttention(nn.Module):
             o = self._absorbed(q_nope, q_rope, latent, k_rope, mask)
         else:
             o = self._expanded(q_nope, q_rope, latent, k_rope, mask)
-        return self.o_proj(o.reshape(B, T, H * self.v_head_dim))
+        return decode_linear(self, self.o_proj, o.reshape(B, T, H * self.v_head_dim))
 
     def _expanded(self, q_nope, q_rope, latent, k_rope, mask) -> torch.Tensor:
         """Per-head keys/values from the latents; SDPA. Returns `[B, T, H, dv]`."""

@@ -9,6 +9,9 @@ tensor is recomputed on every call, so autograd sees the parameters; prefill (mo
 by one, so nothing changes for it and no stacked copy is made, unless the owner's `fuse_projections` is set
 (`train.fuse_projections`, `zebra.train.parallelize.apply_fused_projections`): then one GEMM over the weights
 concatenated in that forward, so each weight still gets its own gradient.
+
+`use_fused_decode` switches the decode step's GEMVs to Zebra's own kernels (`zebra_kernels.gemv`): the stacked
+projections here, and the whole MLP sublayer with its pre-norm (`SwiGLU.forward_normed`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from zebra_kernels import linear_rows
 
 
 def derived(
@@ -75,5 +80,29 @@ def project(
         return head + outs[joined:]
     name = "stacked_" + "_".join(names).replace(".", "_")
     weight = derived(module, name, [lin.weight for lin in linears], torch.cat)  # [sum out_i, D]
-    out = F.linear(hidden_states, weight)  # [B, 1, sum out_i]
+    if getattr(module, "fused_decode", False):
+        out = linear_rows(hidden_states, weight)  # [B, 1, sum out_i]
+    else:
+        out = F.linear(hidden_states, weight)
     return list(out.split(sizes, dim=-1))
+
+
+def decode_linear(module: nn.Module, linear: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+    """`linear(hidden_states)`, on Zebra's GEMV kernel while `module.fused_decode` is on and this is a decode step
+    (one token, no grad) of a plain bias-free `nn.Linear` (a float8 one keeps its own forward)."""
+    fused = getattr(module, "fused_decode", False) and hidden_states.shape[1] == 1
+    if not fused or torch.is_grad_enabled() or type(linear) is not nn.Linear or linear.bias is not None:
+        return linear(hidden_states)
+    return linear_rows(hidden_states, linear.weight)
+
+
+def use_fused_decode(model: nn.Module, on: bool = True) -> int:
+    """Switch the decode step of every module that has a fused form (a class attribute `fused_decode`: the MLPs,
+    and the mixers that stack their projections with `project`) to Zebra's GEMV kernels, or back; returns how
+    many were switched. Inference only; prefill and training are unchanged."""
+    switched = 0
+    for module in model.modules():
+        if hasattr(type(module), "fused_decode"):
+            module.fused_decode = on
+            switched += 1
+    return switched

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from zebra.models.layers.packed import derived, project
+from zebra.models.layers.packed import decode_linear, derived, project
 from zebra_kernels import causal_conv1d, causal_conv1d_step_
 
 if TYPE_CHECKING:
@@ -101,6 +101,8 @@ class RecurrentMixer(nn.Module):
         layer_idx: the sublayer index (its slot in the cache).
         backend: kernel backend ("auto", "torch", "fla").
     """
+
+    fused_decode: bool = False  # `packed.use_fused_decode`: decode GEMVs on Zebra's kernels
 
     def __init__(self, layer_idx: int | None, backend: str):
         super().__init__()
@@ -269,4 +271,4 @@ class DeltaRuleMixer(QKVConvMixer):
             **gate_kwargs,
         )  # [B, T, HV, V]
         o = self.o_norm(o, self.output_gate(projected).view(B, T, HV, V))
-        return self.o_proj(o.reshape(B, T, HV * V)), state, conv_state
+        return decode_linear(self, self.o_proj, o.reshape(B, T, HV * V)), state, conv_state

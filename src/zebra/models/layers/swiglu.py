@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zebra_kernels import swiglu_linear
+from zebra_kernels import linear_rows, rms_norm_linear, swiglu_linear
 
 
 class SwiGLU(nn.Module):
@@ -23,6 +23,10 @@ class SwiGLU(nn.Module):
         intermediate_size: inner width F.
         backend: kernel backend ("auto", "torch", "fla").
     """
+
+    fused_decode: bool = (
+        False  # `zebra.models.layers.packed.use_fused_decode`: `forward_normed` while decoding
+    )
 
     def __init__(self, hidden_size: int, intermediate_size: int, backend: str = "auto"):
         super().__init__()
@@ -46,3 +50,26 @@ class SwiGLU(nn.Module):
         if type(self.down_proj) is not nn.Linear:  # converted (float8, `train.fp8`): its own forward must run
             return self.down_proj(F.silu(gate) * up)
         return swiglu_linear(gate, up, self.down_proj.weight, self.down_proj.bias, backend=self.backend)
+
+    def forward_normed(
+        self, hidden_states: torch.Tensor, residual: torch.Tensor | None, norm: nn.Module
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The sublayer's decode step from the previous sublayer's output, in two kernels on a GPU
+        (`zebra_kernels.gemv`): the pre-norm `norm` with its residual add, gate, up and SwiGLU in one, the down
+        projection in the other. Returns (MLP output, stream `hidden_states + residual`), or None where it does
+        not apply (`fused_decode` off, more than one token, grad, converted or biased projections)."""
+        if not (self.fused_decode and hidden_states.shape[1] == 1 and not torch.is_grad_enabled()):
+            return None
+        linears = (self.gate_proj, self.up_proj, self.down_proj)
+        if any(type(lin) is not nn.Linear or lin.bias is not None for lin in linears):
+            return None
+        z, stream = rms_norm_linear(
+            hidden_states,
+            norm.weight,
+            self.gate_proj.weight,
+            eps=norm.eps,
+            residual=residual,
+            up_weight=self.up_proj.weight,
+            backend=self.backend,
+        )  # [B, 1, F], [B, 1, D]
+        return linear_rows(z, self.down_proj.weight, backend=self.backend), stream

@@ -1,0 +1,114 @@
+"""Decode GEMVs: a one-token step's projections with the sublayer's pre-norm in their prologue and SwiGLU in
+their epilogue (on a GPU, `gemv.triton_fused`: one kernel each).
+
+A decode step reads every weight once for a few rows of activations. The unfused MLP sublayer is five kernels
+(the norm with its residual add, gate, up, SwiGLU, down); `rms_norm_linear(..., up_weight=)` and `linear_rows`
+make it two, and read gate and up in one pass. Both are inference-only (no backward) and exact to the unfused
+path's roundings: the normed activations and each projection's output are rounded to the activations' dtype
+where the unfused path stores them, so they differ from it only by the order of the float32 sums.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from zebra_kernels._common import needs_grad
+from zebra_kernels.backend import resolve_fusible_backend
+from zebra_kernels.norm import rms_norm
+
+MAX_ROWS = 8  # activation rows (decode batch) the kernel takes; more are a GEMM's work
+
+
+def _kernel_applies(x: torch.Tensor, backend: str, *tensors: torch.Tensor | None) -> bool:
+    rows = x.numel() // x.shape[-1]
+    return (
+        rows <= MAX_ROWS
+        and x.dtype != torch.float64
+        and not needs_grad(x, *tensors)
+        and resolve_fusible_backend(backend, x.device) == "fla"
+    )
+
+
+def _project(h: torch.Tensor, weight: torch.Tensor, up_weight: torch.Tensor | None) -> torch.Tensor:
+    if up_weight is None:
+        return F.linear(h, weight)
+    return F.silu(F.linear(h, weight)) * F.linear(h, up_weight)
+
+
+def linear_rows(
+    x: torch.Tensor, weight: torch.Tensor, *, up_weight: torch.Tensor | None = None, backend: str = "auto"
+) -> torch.Tensor:
+    r"""`F.linear(x, weight)` for a few rows of x, or `silu(F.linear(x, weight)) * F.linear(x, up_weight)`.
+
+    Args:
+        x: `[..., K]`, at most `MAX_ROWS` rows for the kernel (more run as torch's GEMMs).
+        weight: `[N, K]` (columns contiguous).
+        up_weight: `[N, K]`, SwiGLU's up projection beside `weight` (the gate), or None.
+        backend: "auto", "torch" or "fla" (see `resolve_backend`).
+
+    Returns:
+        `[..., N]` in x's dtype.
+
+    Examples:
+        >>> x, w = torch.randn(1, 1, 8), torch.randn(4, 8)
+        >>> linear_rows(x, w).shape
+        torch.Size([1, 1, 4])
+    """
+    if not _kernel_applies(x, backend, weight, up_weight):
+        return _project(x, weight, up_weight)
+    from zebra_kernels.gemv.triton_fused import triton_gemv
+
+    y, _ = triton_gemv(x.reshape(-1, x.shape[-1]), weight, up_weight=up_weight)
+    return y.view(*x.shape[:-1], weight.shape[0])
+
+
+def rms_norm_linear(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    eps: float,
+    residual: torch.Tensor | None = None,
+    up_weight: torch.Tensor | None = None,
+    backend: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""A pre-norm sublayer's first projection: `(linear_rows(h, weight, up_weight=up_weight), s)` where
+    `h, s = rms_norm(x, norm_weight, eps=eps, residual=residual, prenorm=True)`.
+
+    Args:
+        x: `[..., K]`, the previous sublayer's output (at most `MAX_ROWS` rows for the kernel).
+        norm_weight: `[K]`, the pre-norm's weight.
+        weight: `[N, K]`.
+        eps: the norm's epsilon.
+        residual: `[..., K]`, the stream before x, or None (then the stream is x).
+        up_weight: `[N, K]` (SwiGLU's up projection beside the gate `weight`) or None.
+        backend: "auto", "torch" or "fla".
+
+    Returns:
+        The projection `[..., N]` in x's dtype, and the stream `s = x + residual` in residual's dtype.
+
+    Examples:
+        >>> x, r, w = torch.randn(1, 1, 8), torch.randn(1, 1, 8), torch.randn(4, 8)
+        >>> y, s = rms_norm_linear(x, torch.ones(8), w, eps=1e-6, residual=r)
+        >>> torch.equal(s, x + r), y.shape
+        (True, torch.Size([1, 1, 4]))
+    """
+    if residual is not None and residual.shape != x.shape:
+        raise ValueError(f"residual must have x's shape {list(x.shape)}, got {list(residual.shape)}")
+    if not _kernel_applies(x, backend, norm_weight, weight, up_weight, residual):
+        h, stream = rms_norm(x, norm_weight, eps=eps, residual=residual, prenorm=True, backend=backend)
+        return _project(h, weight, up_weight), stream
+    from zebra_kernels.gemv.triton_fused import triton_gemv
+
+    rows = x.reshape(-1, x.shape[-1])
+    y, stream = triton_gemv(
+        rows,
+        weight,
+        up_weight=up_weight,
+        norm_weight=norm_weight,
+        residual=None if residual is None else residual.reshape(rows.shape),
+        eps=eps,
+    )
+    y = y.view(*x.shape[:-1], weight.shape[0])
+    return y, x if stream is None else stream.view(x.shape)

@@ -1,0 +1,237 @@
+"""The decode GEMVs of `zebra_kernels.gemv` as one Triton kernel (GPU; also under `TRITON_INTERPRET=1` on a CPU,
+as the tests run it).
+
+A decode step multiplies a few rows of activations (`R` <= `zebra_kernels.gemv.MAX_ROWS`) by every weight matrix once: it is a read of the
+weights, and each matrix deserves the whole memory bandwidth. Each program owns `BLOCK_N` output rows, walks K
+in blocks of `BLOCK_K` and keeps its `[BLOCK_R, BLOCK_N]` accumulator in float32; the weight tile is loaded
+once for every activation row. There are enough programs (a few per SM, see `launch_config`) to keep loads in
+flight without a split-K reduction; the block sizes and warps of each shape are timed once per process among a
+few candidates (`tuned_config`), since the best differ between a 67 MB MLP and a 4 MB projection and between
+GPUs.
+
+Prologue (NORM): the sublayer's pre-norm. Every program first sums the squares of its rows of
+`s = x + residual` (the activations are a few KB, read from L2), then normalises each K block as it multiplies
+it, rounding `h = s * rstd * norm_weight` to the activations' dtype exactly where the unfused path stores it.
+Program 0 writes `s`, the residual stream, to a buffer of its own (never over an input another program reads).
+Epilogue (SWIGLU): a second weight (`up`) read beside the first (`gate`), both outputs rounded to the output
+dtype as the two GEMVs would store them, then `silu(gate) * up` in float32.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from zebra_kernels._common import on_device
+
+PROGRAMS_PER_SM = 4  # enough weight loads in flight per SM without splitting K
+INTERPRETER_SMS = 2  # the "SM count" under Triton's interpreter (a CPU)
+TUNE_REPEATS = 10  # timed launches of each candidate config
+MAX_TILE = 8192  # float32 products of one K block, [BLOCK_R, BLOCK_N, BLOCK_K]: 64 a thread at 4 warps
+
+
+@triton.jit
+def _gemv_kernel(
+    x_ptr,  # [R, K] rows contiguous, row stride stride_x
+    residual_ptr,  # [R, K] contiguous (NORM and HAS_RESIDUAL)
+    norm_weight_ptr,  # [K] (NORM)
+    stream_ptr,  # [R, K] contiguous, out: x + residual in the stream's dtype (NORM and HAS_RESIDUAL)
+    w_ptr,  # [N, K] row stride stride_w, columns contiguous
+    up_ptr,  # [N, K] row stride stride_up (SWIGLU)
+    y_ptr,  # [R, N] contiguous, out
+    R,
+    N,
+    K,
+    stride_x,
+    stride_w,
+    stride_up,
+    eps,
+    NORM: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    SWIGLU: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    rows_r = tl.arange(0, BLOCK_R)  # [BLOCK_R] activation rows
+    mask_r = rows_r < R
+    rows_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N] output rows
+    mask_n = rows_n < N
+    cols = tl.arange(0, BLOCK_K)  # [BLOCK_K]
+
+    if NORM:
+        sum_sq = tl.zeros([BLOCK_R], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            k = k0 + cols
+            mask = mask_r[:, None] & (k < K)[None, :]
+            s = tl.load(x_ptr + rows_r[:, None] * stride_x + k[None, :], mask=mask, other=0.0).to(tl.float32)
+            if HAS_RESIDUAL:
+                s += tl.load(residual_ptr + rows_r[:, None] * K + k[None, :], mask=mask, other=0.0).to(
+                    tl.float32
+                )
+                if pid == 0:
+                    tl.store(
+                        stream_ptr + rows_r[:, None] * K + k[None, :],
+                        s.to(stream_ptr.dtype.element_ty),
+                        mask=mask,
+                    )
+            sum_sq += tl.sum(s * s, axis=1)
+        rstd = 1.0 / tl.sqrt(sum_sq / K + eps)  # [BLOCK_R]
+
+    acc = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
+    if SWIGLU:
+        acc_up = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + cols
+        mask_k = k < K
+        mask = mask_r[:, None] & mask_k[None, :]
+        h = tl.load(
+            x_ptr + rows_r[:, None] * stride_x + k[None, :], mask=mask, other=0.0
+        )  # [BLOCK_R, BLOCK_K]
+        if NORM:
+            s = h.to(tl.float32)
+            if HAS_RESIDUAL:
+                s += tl.load(residual_ptr + rows_r[:, None] * K + k[None, :], mask=mask, other=0.0).to(
+                    tl.float32
+                )
+            norm_w = tl.load(norm_weight_ptr + k, mask=mask_k, other=0.0).to(tl.float32)
+            h = (s * rstd[:, None] * norm_w[None, :]).to(x_ptr.dtype.element_ty)  # what the norm would store
+        h = h.to(tl.float32)
+        w_mask = mask_n[:, None] & mask_k[None, :]
+        w = tl.load(w_ptr + rows_n[:, None] * stride_w + k[None, :], mask=w_mask, other=0.0).to(tl.float32)
+        acc += tl.sum(h[:, None, :] * w[None, :, :], axis=2)  # [BLOCK_R, BLOCK_N]
+        if SWIGLU:
+            u = tl.load(up_ptr + rows_n[:, None] * stride_up + k[None, :], mask=w_mask, other=0.0).to(
+                tl.float32
+            )
+            acc_up += tl.sum(h[:, None, :] * u[None, :, :], axis=2)
+
+    out = acc.to(y_ptr.dtype.element_ty)
+    if SWIGLU:
+        gate = out.to(tl.float32)
+        up = acc_up.to(y_ptr.dtype.element_ty).to(tl.float32)
+        out = (gate * tl.sigmoid(gate) * up).to(y_ptr.dtype.element_ty)
+    y_mask = mask_r[:, None] & mask_n[None, :]
+    tl.store(y_ptr + rows_r[:, None] * N + rows_n[None, :], out, mask=y_mask)
+
+
+def launch_config(rows: int, n: int, k: int, sms: int) -> tuple[int, int, int, int]:
+    """(BLOCK_R, BLOCK_N, BLOCK_K, num_warps) before tuning, for `rows` activation rows and an `[n, k]` weight on
+    `sms` SMs: the widest block of output rows (1 to 16) that still gives `PROGRAMS_PER_SM` programs per SM, and
+    K in blocks of up to 512 columns, fewer when many activation rows share the tile (its float32 products stay
+    in registers)."""
+    block_r = triton.next_power_of_2(rows)
+    block_n = 16
+    while block_n > 1 and triton.cdiv(n, block_n) < PROGRAMS_PER_SM * sms:
+        block_n //= 2
+    block_k = max(64, min(512, triton.next_power_of_2(k), MAX_TILE // (block_r * block_n)))
+    return block_r, block_n, block_k, 4
+
+
+def candidates(rows: int, n: int, k: int, sms: int) -> list[tuple[int, int, int, int]]:
+    """What `tuned_config` times: `launch_config`'s choice, half and twice its output rows, two to four times
+    its K block, and 8 warps for each."""
+    block_r, block_n, block_k, _ = launch_config(rows, n, k, sms)
+    widest_k = triton.next_power_of_2(k)
+    found = []
+    for bn in (max(1, block_n // 2), block_n, min(16, block_n * 2)):
+        for bk in (block_k, block_k * 2, block_k * 4):
+            if bk > widest_k or block_r * bn * bk > 4 * MAX_TILE:
+                continue
+            for warps in (4, 8):
+                if (block_r, bn, bk, warps) not in found:
+                    found.append((block_r, bn, bk, warps))
+    return found
+
+
+_tuned: dict[tuple, tuple[int, int, int, int]] = {}
+
+
+def tuned_config(key: tuple, launch, rows: int, n: int, k: int, device: torch.device):
+    """The fastest of `candidates` for this shape and kind of launch, timed once per process on the GPU (CUDA
+    events, after a compile-and-warm run of each); `launch_config` on a CPU or while a CUDA graph is captured
+    (the engine's eager warm-up steps tune before its capture)."""
+    if key in _tuned:
+        return _tuned[key]
+    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return launch_config(rows, n, k, _sm_count(device))
+    timings = []
+    for config in candidates(rows, n, k, _sm_count(device)):
+        launch(config)  # compile, warm
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(TUNE_REPEATS):
+            launch(config)
+        end.record()
+        end.synchronize()
+        timings.append((start.elapsed_time(end), config))
+    _tuned[key] = min(timings)[1]
+    return _tuned[key]
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return INTERPRETER_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def triton_gemv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    up_weight: torch.Tensor | None = None,
+    norm_weight: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    config: tuple[int, int, int, int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`(y [R, N], stream [R, K] or None)` for `x [R, K]`; see `zebra_kernels.gemv` for what each argument adds.
+    `config` (BLOCK_R, BLOCK_N, BLOCK_K, num_warps) overrides the tuned one (benchmarks, tests)."""
+    rows, k = x.shape
+    n = weight.shape[0]
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    if weight.stride(-1) != 1 or (up_weight is not None and up_weight.stride(-1) != 1):
+        raise ValueError("the weights' columns must be contiguous")
+    norm = norm_weight is not None
+    has_residual = norm and residual is not None
+    if has_residual:
+        residual = residual.contiguous()
+    swiglu = up_weight is not None
+    y = torch.empty(rows, n, device=x.device, dtype=x.dtype)
+    stream = torch.empty(rows, k, device=x.device, dtype=residual.dtype) if has_residual else None
+
+    def launch(cfg: tuple[int, int, int, int]) -> None:
+        block_r, block_n, block_k, warps = cfg
+        with on_device(x):
+            _gemv_kernel[(triton.cdiv(n, block_n),)](
+                x,
+                residual if has_residual else x,
+                norm_weight if norm else x,
+                stream if has_residual else y,
+                weight,
+                up_weight if swiglu else weight,
+                y,
+                rows,
+                n,
+                k,
+                x.stride(0),
+                weight.stride(0),
+                up_weight.stride(0) if swiglu else 0,
+                eps,
+                NORM=norm,
+                HAS_RESIDUAL=has_residual,
+                SWIGLU=swiglu,
+                BLOCK_R=block_r,
+                BLOCK_N=block_n,
+                BLOCK_K=block_k,
+                num_warps=warps,
+            )
+
+    if config is None:
+        key = (x.device, x.dtype, weight.dtype, rows, n, k, norm, has_residual, swiglu)
+        config = tuned_config(key, launch, rows, n, k, x.device)
+    launch(config)
+    return y, stream
