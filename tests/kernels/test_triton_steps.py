@@ -119,7 +119,7 @@ for rows, n, k in [(1, 70, 300), (3, 33, 129), (8, 40, 96)]:  # ragged N and K b
             "norm, residual, swiglu": (x, dict(norm_weight=norm_w, residual=res, up_weight=up)),
         }
         for name, (xi, kw) in cases.items():
-            for config in candidates(rows, n, k, 2)[:3]:  # the first K block sizes and row blocks
+            for config in candidates(rows, n, k, 2)[::2]:  # each block shape, 4 warps
                 y, stream = triton_gemv(xi, w, config=config, **kw)
                 y_ref, s_ref = reference(xi, w, kw.get("up_weight"), kw.get("norm_weight"), kw.get("residual"))
                 report(f"{rows}x{n}x{k} {str(dtype)[6:]} {name} {config}", y, y_ref,
@@ -174,11 +174,11 @@ def test_conv_step_kernel():
 
 def test_gemv_kernel():
     """Every form (plain, strided input, SwiGLU epilogue, norm prologue with and without the residual add) at
-    ragged shapes and three launch configs each, against float64 rounded where the unfused path stores: exact to
+    ragged shapes and two block shapes each, against float64 rounded where the unfused path stores: exact to
     float32's sums in float32; in bf16 within its roundings (a flipped rounding of a normed input or of the gate
     moves a 70-wide output by up to 2%)."""
     results = interpreted(GEMV)
-    assert len(results) == 3 * 2 * 6 * 3
+    assert len(results) == 3 * 2 * 6 * 2
     for name, r in results.items():
         bf16 = "bfloat16" in name
         assert r["y_err"] < (3e-2 if bf16 else 1e-6), (name, r)

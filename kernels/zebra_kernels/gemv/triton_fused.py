@@ -131,18 +131,16 @@ def launch_config(rows: int, n: int, k: int, sms: int) -> tuple[int, int, int, i
 
 
 def candidates(rows: int, n: int, k: int, sms: int) -> list[tuple[int, int, int, int]]:
-    """What `tuned_config` times: `launch_config`'s choice, half and twice its output rows, two to four times
-    its K block, and 8 warps for each."""
+    """What `tuned_config` times (at most 8, each a compile the first time on a machine): `launch_config`'s
+    choice, twice its K block, twice its output rows, half its rows over twice its K block; 4 and 8 warps each."""
     block_r, block_n, block_k, _ = launch_config(rows, n, k, sms)
-    widest_k = triton.next_power_of_2(k)
+    shapes = [(block_n, block_k), (block_n, 2 * block_k), (2 * block_n, block_k), (block_n // 2, 2 * block_k)]
     found = []
-    for bn in (max(1, block_n // 2), block_n, min(16, block_n * 2)):
-        for bk in (block_k, block_k * 2, block_k * 4):
-            if bk > widest_k or block_r * bn * bk > 4 * MAX_TILE:
-                continue
-            for warps in (4, 8):
-                if (block_r, bn, bk, warps) not in found:
-                    found.append((block_r, bn, bk, warps))
+    for bn, bk in shapes:
+        fits = 1 <= bn <= 16 and bk <= triton.next_power_of_2(k) and block_r * bn * bk <= 2 * MAX_TILE
+        for warps in (4, 8):
+            if fits and (block_r, bn, bk, warps) not in found:
+                found.append((block_r, bn, bk, warps))
     return found
 
 
