@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zebra.models.layers.norm import RMSNorm
-from zebra.models.layers.packed import decode_linear, project
+from zebra.models.layers.packed import decode_linear, decode_norm_linear, project
 from zebra.models.layers.rotary import YarnRotaryEmbedding, yarn_softmax_scale
 from zebra_kernels.rope import rope_qk
 
@@ -156,7 +156,7 @@ class MultiLatentAttention(nn.Module):
         q_in = "q_down_proj" if self.q_lora_rank else "q_proj"
         q, kv = project(self, hidden_states, (q_in, "kv_down_proj"))  # one GEMV while decoding
         if self.q_lora_rank:
-            q = self.q_up_proj(self.q_norm(q))
+            q = decode_norm_linear(self, self.q_norm, self.q_up_proj, q)
         q = q.view(B, T, H, dn + dr)
         q_nope, q_rope = q.split([dn, dr], dim=-1)  # [B, T, H, dn], [B, T, H, dr]
         latent, k_rope = kv.split([self.kv_lora_rank, dr], dim=-1)

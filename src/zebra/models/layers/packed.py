@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zebra_kernels import linear_rows
+from zebra.models.layers.norm import RMSNorm
+from zebra_kernels import linear_rows, rms_norm_linear
 
 
 def derived(
@@ -87,13 +88,28 @@ def project(
     return list(out.split(sizes, dim=-1))
 
 
-def decode_linear(module: nn.Module, linear: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
-    """`linear(hidden_states)`, on Zebra's GEMV kernel while `module.fused_decode` is on and this is a decode step
-    (one token, no grad) of a plain bias-free `nn.Linear` (a float8 one keeps its own forward)."""
+def _fused_step(module: nn.Module, linear: nn.Module, hidden_states: torch.Tensor) -> bool:
+    """Whether `linear` runs on Zebra's GEMV kernel here: `module.fused_decode` on, a decode step (one token, no
+    grad), a plain bias-free `nn.Linear` (a float8 one keeps its own forward)."""
     fused = getattr(module, "fused_decode", False) and hidden_states.shape[1] == 1
-    if not fused or torch.is_grad_enabled() or type(linear) is not nn.Linear or linear.bias is not None:
+    return fused and not torch.is_grad_enabled() and type(linear) is nn.Linear and linear.bias is None
+
+
+def decode_linear(module: nn.Module, linear: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+    """`linear(hidden_states)`, on Zebra's GEMV kernel in `module`'s fused decode steps."""
+    if not _fused_step(module, linear, hidden_states):
         return linear(hidden_states)
     return linear_rows(hidden_states, linear.weight)
+
+
+def decode_norm_linear(
+    module: nn.Module, norm: nn.Module, linear: nn.Module, hidden_states: torch.Tensor
+) -> torch.Tensor:
+    """`linear(norm(hidden_states))`: one kernel with the norm in its prologue in `module`'s fused decode steps
+    when `norm` is an `RMSNorm` (MLA's query latent norm before its up projection)."""
+    if not (isinstance(norm, RMSNorm) and _fused_step(module, linear, hidden_states)):
+        return linear(norm(hidden_states))
+    return rms_norm_linear(hidden_states, norm.weight, linear.weight, eps=norm.eps, backend=norm.backend)[0]
 
 
 def use_fused_decode(model: nn.Module, on: bool = True) -> int:
