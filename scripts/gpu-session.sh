@@ -38,7 +38,8 @@
 #                  at most 9 minutes: tests 160 s, then the recipes in order while DEADLINE leaves 60 s)
 #   fused-decode   issue 41 item 1: `zebra bench decode --fused-decode` (Zebra's GEMV kernels) against the same bench
 #                  without it, FUSED_RECIPES (1b-mamba-mla 1b-gdn-pure) at batch 1 and 8 with step profiles, after
-#                  the kernels' GPU tests (FUSED_TESTS=0 skips; FUSED_DRY=1: tiny recipes on the CPU)   decode_mla_*.json
+#                  the kernels' GPU tests (FUSED_TESTS=0 skips; FUSED_DRY=1: tiny recipes on the CPU) and
+#                  scripts/gemv-bench.py (each projection shape alone, against cuBLAS: into summary.txt)   decode_mla_*.json
 #   longctx        issue 41 item 3: batch-1 training at LONG_LENGTHS (8192 16384 32768) of 1b-gdn-pure vs FLA's class,
 #                  LONG_HYBRIDS (1b-mamba-mla 1b-kda-mla) vs Llama-3.2-1B's shape at LONG_HYBRID_LEN (32768), then
 #                  decode of LONG_DECODE_RECIPES at LONG_PROMPT (32768) cached tokens against Llama-3.2-1B's shape with
@@ -305,6 +306,8 @@ hybrid_fla_and_torch_backends_agree or static_cache_decode_step_replays}" \
           > "$OUT/pytest_fused.log" 2>&1
         note "fused-decode tests: $(grep -E 'passed|failed|error' "$OUT/pytest_fused.log" | tail -1)"
       fi
+      [ "$dry" != 1 ] && { timeout 120 python3 scripts/gemv-bench.py --json 2>> "$log" >> "$OUT/summary.txt"
+        note "fused-decode gemv-bench rc=$?"; }
       for r in "${recipes[@]}"; do
         for mode in base fused; do
           left=$(( ${DEADLINE:-480} - SECONDS ))
