@@ -83,12 +83,9 @@ def apply_compile(model: torch.nn.Module, which: str = "all") -> None:
 def apply_fused_projections(model: torch.nn.Module) -> int:
     """Make every module that stacks its input projections (`fuse_projections`, see
     `zebra.models.layers.packed.project`) run them as one GEMM in training; returns how many were switched."""
-    switched = 0
-    for module in model.modules():
-        if hasattr(type(module), "fuse_projections"):
-            module.fuse_projections = True
-            switched += 1
-    return switched
+    from zebra.models.layers.packed import set_flag
+
+    return set_flag(model, "fuse_projections")
 
 
 def float8_eligible(module: torch.nn.Module, fqn: str) -> bool:

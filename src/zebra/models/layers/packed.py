@@ -112,13 +112,19 @@ def decode_norm_linear(
     return rms_norm_linear(hidden_states, norm.weight, linear.weight, eps=norm.eps, backend=norm.backend)[0]
 
 
+def set_flag(model: nn.Module, name: str, on: bool = True) -> int:
+    """Set the bool `name` on every module whose class declares it (`fused_decode`, `fuse_projections`);
+    returns how many were set."""
+    switched = 0
+    for module in model.modules():
+        if hasattr(type(module), name):
+            setattr(module, name, on)
+            switched += 1
+    return switched
+
+
 def use_fused_decode(model: nn.Module, on: bool = True) -> int:
     """Switch the decode step of every module that has a fused form (a class attribute `fused_decode`: the MLPs,
     and the mixers that stack their projections with `project`) to Zebra's GEMV kernels, or back; returns how
     many were switched. Inference only; prefill and training are unchanged."""
-    switched = 0
-    for module in model.modules():
-        if hasattr(type(module), "fused_decode"):
-            module.fused_decode = on
-            switched += 1
-    return switched
+    return set_flag(model, "fused_decode", on)
