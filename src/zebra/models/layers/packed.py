@@ -88,7 +88,7 @@ def project(
     return list(out.split(sizes, dim=-1))
 
 
-def _fused_step(module: nn.Module, linear: nn.Module, hidden_states: torch.Tensor) -> bool:
+def fused_step(module: nn.Module, linear: nn.Module, hidden_states: torch.Tensor) -> bool:
     """Whether `linear` runs on Zebra's GEMV kernel here: `module.fused_decode` on, a decode step (one token, no
     grad), a plain bias-free `nn.Linear` (a float8 one keeps its own forward)."""
     fused = getattr(module, "fused_decode", False) and hidden_states.shape[1] == 1
@@ -97,7 +97,7 @@ def _fused_step(module: nn.Module, linear: nn.Module, hidden_states: torch.Tenso
 
 def decode_linear(module: nn.Module, linear: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
     """`linear(hidden_states)`, on Zebra's GEMV kernel in `module`'s fused decode steps."""
-    if not _fused_step(module, linear, hidden_states):
+    if not fused_step(module, linear, hidden_states):
         return linear(hidden_states)
     return linear_rows(hidden_states, linear.weight)
 
@@ -107,7 +107,7 @@ def decode_norm_linear(
 ) -> torch.Tensor:
     """`linear(norm(hidden_states))`: one kernel with the norm in its prologue in `module`'s fused decode steps
     when `norm` is an `RMSNorm` (MLA's query latent norm before its up projection)."""
-    if not (isinstance(norm, RMSNorm) and _fused_step(module, linear, hidden_states)):
+    if not (isinstance(norm, RMSNorm) and fused_step(module, linear, hidden_states)):
         return linear(norm(hidden_states))
     return rms_norm_linear(hidden_states, norm.weight, linear.weight, eps=norm.eps, backend=norm.backend)[0]
 

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zebra.models.layers.packed import fused_step
 from zebra_kernels import linear_rows, rms_norm_linear, swiglu_linear
 
 
@@ -24,9 +25,8 @@ class SwiGLU(nn.Module):
         backend: kernel backend ("auto", "torch", "fla").
     """
 
-    fused_decode: bool = (
-        False  # `zebra.models.layers.packed.use_fused_decode`: `forward_normed` while decoding
-    )
+    # `zebra.models.layers.packed.use_fused_decode`: `forward_normed` while decoding
+    fused_decode: bool = False
 
     def __init__(self, hidden_size: int, intermediate_size: int, backend: str = "auto"):
         super().__init__()
@@ -58,10 +58,9 @@ class SwiGLU(nn.Module):
         (`zebra_kernels.gemv`): the pre-norm `norm` with its residual add, gate, up and SwiGLU in one, the down
         projection in the other. Returns (MLP output, stream `hidden_states + residual`), or None where it does
         not apply (`fused_decode` off, more than one token, grad, converted or biased projections)."""
-        if not (self.fused_decode and hidden_states.shape[1] == 1 and not torch.is_grad_enabled()):
-            return None
-        linears = (self.gate_proj, self.up_proj, self.down_proj)
-        if any(type(lin) is not nn.Linear or lin.bias is not None for lin in linears):
+        if not all(
+            fused_step(self, lin, hidden_states) for lin in (self.gate_proj, self.up_proj, self.down_proj)
+        ):
             return None
         z, stream = rms_norm_linear(
             hidden_states,
