@@ -257,3 +257,16 @@ def test_fused_decode_graph_equals_unfused(recipe):
     logits = [e.prefill(s, torch.tensor([PROMPTS[0]])) for e, s in zip(engines, states, strict=True)]
     steps = [e.step(s, lg.argmax(-1)) for e, s, lg in zip(engines, states, logits, strict=True)]
     torch.testing.assert_close(steps[1], steps[0], rtol=1e-4, atol=1e-4)
+
+
+def test_argmax_rows_on_the_gpu_keeps_the_first_maximum():
+    """The two-stage greedy choice on CUDA (whose reductions order ties their own way) against `argmax`."""
+    from zebra.generation.token_sampling import argmax_rows
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    scores = torch.randn(8, 128256, generator=gen, device="cuda")
+    scores[1, [5, 128000]] = scores[1].max() + 1
+    scores[2] = 0.0
+    scores[3, 2003] = scores[3, 2004] = scores[3].max() + 1  # the end of block 0 and the start of block 1
+    for x in (scores, scores.bfloat16()):
+        assert torch.equal(argmax_rows(x), x.argmax(-1))

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from zebra.generation import SamplingParams, sample_next_token
-from zebra.generation.token_sampling import TokenChooser
+from zebra.generation.token_sampling import TokenChooser, argmax_rows
 
 
 def multinomial_sampler(logits, params, generator):
@@ -87,3 +87,16 @@ def test_start_refuses_more_stop_ids_than_slots():
 def test_sampling_params_refuse_a_temperature_that_is_not_finite_and_at_least_zero(temperature):
     with pytest.raises(ValueError, match="temperature must be a finite number >= 0"):
         SamplingParams(temperature=temperature)
+
+
+@pytest.mark.parametrize("vocab", [300, 49152, 128256, 49152 + 1])  # one stage; two; two; not divisible: one
+def test_argmax_rows_is_argmax_with_its_first_index_on_ties(vocab):
+    gen = torch.Generator().manual_seed(vocab)
+    scores = torch.randn(6, vocab, generator=gen)
+    scores[1, [5, vocab - 3]] = scores[1].max() + 1  # a tie across blocks: the first wins
+    scores[2] = 0.0  # every token tied: index 0
+    scores[3, -1] = float("inf")  # the last index of the last block
+    scores[4, 0] = float("nan")  # argmax counts NaN as the maximum
+    scores[5, 2 * (vocab // 64) - 1] = scores[5].max() + 1  # the last index of a block
+    for x in (scores, scores.bfloat16()):
+        assert torch.equal(argmax_rows(x), x.argmax(-1))

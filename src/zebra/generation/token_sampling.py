@@ -19,6 +19,9 @@ import torch
 
 from zebra_kernels.choice import record_choice_
 
+ARGMAX_BLOCKS = 64  # first-stage blocks of `argmax_rows` over a large vocabulary
+ARGMAX_TWO_STAGE_MIN = 1 << 14  # vocabularies at least this wide take the two stages
+
 
 @dataclass(frozen=True, kw_only=True)
 class SamplingParams:
@@ -96,13 +99,27 @@ def draw(
         generator: the random stream, or None for the default one.
     """
     if kind == "greedy":
-        return logits.argmax(dim=-1)
+        return argmax_rows(logits)
     scores = logits.float() / temperature  # [B, V]
     if kind == "filtered":
         scores = _restrict(scores, top_k, top_p)
     probs = scores.softmax(dim=-1)
     noise = torch.empty_like(probs).exponential_(generator=generator)  # [B, V] ~ Exp(1)
-    return probs.div(noise).argmax(dim=-1)  # one sample of probs (torch.multinomial's own one-sample method)
+    return argmax_rows(probs.div(noise))  # one sample of probs (torch.multinomial's own one-sample method)
+
+
+def argmax_rows(scores: torch.Tensor) -> torch.Tensor:
+    """`scores.argmax(-1)` of `[B, V]`, the first index of each row's maximum, in two stages when V is large:
+    the maxima of `ARGMAX_BLOCKS` contiguous blocks per row, then the first block holding the row's maximum. A
+    GPU reduces one row of a 128k vocabulary in a single block (26 us a decode step on an H100, docs/benchmarks.md);
+    the first stage spreads it over `ARGMAX_BLOCKS` blocks."""
+    B, V = scores.shape
+    if V < ARGMAX_TWO_STAGE_MIN or V % ARGMAX_BLOCKS:
+        return scores.argmax(dim=-1)
+    width = V // ARGMAX_BLOCKS
+    block_max, block_arg = scores.view(B, ARGMAX_BLOCKS, width).max(dim=-1)  # [B, S], [B, S]
+    block = block_max.argmax(dim=-1, keepdim=True)  # [B, 1]: the first block with the row's maximum
+    return (block_arg.gather(-1, block) + block * width).squeeze(-1)  # [B]
 
 
 def _restrict(scores: torch.Tensor, top_k: int | torch.Tensor, top_p: float | torch.Tensor) -> torch.Tensor:
