@@ -119,7 +119,7 @@ for rows, n, k in [(1, 70, 300), (3, 33, 129), (8, 40, 96)]:  # ragged N and K b
             "norm, residual, swiglu": (x, dict(norm_weight=norm_w, residual=res, up_weight=up)),
         }
         for name, (xi, kw) in cases.items():
-            for config in candidates(rows, n, k, 2)[::2]:  # each block shape, 4 warps
+            for config in candidates(rows, n, k, 2, 1 + ("up_weight" in kw))[::2]:  # each block shape, 4 warps
                 y, stream = triton_gemv(xi, w, config=config, **kw)
                 y_ref, s_ref = reference(xi, w, kw.get("up_weight"), kw.get("norm_weight"), kw.get("residual"))
                 report(f"{rows}x{n}x{k} {str(dtype)[6:]} {name} {config}", y, y_ref,

@@ -3,8 +3,8 @@ as the tests run it).
 
 A decode step multiplies a few rows of activations (`R` <= `zebra_kernels.gemv.MAX_ROWS`) by every weight matrix once: it is a read of the
 weights, and each matrix deserves the whole memory bandwidth. Each program owns `BLOCK_N` output rows, walks K
-in blocks of `BLOCK_K` and keeps its `[BLOCK_R, BLOCK_N]` accumulator in float32; the weight tile is loaded
-once for every activation row. There are enough programs (a few per SM, see `launch_config`) to keep loads in
+in blocks of `BLOCK_K` and keeps a float32 product per lane, `[BLOCK_R, BLOCK_N, BLOCK_K]`, reduced over K once
+at the end; the weight tile is loaded once for every activation row. There are enough programs (a few per SM, see `launch_config`) to keep loads in
 flight without a split-K reduction; the block sizes and warps of each shape are timed once per process among a
 few candidates (`tuned_config`), since the best differ between a 67 MB MLP and a 4 MB projection and between
 GPUs.
@@ -28,7 +28,7 @@ from zebra_kernels._common import on_device
 PROGRAMS_PER_SM = 4  # enough weight loads in flight per SM without splitting K
 INTERPRETER_SMS = 2  # the "SM count" under Triton's interpreter (a CPU)
 TUNE_REPEATS = 10  # timed launches of each candidate config
-MAX_TILE = 8192  # float32 products of one K block, [BLOCK_R, BLOCK_N, BLOCK_K]: 64 a thread at 4 warps
+MAX_TILE = 8192  # float32 accumulator lanes, [BLOCK_R, BLOCK_N, BLOCK_K]: 64 a thread at 4 warps
 
 
 @triton.jit
@@ -80,9 +80,10 @@ def _gemv_kernel(
             sum_sq += tl.sum(s * s, axis=1)
         rstd = 1.0 / tl.sqrt(sum_sq / K + eps)  # [BLOCK_R]
 
-    acc = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
+    # products summed per lane across the K blocks, reduced over K once after the loop (no shuffles per block)
+    acc = tl.zeros([BLOCK_R, BLOCK_N, BLOCK_K], dtype=tl.float32)
     if SWIGLU:
-        acc_up = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
+        acc_up = tl.zeros([BLOCK_R, BLOCK_N, BLOCK_K], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         k = k0 + cols
         mask_k = k < K
@@ -101,43 +102,45 @@ def _gemv_kernel(
         h = h.to(tl.float32)
         w_mask = mask_n[:, None] & mask_k[None, :]
         w = tl.load(w_ptr + rows_n[:, None] * stride_w + k[None, :], mask=w_mask, other=0.0).to(tl.float32)
-        acc += tl.sum(h[:, None, :] * w[None, :, :], axis=2)  # [BLOCK_R, BLOCK_N]
+        acc += h[:, None, :] * w[None, :, :]  # [BLOCK_R, BLOCK_N, BLOCK_K]
         if SWIGLU:
             u = tl.load(up_ptr + rows_n[:, None] * stride_up + k[None, :], mask=w_mask, other=0.0).to(
                 tl.float32
             )
-            acc_up += tl.sum(h[:, None, :] * u[None, :, :], axis=2)
+            acc_up += h[:, None, :] * u[None, :, :]
 
-    out = acc.to(y_ptr.dtype.element_ty)
+    out = tl.sum(acc, axis=2).to(y_ptr.dtype.element_ty)  # [BLOCK_R, BLOCK_N]
     if SWIGLU:
         gate = out.to(tl.float32)
-        up = acc_up.to(y_ptr.dtype.element_ty).to(tl.float32)
+        up = tl.sum(acc_up, axis=2).to(y_ptr.dtype.element_ty).to(tl.float32)
         out = (gate * tl.sigmoid(gate) * up).to(y_ptr.dtype.element_ty)
     y_mask = mask_r[:, None] & mask_n[None, :]
     tl.store(y_ptr + rows_r[:, None] * N + rows_n[None, :], out, mask=y_mask)
 
 
-def launch_config(rows: int, n: int, k: int, sms: int) -> tuple[int, int, int, int]:
+def launch_config(rows: int, n: int, k: int, sms: int, accumulators: int = 1) -> tuple[int, int, int, int]:
     """(BLOCK_R, BLOCK_N, BLOCK_K, num_warps) before tuning, for `rows` activation rows and an `[n, k]` weight on
-    `sms` SMs: the widest block of output rows (1 to 16) that still gives `PROGRAMS_PER_SM` programs per SM, and
-    K in blocks of up to 512 columns, fewer when many activation rows share the tile (its float32 products stay
-    in registers)."""
+    `sms` SMs (`accumulators`: 2 with SwiGLU's up weight): the widest block of output rows (1 to 16) that still
+    gives `PROGRAMS_PER_SM` programs per SM, and K in blocks of up to 512 columns, fewer where the accumulator
+    lanes would pass `MAX_TILE`."""
     block_r = triton.next_power_of_2(rows)
     block_n = 16
     while block_n > 1 and triton.cdiv(n, block_n) < PROGRAMS_PER_SM * sms:
         block_n //= 2
-    block_k = max(64, min(512, triton.next_power_of_2(k), MAX_TILE // (block_r * block_n)))
+    block_k = max(64, min(512, triton.next_power_of_2(k), MAX_TILE // (accumulators * block_r * block_n)))
     return block_r, block_n, block_k, 4
 
 
-def candidates(rows: int, n: int, k: int, sms: int) -> list[tuple[int, int, int, int]]:
+def candidates(rows: int, n: int, k: int, sms: int, accumulators: int = 1) -> list[tuple[int, int, int, int]]:
     """What `tuned_config` times (at most 8, each a compile the first time on a machine): `launch_config`'s
-    choice, twice its K block, twice its output rows, half its rows over twice its K block; 4 and 8 warps each."""
-    block_r, block_n, block_k, _ = launch_config(rows, n, k, sms)
+    choice, twice its K block, twice its output rows, half its rows over twice its K block; 4 and 8 warps each;
+    none with more than twice `MAX_TILE` accumulator lanes (128 registers a thread at 4 warps)."""
+    block_r, block_n, block_k, _ = launch_config(rows, n, k, sms, accumulators)
     shapes = [(block_n, block_k), (block_n, 2 * block_k), (2 * block_n, block_k), (block_n // 2, 2 * block_k)]
     found = []
     for bn, bk in shapes:
-        fits = 1 <= bn <= 16 and bk <= triton.next_power_of_2(k) and block_r * bn * bk <= 2 * MAX_TILE
+        lanes = accumulators * block_r * bn * bk
+        fits = 1 <= bn <= 16 and bk <= triton.next_power_of_2(k) and lanes <= 2 * MAX_TILE
         for warps in (4, 8):
             if fits and (block_r, bn, bk, warps) not in found:
                 found.append((block_r, bn, bk, warps))
@@ -147,16 +150,16 @@ def candidates(rows: int, n: int, k: int, sms: int) -> list[tuple[int, int, int,
 _tuned: dict[tuple, tuple[int, int, int, int]] = {}
 
 
-def tuned_config(key: tuple, launch, rows: int, n: int, k: int, device: torch.device):
+def tuned_config(key: tuple, launch, rows: int, n: int, k: int, accumulators: int, device: torch.device):
     """The fastest of `candidates` for this shape and kind of launch, timed once per process on the GPU (CUDA
     events, after a compile-and-warm run of each); `launch_config` on a CPU or while a CUDA graph is captured
     (the engine's eager warm-up steps tune before its capture)."""
     if key in _tuned:
         return _tuned[key]
     if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
-        return launch_config(rows, n, k, _sm_count(device))
+        return launch_config(rows, n, k, _sm_count(device), accumulators)
     timings = []
-    for config in candidates(rows, n, k, _sm_count(device)):
+    for config in candidates(rows, n, k, _sm_count(device), accumulators):
         launch(config)  # compile, warm
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -230,6 +233,6 @@ def triton_gemv(
 
     if config is None:
         key = (x.device, x.dtype, weight.dtype, rows, n, k, norm, has_residual, swiglu)
-        config = tuned_config(key, launch, rows, n, k, x.device)
+        config = tuned_config(key, launch, rows, n, k, 1 + swiglu, x.device)
     launch(config)
     return y, stream
