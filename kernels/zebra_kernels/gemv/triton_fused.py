@@ -1,13 +1,13 @@
 """The decode GEMVs of `zebra_kernels.gemv` as one Triton kernel (GPU; also under `TRITON_INTERPRET=1` on a CPU,
 as the tests run it).
 
-A decode step multiplies a few rows of activations (`R` <= `zebra_kernels.gemv.MAX_ROWS`) by every weight matrix once: it is a read of the
-weights, and each matrix deserves the whole memory bandwidth. Each program owns `BLOCK_N` output rows, walks K
-in blocks of `BLOCK_K` and keeps a float32 product per lane, `[BLOCK_R, BLOCK_N, BLOCK_K]`, reduced over K once
-at the end; the weight tile is loaded once for every activation row. There are enough programs (a few per SM, see `launch_config`) to keep loads in
-flight without a split-K reduction; the block sizes and warps of each shape are timed once per process among a
-few candidates (`tuned_config`), since the best differ between a 67 MB MLP and a 4 MB projection and between
-GPUs.
+A decode step multiplies a few rows of activations (`R` <= `zebra_kernels.gemv.MAX_ROWS`) by every weight
+matrix once: it is a read of the weights, and each matrix deserves the whole memory bandwidth. Each program owns
+`BLOCK_N` output rows, walks K in blocks of `BLOCK_K` and keeps a float32 product per lane,
+`[BLOCK_R, BLOCK_N, BLOCK_K]`, reduced over K once at the end; the weight tile is loaded once for every activation
+row. There are enough programs (a few per SM, see `launch_config`) to keep loads in flight without a split-K
+reduction; the block sizes and warps of each shape are timed once per process among a few candidates
+(`tuned_config`), since the best differ between a 67 MB MLP and a 4 MB projection and between GPUs.
 
 Prologue (NORM): the sublayer's pre-norm. Every program first sums the squares of its rows of
 `s = x + residual` (the activations are a few KB, read from L2), then normalises each K block as it multiplies
