@@ -25,6 +25,7 @@ from zebra.models.cache_zebra import ZebraCache
 from zebra.models.configuration_zebra import ZebraConfig
 from zebra.models.layer_classes import layer_class
 from zebra.models.layers.norm import GatedRMSNorm, RMSNorm
+from zebra.models.layers.packed import Prenorm
 from zebra_kernels import linear_cross_entropy
 
 # transformers renamed the outputs' cache field from `past_key_values` to `cache` during 5.x; use whichever the
@@ -67,20 +68,26 @@ class ZebraSublayer(GradientCheckpointingLayer):
         """`hidden_states` `[B, T, D]`: the previous mixer's output (the embeddings for the first sublayer, with
         `residual=None`); `residual` `[B, T, D]`: the stream before it; `memo`: the model forward's dict of what
         its sublayers share (MLA's RoPE and mask). Returns (mixer output, stream)."""
-        forward_normed = getattr(self.mixer, "forward_normed", None)
-        fused = forward_normed(hidden_states, residual, self.norm) if forward_normed is not None else None
-        if fused is not None:  # a decode step with the norm inside the mixer's kernels
-            return fused
-        h, residual = self.norm(hidden_states, residual, prenorm=True)  # stream x = hidden_states + residual
-        h = self.mixer(
-            h,
+        kwargs = dict(
             attention_mask=attention_mask,
             position_ids=position_ids,
             cache=cache,
             cu_seqlens=cu_seqlens,
             memo=memo,
         )
-        return h, residual
+        fused = getattr(self.mixer, "fused_decode", False)
+        if (
+            fused and hidden_states.shape[1] == 1 and not torch.is_grad_enabled()
+        ):  # the norm in the mixer's GEMV
+            prenorm = Prenorm(self.norm, residual)
+            h = self.mixer(hidden_states, prenorm=prenorm, **kwargs)
+            if prenorm.stream is None:
+                raise RuntimeError(
+                    f"{type(self.mixer).__name__}: its first projection did not take the pre-norm"
+                )
+            return h, prenorm.stream
+        h, residual = self.norm(hidden_states, residual, prenorm=True)  # stream x = hidden_states + residual
+        return self.mixer(h, **kwargs), residual
 
 
 class ZebraPreTrainedModel(PreTrainedModel):

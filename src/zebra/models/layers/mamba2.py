@@ -105,7 +105,7 @@ class Mamba2(RecurrentMixer):
     def mix(self, hidden_states, state, conv_state, context):
         B, T, _ = hidden_states.shape
         Hm, P, G, N = self.num_heads, self.head_dim, self.num_groups, self.state_dim
-        z, xbc, dt = decode_linear(self, self.in_proj, hidden_states).split(
+        z, xbc, dt = decode_linear(self, self.in_proj, hidden_states, context.prenorm).split(
             [self.d_inner, self.d_inner + 2 * G * N, Hm], dim=-1
         )
         xbc, conv_state = self.short_conv(

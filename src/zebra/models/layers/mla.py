@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zebra.models.layers.norm import RMSNorm
-from zebra.models.layers.packed import decode_linear, decode_norm_linear, project
+from zebra.models.layers.packed import Prenorm, decode_linear, decode_norm_linear, project
 from zebra.models.layers.rotary import YarnRotaryEmbedding, yarn_softmax_scale
 from zebra_kernels.rope import rope_qk
 
@@ -133,6 +133,7 @@ class MultiLatentAttention(nn.Module):
         cu_seqlens: torch.Tensor | None = None,
         absorb: bool | None = None,
         memo: dict | None = None,
+        prenorm: Prenorm | None = None,
         **unused: Any,
     ) -> torch.Tensor:
         """Attend causally over the cached and the new tokens.
@@ -147,6 +148,7 @@ class MultiLatentAttention(nn.Module):
                 with a cache.
             memo: the model forward's dict for what every MLA sublayer computes alike (RoPE's cos/sin, the
                 attention mask): the first computes it, the others reuse it (fewer kernels per decode step).
+            prenorm: the sublayer's pre-norm, still to apply to `hidden_states` by the first projection.
 
         Returns:
             `[B, T, D]`.
@@ -154,7 +156,9 @@ class MultiLatentAttention(nn.Module):
         B, T, _ = hidden_states.shape
         H, dn, dr = self.num_heads, self.qk_nope_head_dim, self.qk_rope_head_dim
         q_in = "q_down_proj" if self.q_lora_rank else "q_proj"
-        q, kv = project(self, hidden_states, (q_in, "kv_down_proj"))  # one GEMV while decoding
+        q, kv = project(
+            self, hidden_states, (q_in, "kv_down_proj"), prenorm=prenorm
+        )  # one GEMV while decoding
         if self.q_lora_rank:
             q = decode_norm_linear(self, self.q_norm, self.q_up_proj, q)
         q = q.view(B, T, H, dn + dr)

@@ -10,13 +10,14 @@ by one, so nothing changes for it and no stacked copy is made, unless the owner'
 (`train.fuse_projections`, `zebra.train.parallelize.apply_fused_projections`): then one GEMM over the weights
 concatenated in that forward, so each weight still gets its own gradient.
 
-`use_fused_decode` switches the decode step's GEMVs to Zebra's own kernels (`zebra_kernels.gemv`): the stacked
-projections here, and the whole MLP sublayer with its pre-norm (`SwiGLU.forward_normed`).
+`use_fused_decode` switches the decode step's GEMVs to Zebra's own kernels (`zebra_kernels.gemv`), and hands each
+sublayer's pre-norm to its mixer's first projection (`Prenorm`), which runs it in the kernel's prologue.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +25,33 @@ from torch import nn
 
 from zebra.models.layers.norm import RMSNorm
 from zebra_kernels import linear_rows, rms_norm_linear
+
+
+@dataclass
+class Prenorm:
+    """A sublayer's pre-norm, handed to its mixer in a fused decode step (`use_fused_decode`): the mixer passes it
+    to its first projection (`project`, `decode_linear`), which runs the norm and its residual add in the GEMV
+    kernel's prologue and leaves the residual stream `x + residual` in `stream` for the sublayer."""
+
+    norm: RMSNorm
+    residual: torch.Tensor | None  # the stream before the mixer's input x (None: x is the embeddings)
+    stream: torch.Tensor | None = None  # x + residual, once the projection ran
+
+    def apply(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The norm on its own (where the fused kernel does not apply): the normed input; keeps the stream."""
+        normed, self.stream = self.norm(hidden_states, self.residual, prenorm=True)
+        return normed
+
+    def linear(
+        self, hidden_states: torch.Tensor, weight: torch.Tensor, up_weight: torch.Tensor | None = None
+    ):
+        """`F.linear(norm(x), weight)` (with `up_weight`: SwiGLU of it and `F.linear(norm(x), up_weight)`) in one
+        `zebra_kernels.rms_norm_linear`; keeps the stream."""
+        out, self.stream = rms_norm_linear(
+            hidden_states, self.norm.weight, weight, eps=self.norm.eps, residual=self.residual,
+            up_weight=up_weight, backend=self.norm.backend,
+        )  # fmt: skip
+        return out
 
 
 def derived(
@@ -52,7 +80,12 @@ def derived(
 
 
 def project(
-    module: nn.Module, hidden_states: torch.Tensor, names: Sequence[str], *, joined: int = 0
+    module: nn.Module,
+    hidden_states: torch.Tensor,
+    names: Sequence[str],
+    *,
+    joined: int = 0,
+    prenorm: Prenorm | None = None,
 ) -> list[torch.Tensor]:
     """`[module.get_submodule(name)(hidden_states) for name in names]` for bias-free `nn.Linear`s.
 
@@ -63,6 +96,7 @@ def project(
         names: submodule names (`"q_proj"`, `"f_proj.0"`) of `nn.Linear(D, out_i, bias=False)` projections.
         joined: the first `joined` outputs come back as one tensor `[B, T, out_0 + ... ]` (a view of the
             stacked output while decoding, concatenated otherwise), followed by the others.
+        prenorm: the sublayer's pre-norm still to apply to `hidden_states` (a fused decode step), or None.
 
     Returns:
         One `[B, T, out_i]` per name (views into one output when stacked), the first `joined` of them as one.
@@ -70,6 +104,11 @@ def project(
     linears = [module.get_submodule(name) for name in names]
     widths = [lin.out_features for lin in linears]
     sizes = [sum(widths[:joined]), *widths[joined:]] if joined else widths
+    fused = (
+        getattr(module, "fused_decode", False) and hidden_states.shape[1] == 1 and not torch.is_grad_enabled()
+    )
+    if prenorm is not None and not fused:
+        hidden_states = prenorm.apply(hidden_states)
     if hidden_states.shape[1] != 1 or torch.is_grad_enabled():
         if getattr(module, "fuse_projections", False):
             weight = torch.cat(
@@ -81,8 +120,10 @@ def project(
         return head + outs[joined:]
     name = "stacked_" + "_".join(names).replace(".", "_")
     weight = derived(module, name, [lin.weight for lin in linears], torch.cat)  # [sum out_i, D]
-    if getattr(module, "fused_decode", False):
-        out = linear_rows(hidden_states, weight)  # [B, 1, sum out_i]
+    if prenorm is not None and fused:
+        out = prenorm.linear(hidden_states, weight)  # [B, 1, sum out_i]
+    elif fused:
+        out = linear_rows(hidden_states, weight)
     else:
         out = F.linear(hidden_states, weight)
     return list(out.split(sizes, dim=-1))
@@ -95,11 +136,15 @@ def fused_step(module: nn.Module, linear: nn.Module, hidden_states: torch.Tensor
     return fused and not torch.is_grad_enabled() and type(linear) is nn.Linear and linear.bias is None
 
 
-def decode_linear(module: nn.Module, linear: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
-    """`linear(hidden_states)`, on Zebra's GEMV kernel in `module`'s fused decode steps."""
-    if not fused_step(module, linear, hidden_states):
-        return linear(hidden_states)
-    return linear_rows(hidden_states, linear.weight)
+def decode_linear(
+    module: nn.Module, linear: nn.Module, hidden_states: torch.Tensor, prenorm: Prenorm | None = None
+) -> torch.Tensor:
+    """`linear(hidden_states)` (of `prenorm.apply(hidden_states)` with a pre-norm still to apply), on Zebra's GEMV
+    kernel in `module`'s fused decode steps, with the pre-norm in its prologue."""
+    fused = fused_step(module, linear, hidden_states)
+    if prenorm is not None:
+        return prenorm.linear(hidden_states, linear.weight) if fused else linear(prenorm.apply(hidden_states))
+    return linear_rows(hidden_states, linear.weight) if fused else linear(hidden_states)
 
 
 def decode_norm_linear(
@@ -125,6 +170,6 @@ def set_flag(model: nn.Module, name: str, on: bool = True) -> int:
 
 def use_fused_decode(model: nn.Module, on: bool = True) -> int:
     """Switch the decode step of every module that has a fused form (a class attribute `fused_decode`: the MLPs,
-    and the mixers that stack their projections with `project`) to Zebra's GEMV kernels, or back; returns how
-    many were switched. Inference only; prefill and training are unchanged."""
+    Mamba2, GDN, KDA and MLA, each taking the sublayer's `Prenorm` into its first projection) to Zebra's GEMV
+    kernels, or back; returns how many were switched. Inference only; prefill and training are unchanged."""
     return set_flag(model, "fused_decode", on)

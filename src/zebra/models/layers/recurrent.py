@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from zebra.models.layers.packed import decode_linear, derived, project
+from zebra.models.layers.packed import Prenorm, decode_linear, derived, project
 from zebra_kernels import causal_conv1d, causal_conv1d_step_
 
 if TYPE_CHECKING:
@@ -78,12 +78,14 @@ class MixerContext:
         output_final_state: a cache is attached, so the kernels return their final states.
         feed: a static cache's `feed` flag (0-d bool): a one-token step without gradient then updates the
             cache's state buffers in place where it is True (`in_place_step`); None otherwise.
+        prenorm: the sublayer's pre-norm for the first projection (a fused decode step), or None.
     """
 
     mask: torch.Tensor | None
     cu_seqlens: torch.Tensor | None
     output_final_state: bool
     feed: torch.Tensor | None = None
+    prenorm: Prenorm | None = None
 
     def decode_step(self, T: int) -> bool:
         """One token per row into a cache, without gradient: the fused one-token step kernels apply."""
@@ -116,6 +118,7 @@ class RecurrentMixer(nn.Module):
         attention_mask: torch.Tensor | None = None,
         cache: ZebraCache | None = None,
         cu_seqlens: torch.Tensor | None = None,
+        prenorm: Prenorm | None = None,
         **unused,
     ) -> torch.Tensor:
         """`[B, T, D] -> [B, T, D]`; reads and updates this sublayer's states in `cache`.
@@ -125,10 +128,13 @@ class RecurrentMixer(nn.Module):
             attention_mask: `[B, L]` (HF, over cached + new tokens); pad tokens leave the state unchanged.
             cache: the model's `ZebraCache`, or None.
             cu_seqlens: `[N + 1]` packed-sequence offsets (B == 1).
+            prenorm: the sublayer's pre-norm, still to apply to `hidden_states` by the first projection.
         """
         mask = current_token_mask(attention_mask, hidden_states.shape[1])  # [B, T] or None
         feed = cache.feed if cache is not None and cache.static else None
-        context = MixerContext(mask, cu_seqlens, output_final_state=cache is not None, feed=feed)
+        context = MixerContext(
+            mask, cu_seqlens, output_final_state=cache is not None, feed=feed, prenorm=prenorm
+        )
         state, conv_state = cache.recurrent_state(self.layer_idx) if cache is not None else (None, None)
         out, state, conv_state = self.mix(hidden_states, state, conv_state, context)
         if cache is not None:
@@ -235,7 +241,9 @@ class DeltaRuleMixer(QKVConvMixer):
     def mix(self, hidden_states, state, conv_state, context):
         B, T, _ = hidden_states.shape
         H, K, HV, V = self.num_heads, self.head_dim, self.value_heads, self.head_v_dim
-        qkv, *rest = project(self, hidden_states, self.projections, joined=3)  # [B, T, 2*H*K + HV*V], ...
+        qkv, *rest = project(
+            self, hidden_states, self.projections, joined=3, prenorm=context.prenorm
+        )  # [B, T, 2*H*K + HV*V], ...
         projected = dict(zip(self.projections[3:], rest, strict=True))
         qkv, conv_state = self.short_conv(qkv, self.conv_weight(), None, conv_state, context)
         q, k, v = qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)

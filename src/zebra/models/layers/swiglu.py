@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zebra.models.layers.packed import fused_step
-from zebra_kernels import linear_rows, rms_norm_linear, swiglu_linear
+from zebra.models.layers.packed import Prenorm, fused_step
+from zebra_kernels import linear_rows, swiglu_linear
 
 
 class SwiGLU(nn.Module):
@@ -25,8 +25,9 @@ class SwiGLU(nn.Module):
         backend: kernel backend ("auto", "torch", "fla").
     """
 
-    # `zebra.models.layers.packed.use_fused_decode`: `forward_normed` while decoding
-    fused_decode: bool = False
+    fused_decode: bool = (
+        False  # `packed.use_fused_decode`: the decode step's two kernels (`forward`'s prenorm)
+    )
 
     def __init__(self, hidden_size: int, intermediate_size: int, backend: str = "auto"):
         super().__init__()
@@ -44,31 +45,21 @@ class SwiGLU(nn.Module):
     def reset_parameters(self) -> None:
         """Nothing of its own: its three Linears keep their own (or the model's) initialisation."""
 
-    def forward(self, hidden_states: torch.Tensor, **unused: Any) -> torch.Tensor:
-        """`[B, T, D] -> [B, T, D]`; takes (and ignores) the sublayer call's mask, positions, cache and offsets."""
+    def forward(
+        self, hidden_states: torch.Tensor, prenorm: Prenorm | None = None, **unused: Any
+    ) -> torch.Tensor:
+        """`[B, T, D] -> [B, T, D]`; takes (and ignores) the sublayer call's mask, positions, cache and offsets.
+        With `prenorm` (a fused decode step), two kernels on a GPU (`zebra_kernels.gemv`): the pre-norm with its
+        residual add, gate, up and SwiGLU in one, the down projection in the other."""
+        linears = (self.gate_proj, self.up_proj, self.down_proj)
+        if prenorm is not None and all(fused_step(self, lin, hidden_states) for lin in linears):
+            z = prenorm.linear(
+                hidden_states, self.gate_proj.weight, up_weight=self.up_proj.weight
+            )  # [B, 1, F]
+            return linear_rows(z, self.down_proj.weight, backend=self.backend)
+        if prenorm is not None:
+            hidden_states = prenorm.apply(hidden_states)
         gate, up = self.gate_proj(hidden_states), self.up_proj(hidden_states)  # [B, T, F]
         if type(self.down_proj) is not nn.Linear:  # converted (float8, `train.fp8`): its own forward must run
             return self.down_proj(F.silu(gate) * up)
         return swiglu_linear(gate, up, self.down_proj.weight, self.down_proj.bias, backend=self.backend)
-
-    def forward_normed(
-        self, hidden_states: torch.Tensor, residual: torch.Tensor | None, norm: nn.Module
-    ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The sublayer's decode step from the previous sublayer's output, in two kernels on a GPU
-        (`zebra_kernels.gemv`): the pre-norm `norm` with its residual add, gate, up and SwiGLU in one, the down
-        projection in the other. Returns (MLP output, stream `hidden_states + residual`), or None where it does
-        not apply (`fused_decode` off, more than one token, grad, converted or biased projections)."""
-        if not all(
-            fused_step(self, lin, hidden_states) for lin in (self.gate_proj, self.up_proj, self.down_proj)
-        ):
-            return None
-        z, stream = rms_norm_linear(
-            hidden_states,
-            norm.weight,
-            self.gate_proj.weight,
-            eps=norm.eps,
-            residual=residual,
-            up_weight=self.up_proj.weight,
-            backend=self.backend,
-        )  # [B, 1, F], [B, 1, D]
-        return linear_rows(z, self.down_proj.weight, backend=self.backend), stream
