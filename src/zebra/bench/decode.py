@@ -77,9 +77,7 @@ class DecodeBenchConfig:
     capacity: int | None = None  # the large cache of that figure (default: the longest length + new)
     profile: bool = False  # the per-kernel breakdown of one step at the first batch size
     against: str | None = None  # "llama": Llama-3.2-1B's shape with a static KV cache beside the engine
-    fused_decode: bool = (
-        False  # the decode GEMVs on Zebra's kernels (`zebra.models.layers.packed.use_fused_decode`)
-    )
+    fused_decode: bool = False  # Zebra's decode GEMVs (`zebra.models.layers.packed.use_fused_decode`)
 
 
 @dataclass

@@ -25,9 +25,7 @@ class SwiGLU(nn.Module):
         backend: kernel backend ("auto", "torch", "fla").
     """
 
-    fused_decode: bool = (
-        False  # `packed.use_fused_decode`: the decode step's two kernels (`forward`'s prenorm)
-    )
+    fused_decode: bool = False  # `packed.use_fused_decode`: a decode step in two kernels
 
     def __init__(self, hidden_size: int, intermediate_size: int, backend: str = "auto"):
         super().__init__()
