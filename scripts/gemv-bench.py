@@ -3,7 +3,7 @@
     python3 scripts/gemv-bench.py [--batch 1,8] [--json]
 
 Per shape and batch: the unfused torch path as a decode step runs it (cuBLAS GEMVs; for the MLP, the pre-norm,
-gate, up and SwiGLU kernels too) and the fused kernel (its launch config tuned first, as the engine's warm-up
+gate, up and SwiGLU kernels too; for an output projection after a gated norm, that norm's kernel) and the fused kernel (its launch config tuned first, as the engine's warm-up
 does), each the median of 200 CUDA-event timings of 20 launches; GB/s of the weights read, and the same as a
 share of a large device-to-device copy's bandwidth measured in the same run.
 """
@@ -23,10 +23,12 @@ SHAPES = {  # name: (N, K, the fused form); from the 1b-mamba-mla and 1b-gdn-pur
     "mlp down": (D, F_MLP, "plain"),
     "mamba2 in_proj": (5152, D, "plain"),
     "mamba2 out_proj, mla o_proj": (D, D, "plain"),
+    "mamba2 out_proj (gated group norm)": (D, D, "gated-256"),
     "mla q_up_proj": (D, 1344, "plain"),
     "mla q + kv down, stacked": (1344 + 160, D, "plain"),
     "gdn q,k,v,b,a,g, stacked": (3104, D, "plain"),
     "gdn o_proj": (D, 1024, "plain"),
+    "gdn o_proj (gated head norm)": (D, 1024, "gated-64"),
 }
 
 
@@ -52,7 +54,7 @@ def copy_bandwidth() -> float:
 
 
 def main() -> None:
-    from zebra_kernels import linear_rows, rms_norm, rms_norm_linear
+    from zebra_kernels import gated_rms_norm_linear, linear_rows, rms_norm, rms_norm_gated, rms_norm_linear
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", default="1,8")
@@ -76,6 +78,24 @@ def main() -> None:
 
                     def fused(x=x, res=res, w=w, up=up, norm_w=norm_w):
                         return rms_norm_linear(x, norm_w, w, eps=1e-6, residual=res, up_weight=up)
+                elif form.startswith("gated"):
+                    weight_bytes, segment = w.numel() * w.element_size(), int(form.split("-")[1])
+                    z, gw = (
+                        res,
+                        torch.ones(segment if segment == 64 else k, device="cuda", dtype=torch.bfloat16),
+                    )
+                    group, before = (None, True) if segment == 64 else (segment, False)
+
+                    def unfused(x=x, z=z, w=w, gw=gw, group=group, before=before):
+                        c = gw.shape[0]
+                        n = rms_norm_gated(x.unflatten(-1, (-1, c)), z.unflatten(-1, (-1, c)), gw, eps=1e-5,
+                                           group_size=group, norm_before_gate=before)  # fmt: skip
+                        return F.linear(n.flatten(-2), w)
+
+                    def fused(x=x, z=z, w=w, gw=gw, group=group, before=before):
+                        return gated_rms_norm_linear(
+                            x, z, gw, w, eps=1e-5, group_size=group, norm_before_gate=before
+                        )
                 else:
                     weight_bytes = w.numel() * w.element_size()
 

@@ -302,7 +302,7 @@ hybrid_fla_and_torch_backends_agree or static_cache_decode_step_replays}" \
       [ "$dry" = 1 ] && { size=(--batch 1,2 --prompt 16 --new 4 --device cpu --dtype fp32); recipes=(tiny tiny-gdn); }
       if [ "$dry" != 1 ] && [ "${FUSED_TESTS:-1}" = 1 ]; then
         timeout 200 python3 -m pytest -m gpu -p no:cacheprovider -v -rA --timeout 190 \
-          tests/kernels/test_kernel_gpu.py tests/generation/test_gpu.py -k "decode_gemv or fused_decode or argmax_rows or cuda_graph_decode_equals_eager" \
+          tests/kernels/test_kernel_gpu.py tests/generation/test_gpu.py -k "decode_gemv or decode_gated_norm_gemv or fused_decode or argmax_rows or cuda_graph_decode_equals_eager" \
           > "$OUT/pytest_fused.log" 2>&1
         note "fused-decode tests: $(grep -E 'passed|failed|error' "$OUT/pytest_fused.log" | tail -1)"
       fi

@@ -10,7 +10,7 @@ from zebra_kernels.backend import resolve_backend
 from zebra_kernels.conv import causal_conv1d, causal_conv1d_step_
 from zebra_kernels.delta_rule.gdn import gated_delta_rule, gdn_gate
 from zebra_kernels.delta_rule.kda import kda_gate, kimi_delta_rule
-from zebra_kernels.gemv import linear_rows, rms_norm_linear
+from zebra_kernels.gemv import gated_rms_norm_linear, linear_rows, rms_norm_linear
 from zebra_kernels.loss import linear_cross_entropy
 from zebra_kernels.mamba2 import mamba2_ssd, mamba2_ssd_step
 from zebra_kernels.norm import rms_norm, rms_norm_gated
@@ -20,6 +20,7 @@ __all__ = [
     "causal_conv1d",
     "causal_conv1d_step_",
     "gated_delta_rule",
+    "gated_rms_norm_linear",
     "gdn_gate",
     "kda_gate",
     "kimi_delta_rule",

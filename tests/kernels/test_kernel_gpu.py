@@ -533,3 +533,30 @@ def test_decode_gemv_kernel_matches_reference(record, batch, shape):
     assert err < TOL, f"{err:.3e}"
     if norm:
         assert torch.equal(s, (x.float() + res.float()).to(BF16) if residual else x)  # the stream, exactly
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.parametrize("mixer", ["mamba2", "gdn"])
+def test_decode_gated_norm_gemv_matches_reference(record, batch, mixer):
+    """`gated_rms_norm_linear` at the 1B shapes: Mamba2's gated group norm (x * silu(z), 8 groups of 256, z a
+    strided view of the input projection) into its 2048 x 2048 out_proj; GDN's per-head norm then * silu(g)
+    (16 heads of 64) into its 2048 x 1024 o_proj; bf16 against float64 on the same values."""
+    from zebra_kernels.norm import torch_rms_norm_gated
+
+    k, segment, group, before = {"mamba2": (2048, 2048, 256, False), "gdn": (1024, 64, 64, True)}[mixer]
+    gen = torch.Generator(device="cuda").manual_seed(batch)
+    x = torch.randn(batch, 1, k, generator=gen, device="cuda").to(BF16)
+    z = torch.randn(batch, 1, k + 64, generator=gen, device="cuda").to(BF16)[..., 32 : 32 + k]
+    norm_w = (torch.rand(segment, generator=gen, device="cuda") + 0.5).to(BF16)
+    w = torch.randn(2048, k, generator=gen, device="cuda").div(k**0.5).to(BF16)
+    with torch.no_grad():
+        y = zk.gated_rms_norm_linear(x, z, norm_w, w, eps=1e-5, group_size=group, norm_before_gate=before)
+        normed = torch_rms_norm_gated(
+            x.double().unflatten(-1, (-1, segment)), z.double().unflatten(-1, (-1, segment)), norm_w.double(),
+            1e-5, "swish", before, group,
+        ).flatten(-2)  # fmt: skip
+        ry = normed @ w.double().T
+    assert y.dtype == BF16 and y.shape == (batch, 1, 2048)
+    err = relative_error(y, ry) if torch.isfinite(y).all() else math.inf
+    record(f"gemv-gated-{mixer}-B{batch}", "out", err)
+    assert err < TOL, f"{err:.3e}"

@@ -124,6 +124,32 @@ for rows, n, k in [(1, 70, 300), (3, 33, 129), (8, 40, 96)]:  # ragged N and K b
                 y_ref, s_ref = reference(xi, w, kw.get("up_weight"), kw.get("norm_weight"), kw.get("residual"))
                 report(f"{rows}x{n}x{k} {str(dtype)[6:]} {name} {config}", y, y_ref,
                        s_ref if stream is None else stream, s_ref, same_buffer=stream is None, pad_row_kept=None)
+
+# the gated output norms before the output projection: Mamba2 (norm of x * silu(z) in groups, one weight over all
+# channels, z a strided view of the input projection), GDN (per head: norm then * silu(g)), KDA (sigmoid)
+from zebra_kernels.norm import torch_rms_norm_gated
+
+for rows, n, segment, heads, group, before, act in [
+    (1, 40, 256, 1, 64, False, "swish"),  # Mamba2: 4 groups of 64
+    (3, 24, 32, 4, 32, True, "swish"),  # GDN: 4 heads of 32
+    (2, 24, 32, 4, 32, True, "sigmoid"),  # KDA
+]:
+    k = segment * heads
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(rows, k, generator=gen).to(dtype)
+        z = torch.randn(rows, k + 8, generator=gen).to(dtype)[:, 3 : 3 + k]  # strided, as a projection's view
+        norm_w = (torch.rand(segment, generator=gen) + 0.5).to(dtype)
+        w = torch.randn(n, k, generator=gen).div(k**0.5).to(dtype)
+        normed = torch_rms_norm_gated(
+            x.double().view(rows, heads, segment), z.double().view(rows, heads, segment), norm_w.double(), 1e-6,
+            act, before, group,
+        ).view(rows, k)
+        y_ref = normed.to(dtype).double() @ w.double().T  # rounded where the unfused norm stores
+        name = ("mamba2" if not before else "gdn" if act == "swish" else "kda") + f" {str(dtype)[6:]}"
+        for config in candidates(rows, n, k, 2)[::2]:
+            y, _ = triton_gemv(x, w, norm_weight=norm_w, gate=z, eps=1e-6, group_size=group,
+                               norm_before_gate=before, sigmoid=act == "sigmoid", config=config)
+            report(f"{name} gated {config}", y, y_ref, x, x, same_buffer=True, pad_row_kept=None)
 """
 
 REPORT = """
@@ -173,12 +199,16 @@ def test_conv_step_kernel():
 
 
 def test_gemv_kernel():
-    """Every form (plain, strided input, SwiGLU epilogue, norm prologue with and without the residual add) at
+    """Every form (plain, strided input, SwiGLU epilogue, norm prologue with and without the residual add, the
+    gated output norms of Mamba2, GDN and KDA with a strided gate) at
     ragged shapes and two block shapes each, against float64 rounded where the unfused path stores: exact to
     float32's sums in float32; in bf16 within its roundings (a flipped rounding of a normed input or of the gate
     moves a 70-wide output by up to 2%)."""
     results = interpreted(GEMV)
-    assert len(results) == 3 * 2 * 6 * 2
+    assert len(results) == 3 * 2 * 6 * 2 + sum(1 for n in results if "gated" in n) and len(results) > 80
+    assert {n.split(" (")[0] for n in results if "gated" in n} == {
+        f"{m} {d} gated" for m in ("mamba2", "gdn", "kda") for d in ("float32", "bfloat16")
+    }
     for name, r in results.items():
         bf16 = "bfloat16" in name
         assert r["y_err"] < (3e-2 if bf16 else 1e-6), (name, r)
@@ -217,13 +247,51 @@ HOPPER_SIGNATURES = {
     ),
     "gemv": (
         "zebra_kernels.gemv.triton_fused:_gemv_kernel",
-        ["*bf16"] * 7 + ["i32"] * 6 + ["fp32"],
-        dict(NORM=True, HAS_RESIDUAL=True, SWIGLU=True, BLOCK_R=1, BLOCK_N=8, BLOCK_K=512),
+        ["*bf16"] * 8 + ["i32"] * 8 + ["fp32"],
+        dict(
+            NORM=True,
+            HAS_RESIDUAL=True,
+            SWIGLU=True,
+            GATED=False,
+            GROUP=1,
+            NORM_BEFORE_GATE=True,
+            SIGMOID=False,
+            BLOCK_R=1,
+            BLOCK_N=8,
+            BLOCK_K=512,
+        ),
     ),
     "gemv, 8 rows": (
         "zebra_kernels.gemv.triton_fused:_gemv_kernel",
-        ["*bf16"] * 7 + ["i32"] * 6 + ["fp32"],
-        dict(NORM=False, HAS_RESIDUAL=False, SWIGLU=False, BLOCK_R=8, BLOCK_N=2, BLOCK_K=512),
+        ["*bf16"] * 8 + ["i32"] * 8 + ["fp32"],
+        dict(
+            NORM=False,
+            HAS_RESIDUAL=False,
+            SWIGLU=False,
+            GATED=False,
+            GROUP=1,
+            NORM_BEFORE_GATE=True,
+            SIGMOID=False,
+            BLOCK_R=8,
+            BLOCK_N=2,
+            BLOCK_K=512,
+        ),
+    ),
+    "gemv, gated": (
+        "zebra_kernels.gemv.triton_fused:_gemv_kernel",
+        ["*bf16"] * 8 + ["i32"] * 8 + ["fp32"],
+        dict(
+            NORM=False,
+            HAS_RESIDUAL=False,
+            SWIGLU=False,
+            GATED=True,
+            GROUP=256,
+            NORM_BEFORE_GATE=False,
+            SIGMOID=False,
+            BLOCK_R=1,
+            BLOCK_N=8,
+            BLOCK_K=512,
+        ),
     ),
 }
 

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from zebra_kernels._common import needs_grad
 from zebra_kernels.backend import resolve_fusible_backend
-from zebra_kernels.norm import rms_norm
+from zebra_kernels.norm import rms_norm, rms_norm_gated
 
 MAX_ROWS = 8  # activation rows (decode batch) the kernel takes; more are a GEMM's work
 
@@ -112,3 +112,65 @@ def rms_norm_linear(
     )
     y = y.view(*x.shape[:-1], weight.shape[0])
     return y, x if stream is None else stream.view(x.shape)
+
+
+def gated_rms_norm_linear(
+    x: torch.Tensor,
+    gate: torch.Tensor,
+    norm_weight: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    eps: float,
+    group_size: int | None = None,
+    norm_before_gate: bool = True,
+    activation: str = "swish",
+    backend: str = "auto",
+) -> torch.Tensor:
+    r"""A recurrent mixer's gated output norm and its output projection: `F.linear(n, weight)` where
+    `n = rms_norm_gated(x, gate, norm_weight, ...)` applied to each `C`-channel segment of x's last dim (C =
+    `norm_weight`'s length: one head of GDN or KDA, all of Mamba2's channels).
+
+    Args:
+        x: `[..., K]`, K a multiple of C (at most `MAX_ROWS` rows for the kernel).
+        gate: `[..., K]`.
+        norm_weight: `[C]`.
+        weight: `[N, K]`.
+        eps, group_size, norm_before_gate, activation: as `rms_norm_gated` (its groups within a segment).
+        backend: "auto", "torch" or "fla".
+
+    Returns:
+        `[..., N]` in x's dtype.
+
+    Examples:
+        >>> x, g, w = torch.randn(1, 1, 8), torch.randn(1, 1, 8), torch.randn(3, 8)
+        >>> gated_rms_norm_linear(x, g, torch.ones(4), w, eps=1e-6).shape  # two segments of 4 channels
+        torch.Size([1, 1, 3])
+    """
+    if gate.shape != x.shape:
+        raise ValueError(f"gate must have x's shape {list(x.shape)}, got {list(gate.shape)}")
+    segment = norm_weight.shape[0]
+    group = group_size or segment
+    if x.shape[-1] % segment or segment % group:
+        raise ValueError(
+            f"x's last dim {x.shape[-1]} must be whole segments of {segment}, in groups of {group}"
+        )
+    pow2 = group & (group - 1) == 0
+    if not (pow2 and _kernel_applies(x, backend, gate, norm_weight, weight)):
+        normed = rms_norm_gated(
+            x.unflatten(-1, (-1, segment)), gate.unflatten(-1, (-1, segment)), norm_weight, eps=eps,
+            activation=activation, norm_before_gate=norm_before_gate, group_size=group_size, backend=backend,
+        ).flatten(-2)  # fmt: skip
+        return F.linear(normed, weight)
+    from zebra_kernels.gemv.triton_fused import triton_gemv
+
+    y, _ = triton_gemv(
+        x.reshape(-1, x.shape[-1]),
+        weight,
+        norm_weight=norm_weight,
+        gate=gate.reshape(-1, gate.shape[-1]),
+        eps=eps,
+        group_size=group,
+        norm_before_gate=norm_before_gate,
+        sigmoid=activation == "sigmoid",
+    )
+    return y.view(*x.shape[:-1], weight.shape[0])

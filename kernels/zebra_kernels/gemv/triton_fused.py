@@ -13,6 +13,9 @@ Prologue (NORM): the sublayer's pre-norm. Every program first sums the squares o
 `s = x + residual` (the activations are a few KB, read from L2), then normalises each K block as it multiplies
 it, rounding `h = s * rstd * norm_weight` to the activations' dtype exactly where the unfused path stores it.
 Program 0 writes `s`, the residual stream, to a buffer of its own (never over an input another program reads).
+Prologue (GATED): the recurrent mixers' gated output norm (`rms_norm_gated`), RMS over groups of `GROUP`
+channels that each K block holds whole, the norm weight repeated every `norm_period` channels (per head for
+GDN and KDA, whole for Mamba2), with the gate's SiLU or sigmoid before (Mamba2) or after (GDN, KDA) the norm.
 Epilogue (SWIGLU): a second weight (`up`) read beside the first (`gate`), both outputs rounded to the output
 dtype as the two GEMVs would store them, then `silu(gate) * up` in float32.
 """
@@ -39,6 +42,7 @@ def _gemv_kernel(
     stream_ptr,  # [R, K] contiguous, out: x + residual in the stream's dtype (NORM and HAS_RESIDUAL)
     w_ptr,  # [N, K] row stride stride_w, columns contiguous
     up_ptr,  # [N, K] row stride stride_up (SWIGLU)
+    gate_ptr,  # [R, K] columns contiguous, row stride stride_gate (GATED)
     y_ptr,  # [R, N] contiguous, out
     R,
     N,
@@ -46,10 +50,16 @@ def _gemv_kernel(
     stride_x,
     stride_w,
     stride_up,
+    stride_gate,
+    norm_period,  # GATED: the norm weight's length C; channel k takes weight k % C
     eps,
     NORM: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
     SWIGLU: tl.constexpr,
+    GATED: tl.constexpr,
+    GROUP: tl.constexpr,  # GATED: channels per RMS group (a power of two dividing BLOCK_K and K)
+    NORM_BEFORE_GATE: tl.constexpr,
+    SIGMOID: tl.constexpr,  # GATED: the gate's activation is sigmoid (KDA), else SiLU
     BLOCK_R: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -99,6 +109,26 @@ def _gemv_kernel(
                 )
             norm_w = tl.load(norm_weight_ptr + k, mask=mask_k, other=0.0).to(tl.float32)
             h = (s * rstd[:, None] * norm_w[None, :]).to(x_ptr.dtype.element_ty)  # what the norm would store
+        if GATED:
+            z = tl.load(gate_ptr + rows_r[:, None] * stride_gate + k[None, :], mask=mask, other=0.0).to(
+                tl.float32
+            )
+            if SIGMOID:
+                act = tl.sigmoid(z)
+            else:
+                act = z * tl.sigmoid(z)
+            s = h.to(tl.float32)
+            if not NORM_BEFORE_GATE:
+                s = s * act
+            groups = tl.reshape(s, [BLOCK_R, BLOCK_K // GROUP, GROUP])
+            rstd_g = 1.0 / tl.sqrt(
+                tl.sum(groups * groups, axis=2) / GROUP + eps
+            )  # [BLOCK_R, BLOCK_K // GROUP]
+            s = tl.reshape(groups * rstd_g[:, :, None], [BLOCK_R, BLOCK_K])
+            s = s * tl.load(norm_weight_ptr + k % norm_period, mask=mask_k, other=0.0).to(tl.float32)[None, :]
+            if NORM_BEFORE_GATE:
+                s = s * act
+            h = s.to(x_ptr.dtype.element_ty)  # what the gated norm would store
         h = h.to(tl.float32)
         w_mask = mask_n[:, None] & mask_k[None, :]
         w = tl.load(w_ptr + rows_n[:, None] * stride_w + k[None, :], mask=w_mask, other=0.0).to(tl.float32)
@@ -186,17 +216,25 @@ def triton_gemv(
     norm_weight: torch.Tensor | None = None,
     residual: torch.Tensor | None = None,
     eps: float = 1e-6,
+    gate: torch.Tensor | None = None,
+    group_size: int = 0,
+    norm_before_gate: bool = True,
+    sigmoid: bool = False,
     config: tuple[int, int, int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`(y [R, N], stream [R, K] or None)` for `x [R, K]`; see `zebra_kernels.gemv` for what each argument adds.
+    """`(y [R, N], stream [R, K] or None)` for `x [R, K]`; see `zebra_kernels.gemv` for what each argument adds
+    (`gate` `[R, K]` with `norm_weight`: the gated norm, in groups of `group_size`, a power of two dividing K).
     `config` (BLOCK_R, BLOCK_N, BLOCK_K, num_warps) overrides the tuned one (benchmarks, tests)."""
     rows, k = x.shape
     n = weight.shape[0]
     if x.stride(-1) != 1:
         x = x.contiguous()
+    if gate is not None and gate.stride(-1) != 1:
+        gate = gate.contiguous()
     if weight.stride(-1) != 1 or (up_weight is not None and up_weight.stride(-1) != 1):
         raise ValueError("the weights' columns must be contiguous")
-    norm = norm_weight is not None
+    gated = gate is not None
+    norm = norm_weight is not None and not gated
     has_residual = norm and residual is not None
     if has_residual:
         residual = residual.contiguous()
@@ -206,14 +244,16 @@ def triton_gemv(
 
     def launch(cfg: tuple[int, int, int, int]) -> None:
         block_r, block_n, block_k, warps = cfg
+        block_k = max(block_k, group_size) if gated else block_k  # a K block holds whole groups
         with on_device(x):
             _gemv_kernel[(triton.cdiv(n, block_n),)](
                 x,
                 residual if has_residual else x,
-                norm_weight if norm else x,
+                norm_weight if norm_weight is not None else x,
                 stream if has_residual else y,
                 weight,
                 up_weight if swiglu else weight,
+                gate if gated else x,
                 y,
                 rows,
                 n,
@@ -221,10 +261,16 @@ def triton_gemv(
                 x.stride(0),
                 weight.stride(0),
                 up_weight.stride(0) if swiglu else 0,
+                gate.stride(0) if gated else 0,
+                norm_weight.shape[0] if gated else 1,
                 eps,
                 NORM=norm,
                 HAS_RESIDUAL=has_residual,
                 SWIGLU=swiglu,
+                GATED=gated,
+                GROUP=group_size if gated else 1,
+                NORM_BEFORE_GATE=norm_before_gate,
+                SIGMOID=sigmoid,
                 BLOCK_R=block_r,
                 BLOCK_N=block_n,
                 BLOCK_K=block_k,
@@ -232,7 +278,7 @@ def triton_gemv(
             )
 
     if config is None:
-        key = (x.device, x.dtype, weight.dtype, rows, n, k, norm, has_residual, swiglu)
+        key = (x.device, x.dtype, weight.dtype, rows, n, k, norm, has_residual, swiglu, gated, group_size)
         config = tuned_config(key, launch, rows, n, k, 1 + swiglu, x.device)
     launch(config)
     return y, stream

@@ -11,7 +11,7 @@ from transformers import initialization as init
 
 from zebra.mixers.mamba2 import MAMBA_NORM_EPS
 from zebra.models.layers.norm import GatedRMSNorm
-from zebra.models.layers.packed import decode_linear, derived
+from zebra.models.layers.packed import decode_gated_norm_linear, decode_linear, derived
 from zebra.models.layers.recurrent import (
     RecurrentMixer,
     depthwise_conv,
@@ -143,5 +143,5 @@ class Mamba2(RecurrentMixer):
                 cu_seqlens=context.cu_seqlens,
                 backend=self.backend,
             )  # [B, T, Hm, P]
-        y = self.norm(y.reshape(B, T, self.d_inner), z)
-        return decode_linear(self, self.out_proj, y), state, conv_state
+        y = decode_gated_norm_linear(self, self.norm, self.out_proj, y.reshape(B, T, self.d_inner), z)
+        return y, state, conv_state

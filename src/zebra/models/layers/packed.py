@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zebra.models.layers.norm import RMSNorm
-from zebra_kernels import linear_rows, rms_norm_linear
+from zebra.models.layers.norm import GatedRMSNorm, RMSNorm
+from zebra_kernels import gated_rms_norm_linear, linear_rows, rms_norm_linear
 
 
 @dataclass
@@ -155,6 +155,22 @@ def decode_norm_linear(
     if not (isinstance(norm, RMSNorm) and fused_step(module, linear, hidden_states)):
         return linear(norm(hidden_states))
     return rms_norm_linear(hidden_states, norm.weight, linear.weight, eps=norm.eps, backend=norm.backend)[0]
+
+
+def decode_gated_norm_linear(
+    module: nn.Module, norm: GatedRMSNorm, linear: nn.Module, hidden_states: torch.Tensor, gate: torch.Tensor
+) -> torch.Tensor:
+    """`linear(norm(x, gate))` of a recurrent mixer's output `x` `[B, T, K]`, the norm taken over each segment of
+    `norm.weight`'s length (a head of GDN or KDA, all of Mamba2's channels): one kernel with the gated norm in its
+    prologue in `module`'s fused decode steps."""
+    if not fused_step(module, linear, hidden_states):
+        segment = norm.weight.shape[0]
+        normed = norm(hidden_states.unflatten(-1, (-1, segment)), gate.unflatten(-1, (-1, segment)))
+        return linear(normed.flatten(-2))
+    return gated_rms_norm_linear(
+        hidden_states, gate, norm.weight, linear.weight, eps=norm.eps, group_size=norm.group_size,
+        norm_before_gate=norm.norm_before_gate, activation=norm.activation, backend=norm.backend,
+    )  # fmt: skip
 
 
 def set_flag(model: nn.Module, name: str, on: bool = True) -> int:

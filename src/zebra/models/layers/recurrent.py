@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from zebra.models.layers.packed import Prenorm, decode_linear, derived, project
+from zebra.models.layers.packed import Prenorm, decode_gated_norm_linear, derived, project
 from zebra_kernels import causal_conv1d, causal_conv1d_step_
 
 if TYPE_CHECKING:
@@ -278,5 +278,6 @@ class DeltaRuleMixer(QKVConvMixer):
             backend=self.backend,
             **gate_kwargs,
         )  # [B, T, HV, V]
-        o = self.o_norm(o, self.output_gate(projected).view(B, T, HV, V))
-        return decode_linear(self, self.o_proj, o.reshape(B, T, HV * V)), state, conv_state
+        gate = self.output_gate(projected)  # [B, T, HV * V]
+        o = decode_gated_norm_linear(self, self.o_norm, self.o_proj, o.reshape(B, T, HV * V), gate)
+        return o, state, conv_state
