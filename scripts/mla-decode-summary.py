@@ -77,7 +77,7 @@ def main() -> None:
             for b, f in zip(base["rows"], fused["rows"], strict=False):
                 print(
                     f"{fused['model']} batch {f['batch']}: fused step {f['step_ms_per_token']:.3f} ms against "
-                    f"{b['step_ms_per_token']:.3f} ({b['step_ms_per_token'] / f['step_ms_per_token']:.3f}x faster), "
+                    f"{b['step_ms_per_token']:.3f} (speedup {b['step_ms_per_token'] / f['step_ms_per_token']:.3f}), "
                     f"step/roofline {f['roofline_ratio']:.2f}x against {b['roofline_ratio']:.2f}x"
                 )
 
