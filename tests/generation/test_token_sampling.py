@@ -98,5 +98,8 @@ def test_argmax_rows_is_argmax_with_its_first_index_on_ties(vocab):
     scores[3, -1] = float("inf")  # the last index of the last block
     scores[4, 0] = float("nan")  # argmax counts NaN as the maximum
     scores[5, 2 * (vocab // 64) - 1] = scores[5].max() + 1  # the last index of a block
-    for x in (scores, scores.bfloat16()):
+    last_of_three = torch.randn(6, 3, vocab, generator=gen)
+    last_of_three[:, 2] = scores  # a model's last-position logits: a view whose rows are not adjacent
+    column_major = scores.T.contiguous().T  # stride 1 along the rows: the one-stage fallback
+    for x in (scores, scores.bfloat16(), last_of_three[:, 2], column_major):
         assert torch.equal(argmax_rows(x), x.argmax(-1))

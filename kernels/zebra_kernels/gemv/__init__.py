@@ -1,11 +1,13 @@
-"""Decode GEMVs: a one-token step's projections with the sublayer's pre-norm in their prologue and SwiGLU in
+"""Decode GEMVs: a one-token step's projections with the norm before them in their prologue and SwiGLU in
 their epilogue (on a GPU, `gemv.triton_fused`: one kernel each).
 
 A decode step reads every weight once for a few rows of activations. The unfused MLP sublayer is five kernels
 (the norm with its residual add, gate, up, SwiGLU, down); `rms_norm_linear(..., up_weight=)` and `linear_rows`
-make it two, and read gate and up in one pass. Both are inference-only (no backward) and exact to the unfused
-path's roundings: the normed activations and each projection's output are rounded to the activations' dtype
-where the unfused path stores them, so they differ from it only by the order of the float32 sums.
+make it two, and read gate and up in one pass. `rms_norm_linear` also takes the pre-norm into a mixer's input
+projection, and `gated_rms_norm_linear` a recurrent mixer's gated output norm into its output projection. All are
+inference-only (no backward) and exact to the unfused path's roundings: the normed activations and each
+projection's output are rounded to the activations' dtype where the unfused path stores them, so they differ
+from it only by the order of the float32 sums.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from zebra_kernels.backend import resolve_fusible_backend
 from zebra_kernels.norm import rms_norm, rms_norm_gated
 
 MAX_ROWS = 8  # activation rows (decode batch) the kernel takes; more are a GEMM's work
+MAX_GATED_GROUP = 512  # channels per gated-norm group the kernel takes whole in a K block (a power of two)
 
 
 def _kernel_applies(x: torch.Tensor, backend: str, *tensors: torch.Tensor | None) -> bool:
@@ -131,7 +134,8 @@ def gated_rms_norm_linear(
     `norm_weight`'s length: one head of GDN or KDA, all of Mamba2's channels).
 
     Args:
-        x: `[..., K]`, K a multiple of C (at most `MAX_ROWS` rows for the kernel).
+        x: `[..., K]`, K a multiple of C (for the kernel: at most `MAX_ROWS` rows, groups of a power of two up to
+            `MAX_GATED_GROUP` channels).
         gate: `[..., K]`.
         norm_weight: `[C]`.
         weight: `[N, K]`.
@@ -154,8 +158,8 @@ def gated_rms_norm_linear(
         raise ValueError(
             f"x's last dim {x.shape[-1]} must be whole segments of {segment}, in groups of {group}"
         )
-    pow2 = group & (group - 1) == 0
-    if not (pow2 and _kernel_applies(x, backend, gate, norm_weight, weight)):
+    fits = group & (group - 1) == 0 and group <= MAX_GATED_GROUP
+    if not (fits and _kernel_applies(x, backend, gate, norm_weight, weight)):
         normed = rms_norm_gated(
             x.unflatten(-1, (-1, segment)), gate.unflatten(-1, (-1, segment)), norm_weight, eps=eps,
             activation=activation, norm_before_gate=norm_before_gate, group_size=group_size, backend=backend,

@@ -28,9 +28,10 @@ What is measured, per batch size B (random prompt ids, greedy, no stop token, on
   one sized to the prompt (MLA decode reads only the cached tokens: the ratio should stay near 1).
 - `--profile` (`zebra.bench.decode_profile`): the kernels of one step at the first batch size (calls and
   microseconds per step), next to that row's roofline.
-- `--fused-decode`: every row with the decode GEMVs on Zebra's kernels (`zebra_kernels.gemv`: the MLP sublayer
-  as two kernels with its pre-norm and SwiGLU inside, the mixers' projections as its plain GEMV), HF generate's rows
-  too (the same model), FLA's class not. Compare it with a run without it on the same machine.
+- `--fused-decode`: every row with the decode GEMVs on Zebra's kernels (`zebra_kernels.gemv`, see
+  `zebra.models.layers.packed.use_fused_decode`: the pre-norms, the gated output norms and SwiGLU inside the
+  projections), HF generate's rows too (the same model), FLA's class not. Compare it with a run without it on
+  the same machine.
 """
 
 from __future__ import annotations

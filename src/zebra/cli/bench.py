@@ -102,7 +102,7 @@ def decode(
         bool,
         typer.Option(
             "--fused-decode",
-            help="Decode GEMVs on Zebra's kernels, the MLP's pre-norm and SwiGLU fused in (zebra_kernels.gemv).",
+            help="Decode GEMVs on Zebra's kernels, the norms and SwiGLU fused in (zebra_kernels.gemv).",
         ),
     ] = False,
     json_: JsonOpt = False,

@@ -114,7 +114,7 @@ def argmax_rows(scores: torch.Tensor) -> torch.Tensor:
     GPU reduces one row of a 128k vocabulary in a single block (26 us a decode step on an H100, docs/benchmarks.md);
     the first stage spreads it over `ARGMAX_BLOCKS` blocks."""
     B, V = scores.shape
-    if V < ARGMAX_TWO_STAGE_MIN or V % ARGMAX_BLOCKS:
+    if V < ARGMAX_TWO_STAGE_MIN or V % ARGMAX_BLOCKS or scores.stride(-1) != 1:
         return scores.argmax(dim=-1)
     width = V // ARGMAX_BLOCKS
     block_max, block_arg = scores.view(B, ARGMAX_BLOCKS, width).max(dim=-1)  # [B, S], [B, S]

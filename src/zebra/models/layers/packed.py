@@ -10,8 +10,9 @@ by one, so nothing changes for it and no stacked copy is made, unless the owner'
 (`train.fuse_projections`, `zebra.train.parallelize.apply_fused_projections`): then one GEMM over the weights
 concatenated in that forward, so each weight still gets its own gradient.
 
-`use_fused_decode` switches the decode step's GEMVs to Zebra's own kernels (`zebra_kernels.gemv`), and hands each
-sublayer's pre-norm to its mixer's first projection (`Prenorm`), which runs it in the kernel's prologue.
+`use_fused_decode` switches the decode step's GEMVs to Zebra's own kernels (`zebra_kernels.gemv`): each sublayer's
+pre-norm goes to its mixer's first projection (`Prenorm`) and a recurrent mixer's gated output norm to its output
+projection (`decode_gated_norm_linear`), each run in the kernel's prologue.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class Prenorm:
 
     def linear(
         self, hidden_states: torch.Tensor, weight: torch.Tensor, up_weight: torch.Tensor | None = None
-    ):
+    ) -> torch.Tensor:
         """`F.linear(norm(x), weight)` (with `up_weight`: SwiGLU of it and `F.linear(norm(x), up_weight)`) in one
         `zebra_kernels.rms_norm_linear`; keeps the stream."""
         out, self.stream = rms_norm_linear(
