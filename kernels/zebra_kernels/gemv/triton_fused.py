@@ -35,6 +35,35 @@ MAX_TILE = 8192  # float32 accumulator lanes, [BLOCK_R, BLOCK_N, BLOCK_K]: 64 a 
 
 
 @triton.jit
+def _gated_norm(
+    x,  # [BLOCK_R, BLOCK_K] a block of the mixer's output
+    z,  # [BLOCK_R, BLOCK_K] its gate
+    norm_w,  # [BLOCK_K] the norm weight at these channels
+    eps,
+    GROUP: tl.constexpr,
+    NORM_BEFORE_GATE: tl.constexpr,
+    SIGMOID: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """`rms_norm_gated` of one block holding whole groups, in float32: `[BLOCK_R, BLOCK_K]`."""
+    z = z.to(tl.float32)
+    if SIGMOID:
+        act = tl.sigmoid(z)
+    else:
+        act = z * tl.sigmoid(z)
+    s = x.to(tl.float32)
+    if not NORM_BEFORE_GATE:
+        s = s * act
+    groups = tl.reshape(s, [BLOCK_R, BLOCK_K // GROUP, GROUP])
+    rstd = 1.0 / tl.sqrt(tl.sum(groups * groups, axis=2) / GROUP + eps)  # [BLOCK_R, BLOCK_K // GROUP]
+    s = tl.reshape(groups * rstd[:, :, None], [BLOCK_R, BLOCK_K]) * norm_w.to(tl.float32)[None, :]
+    if NORM_BEFORE_GATE:
+        s = s * act
+    return s
+
+
+@triton.jit
 def _gemv_kernel(
     x_ptr,  # [R, K] rows contiguous, row stride stride_x
     residual_ptr,  # [R, K] contiguous (NORM and HAS_RESIDUAL)
@@ -110,24 +139,9 @@ def _gemv_kernel(
             norm_w = tl.load(norm_weight_ptr + k, mask=mask_k, other=0.0).to(tl.float32)
             h = (s * rstd[:, None] * norm_w[None, :]).to(x_ptr.dtype.element_ty)  # what the norm would store
         if GATED:
-            z = tl.load(gate_ptr + rows_r[:, None] * stride_gate + k[None, :], mask=mask, other=0.0).to(
-                tl.float32
-            )
-            if SIGMOID:
-                act = tl.sigmoid(z)
-            else:
-                act = z * tl.sigmoid(z)
-            s = h.to(tl.float32)
-            if not NORM_BEFORE_GATE:
-                s = s * act
-            groups = tl.reshape(s, [BLOCK_R, BLOCK_K // GROUP, GROUP])
-            rstd_g = 1.0 / tl.sqrt(
-                tl.sum(groups * groups, axis=2) / GROUP + eps
-            )  # [BLOCK_R, BLOCK_K // GROUP]
-            s = tl.reshape(groups * rstd_g[:, :, None], [BLOCK_R, BLOCK_K])
-            s = s * tl.load(norm_weight_ptr + k % norm_period, mask=mask_k, other=0.0).to(tl.float32)[None, :]
-            if NORM_BEFORE_GATE:
-                s = s * act
+            z = tl.load(gate_ptr + rows_r[:, None] * stride_gate + k[None, :], mask=mask, other=0.0)
+            norm_w = tl.load(norm_weight_ptr + k % norm_period, mask=mask_k, other=0.0)
+            s = _gated_norm(h, z, norm_w, eps, GROUP, NORM_BEFORE_GATE, SIGMOID, BLOCK_R, BLOCK_K)
             h = s.to(x_ptr.dtype.element_ty)  # what the gated norm would store
         h = h.to(tl.float32)
         w_mask = mask_n[:, None] & mask_k[None, :]

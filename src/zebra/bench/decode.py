@@ -56,6 +56,7 @@ from zebra.folders.model_folder import model_dir_or_recipe
 from zebra.generation import Engine
 from zebra.generation.loading import load_model
 from zebra.models import ZebraForCausalLM
+from zebra.models.layers.packed import use_fused_decode
 from zebra.spec import arch
 
 
@@ -149,10 +150,7 @@ def run_decode_bench(
     progress = _Progress(on_progress, phases)
     progress.say(f"building {cfg.model} on {device}")
     model = build_model(cfg.model, device=device, dtype=cfg.dtype, seed=cfg.seed)
-    if cfg.fused_decode:
-        from zebra.models.layers.packed import use_fused_decode
-
-        use_fused_decode(model)
+    use_fused_decode(model, cfg.fused_decode)
     if cfg.cache == "static" and model.config.model_type != "zebra":
         raise ZebraError(
             f"--cache static: needs a zebra model, not {model.config.model_type}", fix="use --cache auto"
