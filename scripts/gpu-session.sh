@@ -293,7 +293,7 @@ hybrid_fla_and_torch_backends_agree or static_cache_decode_step_replays}" \
         note "mla-decode $r (${run#*:}) rc=$?"
       done
       python3 scripts/mla-decode-summary.py "$OUT" >> "$OUT/summary.txt";;
-    fused-decode)  # issue 41 item 1: the decode step with Zebra's GEMV kernels (the MLP's pre-norm and SwiGLU
+    fused-decode)  # issue 41 item 1: the decode step with Zebra's GEMV kernels (the norms and SwiGLU
       # inside, `--fused-decode`) against cuBLAS's, each recipe of FUSED_RECIPES at batch 1 and 8 with its step
       # profile, base then fused in this call (same machine): decode_mla_<recipe>-{base,fused}.json, summed up by
       # scripts/mla-decode-summary.py; first the kernel's and the fused engine's GPU tests (FUSED_TESTS=0 skips).
