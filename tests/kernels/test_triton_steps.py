@@ -217,6 +217,18 @@ def test_gemv_kernel():
         assert r["same_buffer"] is ("residual" not in name), name  # a stream comes back only with a residual
 
 
+def gemv_signature(**constexprs):
+    """The decode GEMV kernel's argument types (bf16 tensors, int32 sizes and strides, float32 eps) with its
+    plain form's constexprs, `constexprs` changed."""
+    plain = dict(NORM=False, HAS_RESIDUAL=False, SWIGLU=False, GATED=False, GROUP=1, NORM_BEFORE_GATE=True)
+    plain |= dict(SIGMOID=False, BLOCK_R=1, BLOCK_N=8, BLOCK_K=512)
+    return (
+        "zebra_kernels.gemv.triton_fused:_gemv_kernel",
+        ["*bf16"] * 8 + ["i32"] * 8 + ["fp32"],
+        plain | constexprs,
+    )
+
+
 # (kernel, its argument types as the model calls it: bf16 activations, float32 states, bool flags; constexprs)
 HOPPER_SIGNATURES = {
     "mamba2": (
@@ -245,54 +257,9 @@ HOPPER_SIGNATURES = {
         ["*bf16", "*bf16", "*bf16", "*bf16", "*i1", "*bf16", "i32", "i32", "i32"],
         dict(HAS_BIAS=True, HAS_FEED=True, SILU=True, BLOCK_C=128, BLOCK_W=4),
     ),
-    "gemv": (
-        "zebra_kernels.gemv.triton_fused:_gemv_kernel",
-        ["*bf16"] * 8 + ["i32"] * 8 + ["fp32"],
-        dict(
-            NORM=True,
-            HAS_RESIDUAL=True,
-            SWIGLU=True,
-            GATED=False,
-            GROUP=1,
-            NORM_BEFORE_GATE=True,
-            SIGMOID=False,
-            BLOCK_R=1,
-            BLOCK_N=8,
-            BLOCK_K=512,
-        ),
-    ),
-    "gemv, 8 rows": (
-        "zebra_kernels.gemv.triton_fused:_gemv_kernel",
-        ["*bf16"] * 8 + ["i32"] * 8 + ["fp32"],
-        dict(
-            NORM=False,
-            HAS_RESIDUAL=False,
-            SWIGLU=False,
-            GATED=False,
-            GROUP=1,
-            NORM_BEFORE_GATE=True,
-            SIGMOID=False,
-            BLOCK_R=8,
-            BLOCK_N=2,
-            BLOCK_K=512,
-        ),
-    ),
-    "gemv, gated": (
-        "zebra_kernels.gemv.triton_fused:_gemv_kernel",
-        ["*bf16"] * 8 + ["i32"] * 8 + ["fp32"],
-        dict(
-            NORM=False,
-            HAS_RESIDUAL=False,
-            SWIGLU=False,
-            GATED=True,
-            GROUP=256,
-            NORM_BEFORE_GATE=False,
-            SIGMOID=False,
-            BLOCK_R=1,
-            BLOCK_N=8,
-            BLOCK_K=512,
-        ),
-    ),
+    "gemv": gemv_signature(NORM=True, HAS_RESIDUAL=True, SWIGLU=True),
+    "gemv, 8 rows": gemv_signature(BLOCK_R=8, BLOCK_N=2),
+    "gemv, gated": gemv_signature(GATED=True, GROUP=256, NORM_BEFORE_GATE=False),
 }
 
 
