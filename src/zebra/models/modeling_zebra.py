@@ -25,7 +25,7 @@ from zebra.models.cache_zebra import ZebraCache
 from zebra.models.configuration_zebra import ZebraConfig
 from zebra.models.layer_classes import layer_class
 from zebra.models.layers.norm import GatedRMSNorm, RMSNorm
-from zebra.models.layers.packed import Prenorm
+from zebra.models.layers.packed import Prenorm, fused_decode_step
 from zebra_kernels import linear_cross_entropy
 
 # transformers renamed the outputs' cache field from `past_key_values` to `cache` during 5.x; use whichever the
@@ -75,10 +75,7 @@ class ZebraSublayer(GradientCheckpointingLayer):
             cu_seqlens=cu_seqlens,
             memo=memo,
         )
-        fused = getattr(self.mixer, "fused_decode", False)
-        if (
-            fused and hidden_states.shape[1] == 1 and not torch.is_grad_enabled()
-        ):  # the norm in the mixer's GEMV
+        if fused_decode_step(self.mixer, hidden_states):  # the norm in the mixer's first GEMV
             prenorm = Prenorm(self.norm, residual)
             h = self.mixer(hidden_states, prenorm=prenorm, **kwargs)
             if prenorm.stream is None:

@@ -105,9 +105,7 @@ def project(
     linears = [module.get_submodule(name) for name in names]
     widths = [lin.out_features for lin in linears]
     sizes = [sum(widths[:joined]), *widths[joined:]] if joined else widths
-    fused = (
-        getattr(module, "fused_decode", False) and hidden_states.shape[1] == 1 and not torch.is_grad_enabled()
-    )
+    fused = fused_decode_step(module, hidden_states)
     if prenorm is not None and not fused:
         hidden_states = prenorm.apply(hidden_states)
     if hidden_states.shape[1] != 1 or torch.is_grad_enabled():
@@ -130,11 +128,17 @@ def project(
     return list(out.split(sizes, dim=-1))
 
 
+def fused_decode_step(module: nn.Module, hidden_states: torch.Tensor) -> bool:
+    """A decode step (one token, no grad) of a module whose `fused_decode` is on (`use_fused_decode`)."""
+    fused = getattr(module, "fused_decode", False)
+    return fused and hidden_states.shape[1] == 1 and not torch.is_grad_enabled()
+
+
 def fused_step(module: nn.Module, linear: nn.Module, hidden_states: torch.Tensor) -> bool:
-    """Whether `linear` runs on Zebra's GEMV kernel here: `module.fused_decode` on, a decode step (one token, no
-    grad), a plain bias-free `nn.Linear` (a float8 one keeps its own forward)."""
-    fused = getattr(module, "fused_decode", False) and hidden_states.shape[1] == 1
-    return fused and not torch.is_grad_enabled() and type(linear) is nn.Linear and linear.bias is None
+    """Whether `linear` runs on Zebra's GEMV kernel here: a fused decode step of `module` and a plain bias-free
+    `nn.Linear` (a float8 one keeps its own forward)."""
+    plain = type(linear) is nn.Linear and linear.bias is None
+    return plain and fused_decode_step(module, hidden_states)
 
 
 def decode_linear(
@@ -151,11 +155,11 @@ def decode_linear(
 def decode_norm_linear(
     module: nn.Module, norm: nn.Module, linear: nn.Module, hidden_states: torch.Tensor
 ) -> torch.Tensor:
-    """`linear(norm(hidden_states))`: one kernel with the norm in its prologue in `module`'s fused decode steps
-    when `norm` is an `RMSNorm` (MLA's query latent norm before its up projection)."""
-    if not (isinstance(norm, RMSNorm) and fused_step(module, linear, hidden_states)):
+    """`linear(norm(hidden_states))`: `decode_linear` with the norm as its `Prenorm` when `norm` is an `RMSNorm`
+    (MLA's query latent norm before its up projection), so a fused decode step runs it in the kernel's prologue."""
+    if not (isinstance(norm, RMSNorm) and fused_decode_step(module, hidden_states)):
         return linear(norm(hidden_states))
-    return rms_norm_linear(hidden_states, norm.weight, linear.weight, eps=norm.eps, backend=norm.backend)[0]
+    return decode_linear(module, linear, hidden_states, Prenorm(norm, None))
 
 
 def decode_gated_norm_linear(
